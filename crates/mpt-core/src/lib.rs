@@ -1,0 +1,39 @@
+//! # mpt-core — the sans-IO heart of the mpt multipath tunnel
+//!
+//! This crate holds everything that decides what happens to a packet, and
+//! nothing that touches the operating system:
+//!
+//! * [`wire`] — the on-the-wire header, probe bodies and their codecs;
+//! * [`path`] — per-path state: liveness, RTT (RFC 6298), jitter (RFC 3550),
+//!   loss and counters;
+//! * [`sched`] — the [`sched::Scheduler`] trait and smooth weighted round-robin;
+//! * [`reorder`] — the receive-side reorder buffer and its release policies;
+//! * [`tunnel`] — the state machine that ties them together.
+//!
+//! Invariants of the whole crate:
+//! * no socket, thread, file or clock is used: time enters only as a `now`
+//!   argument in nanoseconds of a monotonic clock ([`Nanos`]); wall-clock
+//!   time for wire timestamps is `now + wall_offset`, set by the caller;
+//! * all input from the network is untrusted: every parser checks bounds once
+//!   and returns an error that the tunnel turns into a counted drop;
+//! * nothing here panics on any input (fuzzed in `fuzz/`).
+
+pub mod path;
+pub mod reorder;
+pub mod sched;
+pub mod stats;
+pub mod tunnel;
+pub mod wire;
+
+/// Nanoseconds on a monotonic clock chosen by the caller.
+pub type Nanos = u64;
+
+/// Nanoseconds per millisecond.
+pub const NANOS_PER_MS: u64 = 1_000_000;
+
+/// Index of a path in the tunnel configuration (also its id on the wire).
+pub type PathId = u8;
+
+/// Maximum number of paths in one tunnel (the path id is one byte on the
+/// wire; the product limit is lower to keep per-path arrays small).
+pub const MAX_PATHS: usize = 32;

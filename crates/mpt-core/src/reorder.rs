@@ -1,0 +1,386 @@
+//! Receive-side reorder buffer: restores the tunnel-wide packet order.
+//!
+//! Packets arrive over paths with different delays. Each carries a
+//! tunnel-wide sequence number; the buffer delivers them in sequence order,
+//! holding early arrivals until the gap before them fills or is declared
+//! lost. A gap is declared lost when one of these happens first:
+//!
+//! * a held packet has waited `max_delay` (the MPT library's
+//!   `max_buffdelay_msec`);
+//! * the window of `capacity` packets would overflow (the MPT library's
+//!   `reorder_window`);
+//! * a release policy ([`ReleasePolicy`], driven by the tunnel) proves the
+//!   missing packets cannot arrive any more.
+//!
+//! Invariants:
+//! * packets leave in strictly increasing sequence order, each at most once;
+//! * at most `capacity` packets are held; `capacity` is a power of two ≥ the
+//!   configured window, so slot `seq % capacity` is unique for
+//!   `seq ∈ [next, next + capacity)`;
+//! * every operation is O(1) amortised or O(capacity) at worst; no input,
+//!   however large a sequence jump, makes it loop longer;
+//! * held buffers come from and return to a bounded pool; memory is bounded
+//!   by `capacity × MTU`.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::{Nanos, PathId};
+
+/// How far behind `next` (in multiples of capacity) a sequence number must
+/// be to be taken as a restart of the sender rather than a late packet.
+const RESYNC_DISTANCE_WINDOWS: u64 = 4;
+
+/// Outcome of [`ReorderBuffer::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accept {
+    /// The packet is next in order and nothing is queued before it: deliver
+    /// it now from the caller's buffer, then drain [`ReorderBuffer::pop`].
+    DeliverNow,
+    /// Copied into the buffer; it leaves through [`ReorderBuffer::pop`].
+    Held,
+    /// Already delivered or already held: drop.
+    Duplicate,
+    /// Older than the release point (its slot was given up): drop.
+    Late,
+}
+
+/// Reorder statistics (exposed in `mpt status`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReorderStats {
+    /// Packets that arrived exactly in order.
+    pub in_order: u64,
+    /// Packets that arrived early and were held.
+    pub held: u64,
+    /// Sequence numbers given up as lost.
+    pub lost: u64,
+    /// Releases forced by `max_delay`.
+    pub timeout_releases: u64,
+    /// Releases forced by window overflow.
+    pub overflow_releases: u64,
+    /// Releases proven safe by the release policy.
+    pub policy_releases: u64,
+    /// Sender restarts detected (sequence far behind).
+    pub resyncs: u64,
+    /// Largest number of packets held at once.
+    pub max_held: u64,
+}
+
+enum Slot {
+    Empty,
+    Held { seq: u64, buf: Vec<u8> },
+}
+
+/// The reorder buffer. See the module documentation.
+pub struct ReorderBuffer {
+    capacity: u64,
+    max_delay: Nanos,
+    next: u64,
+    started: bool,
+    slots: Vec<Slot>,
+    /// Bit `seq % capacity` tells whether `seq ∈ [next-capacity, next)` was
+    /// delivered (set) or given up (clear).
+    delivered: Vec<u64>,
+    held_count: usize,
+    /// (arrival time, seq) of held packets in arrival order; entries whose
+    /// seq is below `next` are stale and skipped lazily.
+    arrivals: VecDeque<(Nanos, u64)>,
+    ready: VecDeque<Vec<u8>>,
+    pool: Vec<Vec<u8>>,
+    stats: ReorderStats,
+}
+
+impl ReorderBuffer {
+    /// `window` packets (rounded up to a power of two, at least 2) and the
+    /// longest time a packet may be held.
+    pub fn new(window: usize, max_delay: Nanos) -> Self {
+        let capacity = window.clamp(2, 1 << 20).next_power_of_two() as u64;
+        Self {
+            capacity,
+            max_delay,
+            next: 0,
+            started: false,
+            slots: (0..capacity).map(|_| Slot::Empty).collect(),
+            delivered: vec![0; (capacity as usize).div_ceil(64)],
+            held_count: 0,
+            arrivals: VecDeque::new(),
+            ready: VecDeque::new(),
+            pool: Vec::new(),
+            stats: ReorderStats::default(),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    /// The next sequence number to be delivered.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+    pub fn held(&self) -> usize {
+        self.held_count
+    }
+    pub fn stats(&self) -> &ReorderStats {
+        &self.stats
+    }
+
+    fn idx(&self, seq: u64) -> usize {
+        (seq & (self.capacity - 1)) as usize
+    }
+
+    fn set_delivered(&mut self, seq: u64, yes: bool) {
+        let i = self.idx(seq);
+        let (w, b) = (i / 64, i % 64);
+        if yes {
+            self.delivered[w] |= 1 << b;
+        } else {
+            self.delivered[w] &= !(1 << b);
+        }
+    }
+
+    fn was_delivered(&self, seq: u64) -> bool {
+        let i = self.idx(seq);
+        self.delivered[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// Offer packet `seq` with inner payload `payload` that arrived at `now`.
+    pub fn insert(&mut self, seq: u64, payload: &[u8], now: Nanos) -> Accept {
+        if !self.started {
+            self.started = true;
+            self.next = seq;
+        }
+        if seq < self.next {
+            let behind = self.next - seq;
+            if behind > RESYNC_DISTANCE_WINDOWS * self.capacity {
+                self.resync(seq);
+            } else if behind <= self.capacity && self.was_delivered(seq) {
+                return Accept::Duplicate;
+            } else {
+                return Accept::Late;
+            }
+        }
+        if seq >= self.next + self.capacity {
+            self.stats.overflow_releases += 1;
+            self.release_through(seq - self.capacity + 1);
+        }
+        if seq == self.next && self.ready.is_empty() {
+            self.stats.in_order += 1;
+            self.set_delivered(seq, true);
+            self.next += 1;
+            self.drain_consecutive();
+            return Accept::DeliverNow;
+        }
+        let i = self.idx(seq);
+        if matches!(self.slots[i], Slot::Held { .. }) {
+            return Accept::Duplicate;
+        }
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(payload);
+        self.slots[i] = Slot::Held { seq, buf };
+        self.held_count += 1;
+        self.stats.max_held = self.stats.max_held.max(self.held_count as u64);
+        if seq == self.next {
+            // In order, but packets are queued in `ready` before it.
+            self.stats.in_order += 1;
+            self.drain_consecutive();
+        } else {
+            self.stats.held += 1;
+            self.arrivals.push_back((now, seq));
+        }
+        Accept::Held
+    }
+
+    /// Move held packets that are now in order to the ready queue.
+    fn drain_consecutive(&mut self) {
+        while self.held_count > 0 {
+            let i = self.idx(self.next);
+            match std::mem::replace(&mut self.slots[i], Slot::Empty) {
+                Slot::Held { seq, buf } if seq == self.next => {
+                    self.held_count -= 1;
+                    self.ready.push_back(buf);
+                    self.set_delivered(seq, true);
+                    self.next += 1;
+                }
+                other => {
+                    self.slots[i] = other;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Give up every missing sequence number below `end` (exclusive) and
+    /// release the held ones in order. Bounded by O(capacity).
+    fn release_through(&mut self, end: u64) {
+        if end <= self.next {
+            return;
+        }
+        let walk_end = end.min(self.next + self.capacity);
+        for seq in self.next..walk_end {
+            let i = self.idx(seq);
+            match std::mem::replace(&mut self.slots[i], Slot::Empty) {
+                Slot::Held { seq: s, buf } if s == seq => {
+                    self.held_count -= 1;
+                    self.ready.push_back(buf);
+                    self.set_delivered(seq, true);
+                }
+                other => {
+                    self.slots[i] = other;
+                    self.stats.lost += 1;
+                    self.set_delivered(seq, false);
+                }
+            }
+        }
+        if end > walk_end {
+            // A jump beyond the window: nothing can be held there.
+            self.stats.lost += end - walk_end;
+            self.delivered.iter_mut().for_each(|w| *w = 0);
+        }
+        self.next = end;
+        self.drain_consecutive();
+    }
+
+    /// The sender restarted: flush what is held, in order, and continue at
+    /// `seq`.
+    fn resync(&mut self, seq: u64) {
+        self.stats.resyncs += 1;
+        let end = self.next + self.capacity;
+        self.release_through(end);
+        self.arrivals.clear();
+        self.delivered.iter_mut().for_each(|w| *w = 0);
+        self.next = seq;
+    }
+
+    /// Declare every missing packet below `floor` lost (a release policy
+    /// proved it) and release what it held back.
+    pub fn release_below(&mut self, floor: u64) {
+        if floor > self.next && self.held_count > 0 {
+            self.stats.policy_releases += 1;
+            self.release_through(floor);
+        }
+    }
+
+    /// When the oldest held packet reaches `max_delay`, if any.
+    pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        while let Some(&(t, seq)) = self.arrivals.front() {
+            if seq < self.next {
+                self.arrivals.pop_front();
+            } else {
+                return Some(t.saturating_add(self.max_delay));
+            }
+        }
+        None
+    }
+
+    /// Release everything that has been held for `max_delay` by `now`.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(&(t, seq)) = self.arrivals.front() {
+            if seq < self.next {
+                self.arrivals.pop_front();
+                continue;
+            }
+            if t.saturating_add(self.max_delay) > now {
+                break;
+            }
+            self.arrivals.pop_front();
+            self.stats.timeout_releases += 1;
+            self.release_through(seq + 1);
+        }
+    }
+
+    /// Next packet ready for delivery, in order.
+    pub fn pop(&mut self) -> Option<Vec<u8>> {
+        self.ready.pop_front()
+    }
+
+    /// Return a delivered buffer to the pool.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < self.capacity as usize {
+            self.pool.push(buf);
+        }
+    }
+}
+
+/// Decides when missing packets can be declared lost before `max_delay`.
+///
+/// The tunnel reports what each path has shown; the policy answers with a
+/// floor below which nothing can still arrive.
+pub trait ReleasePolicy: Send {
+    /// Data packet `seq` arrived on `path`.
+    fn on_data(&mut self, path: PathId, seq: u64);
+    /// A control packet on `path` said the sender's next sequence number was
+    /// `next_seq` when it was sent.
+    fn on_frontier(&mut self, path: PathId, next_seq: u64);
+    /// Missing sequence numbers below the result are lost; `live[p]` says
+    /// whether path `p` is currently considered up.
+    fn lost_below(&self, live: &[bool]) -> u64;
+    /// Forget everything (the sender restarted its sequence numbers).
+    fn reset(&mut self);
+    fn name(&self) -> &'static str;
+}
+
+/// Never proves loss: gaps wait for `max_delay` or window overflow.
+pub struct TimeoutOnly;
+
+impl ReleasePolicy for TimeoutOnly {
+    fn on_data(&mut self, _: PathId, _: u64) {}
+    fn on_frontier(&mut self, _: PathId, _: u64) {}
+    fn lost_below(&self, _: &[bool]) -> u64 {
+        0
+    }
+    fn reset(&mut self) {}
+    fn name(&self) -> &'static str {
+        "timeout"
+    }
+}
+
+/// Per-path frontier release. Each path is FIFO, so once packet `s` (or a
+/// probe announcing `s`) arrived on path `p`, every earlier sequence number
+/// the sender put on `p` has arrived or is lost. The minimum of these
+/// frontiers over live paths bounds what can still come. This is the
+/// reasoning of multipath transport receivers (cf. RFC 8684 §3.3 data
+/// sequence mapping); it turns a path loss into a release after about one
+/// inter-path delay difference instead of `max_delay`.
+pub struct PathFrontier {
+    frontier: Vec<u64>,
+}
+
+impl PathFrontier {
+    pub fn new(paths: usize) -> Self {
+        Self { frontier: vec![0; paths] }
+    }
+}
+
+impl ReleasePolicy for PathFrontier {
+    fn on_data(&mut self, path: PathId, seq: u64) {
+        if let Some(f) = self.frontier.get_mut(path as usize) {
+            *f = (*f).max(seq + 1);
+        }
+    }
+    fn on_frontier(&mut self, path: PathId, next_seq: u64) {
+        if let Some(f) = self.frontier.get_mut(path as usize) {
+            *f = (*f).max(next_seq);
+        }
+    }
+    fn lost_below(&self, live: &[bool]) -> u64 {
+        self.frontier
+            .iter()
+            .zip(live)
+            .filter(|(_, l)| **l)
+            .map(|(f, _)| *f)
+            .min()
+            .unwrap_or(0)
+    }
+    fn reset(&mut self) {
+        self.frontier.iter_mut().for_each(|f| *f = 0);
+    }
+    fn name(&self) -> &'static str {
+        "path-frontier"
+    }
+}
+
+#[cfg(test)]
+#[path = "reorder_tests.rs"]
+mod tests;

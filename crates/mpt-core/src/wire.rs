@@ -1,0 +1,401 @@
+//! Wire format of mpt packets (see `docs/protocol.md` for the byte diagram).
+//!
+//! Every mpt packet is one UDP datagram that starts with a fixed 36-byte
+//! header, followed by a type-specific body:
+//!
+//! ```text
+//!  0       1       2       3
+//! +-------+-------+-------+-------+
+//! |version| type  | path  | class |   0
+//! +-------+-------+-------+-------+
+//! |          session id           |   4   (0 = plaintext; security issue)
+//! +-------+-------+-------+-------+
+//! |      packet counter (nonce)   |   8   u64, unique per sender and session
+//! |                               |
+//! +-------+-------+-------+-------+
+//! |        path sequence          |  16   u32, per path, every packet type
+//! +-------+-------+-------+-------+
+//! |    send timestamp (ns, UTC)   |  20   u64
+//! |                               |
+//! +-------+-------+-------+-------+
+//! |        tunnel sequence        |  28   u64: data = its sequence number;
+//! |                               |       probe/echo = next data seq to send
+//! +-------+-------+-------+-------+
+//! |  body ...                     |  36
+//! ```
+//!
+//! All integers are big-endian (network order). The authenticated-encryption
+//! layer (security issue) will treat bytes 0..36 as associated data, encrypt
+//! the body in place and append a 16-byte tag; [`TAG_RESERVE_LEN`] is already
+//! reserved in the default tunnel MTU so that enabling it changes no MTU.
+//!
+//! Invariants: a [`Header`] view is only constructed through
+//! [`Header::new_checked`], which verifies the length once; afterwards every
+//! accessor indexes within the checked bounds and cannot panic. Parsing never
+//! allocates.
+
+use crate::PathId;
+
+/// Protocol version carried in byte 0 (spec constant).
+pub const VERSION: u8 = 1;
+/// Length of the fixed header in bytes (spec constant).
+pub const HEADER_LEN: usize = 36;
+/// Length of a probe/echo body in bytes (spec constant).
+pub const PROBE_BODY_LEN: usize = 32;
+/// Bytes reserved after the body for an AEAD tag (spec constant, RFC 8439).
+pub const TAG_RESERVE_LEN: usize = 16;
+/// UDP header length (RFC 768).
+pub const UDP_HEADER_LEN: usize = 8;
+/// IPv4 header length without options (RFC 791).
+pub const IPV4_HEADER_LEN: usize = 20;
+/// IPv6 fixed header length (RFC 8200).
+pub const IPV6_HEADER_LEN: usize = 40;
+/// Smallest MTU that IPv6 allows on a link (RFC 8200 §5); the tunnel MTU is
+/// never configured below the IPv4 minimum of 576 nor above 65535.
+pub const IPV6_MIN_MTU: usize = 1280;
+
+mod off {
+    pub const VERSION: usize = 0;
+    pub const TYPE: usize = 1;
+    pub const PATH: usize = 2;
+    pub const CLASS: usize = 3;
+    pub const SESSION: usize = 4;
+    pub const COUNTER: usize = 8;
+    pub const PATH_SEQ: usize = 16;
+    pub const TIMESTAMP: usize = 20;
+    pub const TUNNEL_SEQ: usize = 28;
+}
+
+/// Packet types (byte 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PacketType {
+    /// Carries one inner IP packet as its body.
+    Data = 1,
+    /// Keepalive and RTT probe; the peer answers with an [`PacketType::Echo`].
+    Probe = 2,
+    /// Answer to a probe, echoing its timestamp.
+    Echo = 3,
+}
+
+impl PacketType {
+    fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::Data),
+            2 => Some(Self::Probe),
+            3 => Some(Self::Echo),
+            _ => None,
+        }
+    }
+}
+
+/// Why a datagram could not be parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireError {
+    /// Shorter than the fixed header or the body its type requires.
+    Truncated,
+    /// Version byte is not [`VERSION`].
+    BadVersion,
+    /// Type byte is unknown.
+    BadType,
+}
+
+/// Header fields as plain values, used to build packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeaderFields {
+    pub path: PathId,
+    pub class: u8,
+    pub session: u32,
+    pub counter: u64,
+    pub path_seq: u32,
+    pub timestamp_ns: u64,
+    pub tunnel_seq: u64,
+}
+
+/// Read-only view of a datagram whose header has been bounds-checked.
+#[derive(Debug, Clone, Copy)]
+pub struct Header<'a> {
+    buf: &'a [u8],
+    ty: PacketType,
+}
+
+fn be_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_be_bytes(a)
+}
+
+fn be_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(a)
+}
+
+impl<'a> Header<'a> {
+    /// Check length, version and type once; afterwards accessors cannot fail.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if buf[off::VERSION] != VERSION {
+            return Err(WireError::BadVersion);
+        }
+        let ty = PacketType::from_u8(buf[off::TYPE]).ok_or(WireError::BadType)?;
+        if matches!(ty, PacketType::Probe | PacketType::Echo)
+            && buf.len() < HEADER_LEN + PROBE_BODY_LEN
+        {
+            return Err(WireError::Truncated);
+        }
+        Ok(Self { buf, ty })
+    }
+
+    pub fn packet_type(&self) -> PacketType {
+        self.ty
+    }
+    pub fn path(&self) -> PathId {
+        self.buf[off::PATH]
+    }
+    pub fn class(&self) -> u8 {
+        self.buf[off::CLASS]
+    }
+    pub fn session(&self) -> u32 {
+        be_u32(self.buf, off::SESSION)
+    }
+    pub fn counter(&self) -> u64 {
+        be_u64(self.buf, off::COUNTER)
+    }
+    pub fn path_seq(&self) -> u32 {
+        be_u32(self.buf, off::PATH_SEQ)
+    }
+    pub fn timestamp_ns(&self) -> u64 {
+        be_u64(self.buf, off::TIMESTAMP)
+    }
+    pub fn tunnel_seq(&self) -> u64 {
+        be_u64(self.buf, off::TUNNEL_SEQ)
+    }
+    /// Everything after the fixed header.
+    pub fn body(&self) -> &'a [u8] {
+        &self.buf[HEADER_LEN..]
+    }
+    /// All header fields as values.
+    pub fn fields(&self) -> HeaderFields {
+        HeaderFields {
+            path: self.path(),
+            class: self.class(),
+            session: self.session(),
+            counter: self.counter(),
+            path_seq: self.path_seq(),
+            timestamp_ns: self.timestamp_ns(),
+            tunnel_seq: self.tunnel_seq(),
+        }
+    }
+}
+
+/// Write a header for `ty` into `out[..HEADER_LEN]`.
+///
+/// # Panics
+/// If `out` is shorter than [`HEADER_LEN`]; callers size buffers statically.
+pub fn write_header(out: &mut [u8], ty: PacketType, f: &HeaderFields) {
+    let h = &mut out[..HEADER_LEN];
+    h[off::VERSION] = VERSION;
+    h[off::TYPE] = ty as u8;
+    h[off::PATH] = f.path;
+    h[off::CLASS] = f.class;
+    h[off::SESSION..off::SESSION + 4].copy_from_slice(&f.session.to_be_bytes());
+    h[off::COUNTER..off::COUNTER + 8].copy_from_slice(&f.counter.to_be_bytes());
+    h[off::PATH_SEQ..off::PATH_SEQ + 4].copy_from_slice(&f.path_seq.to_be_bytes());
+    h[off::TIMESTAMP..off::TIMESTAMP + 8].copy_from_slice(&f.timestamp_ns.to_be_bytes());
+    h[off::TUNNEL_SEQ..off::TUNNEL_SEQ + 8].copy_from_slice(&f.tunnel_seq.to_be_bytes());
+}
+
+/// Body of probe and echo packets (32 bytes).
+///
+/// ```text
+///  0  echo timestamp  u64  probe: 0; echo: the probe's send timestamp
+///  8  hold time ns    u64  probe: 0; echo: time between probe arrival and echo
+/// 16  rx packets      u64  packets the sender has received on this path
+/// 24  rx path seq     u32  highest path sequence the sender received here
+/// 28  flags           u32  bit 0: sender has heard this path recently
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeBody {
+    pub echo_timestamp_ns: u64,
+    pub hold_ns: u64,
+    pub rx_packets: u64,
+    pub rx_path_seq: u32,
+    pub flags: u32,
+}
+
+/// Flag in [`ProbeBody::flags`]: the sender has heard the receiver on this
+/// path within its dead interval (lets a peer detect one-way failures).
+pub const PROBE_FLAG_HEARING: u32 = 1;
+
+impl ProbeBody {
+    /// Parse from a body slice; the caller obtained it from a checked
+    /// [`Header`] of a probe or echo, so the length is already known good,
+    /// but this re-checks to stay total.
+    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
+        if body.len() < PROBE_BODY_LEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(Self {
+            echo_timestamp_ns: be_u64(body, 0),
+            hold_ns: be_u64(body, 8),
+            rx_packets: be_u64(body, 16),
+            rx_path_seq: be_u32(body, 24),
+            flags: be_u32(body, 28),
+        })
+    }
+
+    /// Write into `out[..PROBE_BODY_LEN]`.
+    pub fn write(&self, out: &mut [u8]) {
+        let b = &mut out[..PROBE_BODY_LEN];
+        b[0..8].copy_from_slice(&self.echo_timestamp_ns.to_be_bytes());
+        b[8..16].copy_from_slice(&self.hold_ns.to_be_bytes());
+        b[16..24].copy_from_slice(&self.rx_packets.to_be_bytes());
+        b[24..28].copy_from_slice(&self.rx_path_seq.to_be_bytes());
+        b[28..32].copy_from_slice(&self.flags.to_be_bytes());
+    }
+}
+
+/// IP version of an inner packet, from its first nibble, or `None` if the
+/// bytes cannot be an IPv4 or IPv6 packet of plausible length.
+pub fn inner_ip_version(pkt: &[u8]) -> Option<u8> {
+    match pkt.first()? >> 4 {
+        4 if pkt.len() >= IPV4_HEADER_LEN => Some(4),
+        6 if pkt.len() >= IPV6_HEADER_LEN => Some(6),
+        _ => None,
+    }
+}
+
+/// DSCP/ECN byte of an inner packet (IPv4 TOS or IPv6 traffic class), used as
+/// the default traffic class on the wire. Returns 0 for non-IP bytes.
+pub fn inner_traffic_class(pkt: &[u8]) -> u8 {
+    match inner_ip_version(pkt) {
+        Some(4) => pkt[1],
+        Some(6) => (pkt[0] << 4) | (pkt[1] >> 4),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test vector: a data header with every field distinct.
+    const DATA_VECTOR: [u8; HEADER_LEN] = [
+        0x01, 0x01, 0x05, 0xb8, // version 1, data, path 5, class 0xb8 (EF)
+        0x00, 0x00, 0x00, 0x00, // session 0
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 258
+        0x00, 0x00, 0x00, 0x2a, // path seq 42
+        0x17, 0x9c, 0x3a, 0x2b, 0x4d, 0x5e, 0x6f, 0x70, // timestamp
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, // tunnel seq 2^32 + 7
+    ];
+
+    fn data_fields() -> HeaderFields {
+        HeaderFields {
+            path: 5,
+            class: 0xb8,
+            session: 0,
+            counter: 258,
+            path_seq: 42,
+            timestamp_ns: 0x179c_3a2b_4d5e_6f70,
+            tunnel_seq: (1 << 32) + 7,
+        }
+    }
+
+    #[test]
+    fn data_header_encodes_to_vector() {
+        let mut out = [0u8; HEADER_LEN];
+        write_header(&mut out, PacketType::Data, &data_fields());
+        assert_eq!(out, DATA_VECTOR);
+    }
+
+    #[test]
+    fn data_header_decodes_from_vector() {
+        let h = Header::new_checked(&DATA_VECTOR).unwrap();
+        assert_eq!(h.packet_type(), PacketType::Data);
+        assert_eq!(h.fields(), data_fields());
+        assert!(h.body().is_empty());
+    }
+
+    /// Test vector: an echo with body.
+    const ECHO_VECTOR: [u8; HEADER_LEN + PROBE_BODY_LEN] = [
+        0x01, 0x03, 0x00, 0x00, // version 1, echo, path 0, class 0
+        0xde, 0xad, 0xbe, 0xef, // session
+        0, 0, 0, 0, 0, 0, 0, 9, // counter 9
+        0, 0, 0, 3, // path seq 3
+        0, 0, 0, 0, 0, 0, 0x10, 0x00, // timestamp 4096
+        0, 0, 0, 0, 0, 0, 0, 100, // next tunnel seq 100
+        0, 0, 0, 0, 0, 0, 0x0f, 0xa0, // echo ts 4000
+        0, 0, 0, 0, 0, 0, 0, 50, // hold 50 ns
+        0, 0, 0, 0, 0, 0, 0x01, 0x00, // rx packets 256
+        0, 0, 0, 0xff, // rx path seq 255
+        0, 0, 0, 1, // flags: hearing
+    ];
+
+    #[test]
+    fn echo_roundtrip_vector() {
+        let f = HeaderFields {
+            path: 0,
+            class: 0,
+            session: 0xdead_beef,
+            counter: 9,
+            path_seq: 3,
+            timestamp_ns: 4096,
+            tunnel_seq: 100,
+        };
+        let body = ProbeBody {
+            echo_timestamp_ns: 4000,
+            hold_ns: 50,
+            rx_packets: 256,
+            rx_path_seq: 255,
+            flags: PROBE_FLAG_HEARING,
+        };
+        let mut out = [0u8; HEADER_LEN + PROBE_BODY_LEN];
+        write_header(&mut out, PacketType::Echo, &f);
+        body.write(&mut out[HEADER_LEN..]);
+        assert_eq!(out, ECHO_VECTOR);
+        let h = Header::new_checked(&ECHO_VECTOR).unwrap();
+        assert_eq!(h.packet_type(), PacketType::Echo);
+        assert_eq!(h.fields(), f);
+        assert_eq!(ProbeBody::parse(h.body()).unwrap(), body);
+    }
+
+    #[test]
+    fn rejects_bad_inputs() {
+        assert_eq!(Header::new_checked(&[]).unwrap_err(), WireError::Truncated);
+        assert_eq!(
+            Header::new_checked(&DATA_VECTOR[..HEADER_LEN - 1]).unwrap_err(),
+            WireError::Truncated
+        );
+        let mut v = DATA_VECTOR;
+        v[0] = 2;
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        let mut v = DATA_VECTOR;
+        v[1] = 0;
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
+        // A probe type with no body is truncated.
+        let mut v = DATA_VECTOR;
+        v[1] = PacketType::Probe as u8;
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::Truncated);
+        assert_eq!(ProbeBody::parse(&[0; 31]).unwrap_err(), WireError::Truncated);
+    }
+
+    #[test]
+    fn inner_packet_classification() {
+        let mut v4 = [0u8; 20];
+        v4[0] = 0x45;
+        v4[1] = 0xb8;
+        assert_eq!(inner_ip_version(&v4), Some(4));
+        assert_eq!(inner_traffic_class(&v4), 0xb8);
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x6b;
+        v6[1] = 0x80;
+        assert_eq!(inner_ip_version(&v6), Some(6));
+        assert_eq!(inner_traffic_class(&v6), 0xb8);
+        assert_eq!(inner_ip_version(&v6[..39]), None);
+        assert_eq!(inner_ip_version(&[0x55; 64]), None);
+        assert_eq!(inner_ip_version(&[]), None);
+    }
+}
