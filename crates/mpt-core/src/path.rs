@@ -1,0 +1,353 @@
+//! Per-path state: liveness, sequence numbers, counters and measurements.
+//!
+//! Measurements follow the usual standards:
+//! * RTT: smoothed RTT and RTT variation per RFC 6298 §2 (α = 1/8, β = 1/4),
+//!   from probe/echo pairs with the echoer's hold time subtracted (as NTP and
+//!   TWAMP, RFC 5357, do);
+//! * jitter: interarrival jitter per RFC 3550 §6.4.1 (gain 1/16) over the
+//!   one-way transit times of all packets on the path;
+//! * loss: receiver side from gaps in the per-path sequence number (extended
+//!   to 64 bits like RTP's extended highest sequence number); sender side
+//!   from the peer's receiver reports carried in probes and echoes.
+//!
+//! Invariants:
+//! * a path is `up` only if something authentic arrived on it within
+//!   `dead`, and the peer did not report that it stopped hearing us;
+//! * counters only grow; measurements are `None` until the first sample.
+
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+use crate::{Nanos, NANOS_PER_MS};
+
+/// RFC 6298 §2.3 gain for SRTT.
+const RTT_ALPHA_SHIFT: u32 = 3;
+/// RFC 6298 §2.3 gain for RTTVAR.
+const RTT_BETA_SHIFT: u32 = 2;
+/// RFC 3550 §6.4.1 jitter gain.
+const JITTER_GAIN_SHIFT: u32 = 4;
+
+/// Static configuration of one path, as the core needs it.
+#[derive(Debug, Clone)]
+pub struct PathConfig {
+    pub name: String,
+    /// Which local socket this path uses (index chosen by the I/O layer).
+    pub local_key: usize,
+    /// Local bind address (for status output only).
+    pub local: SocketAddr,
+    /// Where the peer listens for this path.
+    pub remote: SocketAddr,
+    /// Relative share of outgoing packets.
+    pub weight: u32,
+    /// Interval between probes on this path.
+    pub keepalive: Nanos,
+    /// Silence after which the path is declared down.
+    pub dead: Nanos,
+}
+
+/// Live state of one path.
+#[derive(Debug)]
+pub struct PathState {
+    pub cfg: PathConfig,
+    pub up: bool,
+    pub last_rx: Option<Nanos>,
+    pub next_probe_at: Nanos,
+    pub probe_due: bool,
+    /// Pending echo: (probe timestamp, probe arrival time).
+    pub echo_due: Option<(u64, Nanos)>,
+    /// Peer said it hears us (from the latest probe/echo flags).
+    pub peer_hears_us: bool,
+    pub tx_seq: u32,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    rx_first_seq: Option<u64>,
+    rx_highest_seq: u64,
+    rx_out_of_order: u64,
+    srtt: Option<Nanos>,
+    rttvar: Nanos,
+    rtt_min: Option<Nanos>,
+    rtt_latest: Option<Nanos>,
+    owd_last: Option<i64>,
+    owd_min: Option<i64>,
+    jitter: u64,
+    peer_rx_packets: u64,
+    peer_rx_seq: u32,
+    pub ups: u64,
+    pub downs: u64,
+}
+
+impl PathState {
+    pub fn new(cfg: PathConfig, now: Nanos) -> Self {
+        Self {
+            cfg,
+            up: false,
+            last_rx: None,
+            next_probe_at: now,
+            probe_due: true,
+            echo_due: None,
+            peer_hears_us: false,
+            tx_seq: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
+            rx_packets: 0,
+            rx_bytes: 0,
+            rx_first_seq: None,
+            rx_highest_seq: 0,
+            rx_out_of_order: 0,
+            srtt: None,
+            rttvar: 0,
+            rtt_min: None,
+            rtt_latest: None,
+            owd_last: None,
+            owd_min: None,
+            jitter: 0,
+            peer_rx_packets: 0,
+            peer_rx_seq: 0,
+            ups: 0,
+            downs: 0,
+        }
+    }
+
+    /// Take the next per-path sequence number and count a transmission.
+    pub fn on_transmit(&mut self, len: usize) -> u32 {
+        let s = self.tx_seq;
+        self.tx_seq = self.tx_seq.wrapping_add(1);
+        self.tx_packets += 1;
+        self.tx_bytes += len as u64;
+        s
+    }
+
+    /// Whether we hear the peer on this path right now (independent of what
+    /// the peer says about hearing us).
+    pub fn hearing(&self, now: Nanos) -> bool {
+        self.last_rx
+            .is_some_and(|t| now.saturating_sub(t) < self.cfg.dead)
+    }
+
+    /// Account an authentic packet that arrived at `now`, with its per-path
+    /// sequence number and the one-way transit time (arrival wall time minus
+    /// send timestamp; may be negative between unsynchronised clocks).
+    pub fn on_receive(&mut self, now: Nanos, len: usize, path_seq: u32, transit_ns: i64) {
+        self.last_rx = Some(now);
+        self.rx_packets += 1;
+        self.rx_bytes += len as u64;
+        // Extend the 32-bit sequence around the highest seen.
+        let ext = match self.rx_first_seq {
+            None => {
+                self.rx_first_seq = Some(u64::from(path_seq));
+                self.rx_highest_seq = u64::from(path_seq);
+                u64::from(path_seq)
+            }
+            Some(_) => {
+                let delta = path_seq.wrapping_sub(self.rx_highest_seq as u32) as i32;
+                self.rx_highest_seq.saturating_add_signed(i64::from(delta))
+            }
+        };
+        if ext > self.rx_highest_seq {
+            self.rx_highest_seq = ext;
+        } else if self.rx_packets > 1 && ext < self.rx_highest_seq {
+            self.rx_out_of_order += 1;
+        }
+        if let Some(prev) = self.owd_last {
+            let d = (transit_ns - prev).unsigned_abs();
+            // J += (|D| - J) / 16, in integer nanoseconds.
+            let j = self.jitter as i64 + ((d as i64 - self.jitter as i64) >> JITTER_GAIN_SHIFT);
+            self.jitter = j.max(0) as u64;
+        }
+        self.owd_last = Some(transit_ns);
+        self.owd_min = Some(self.owd_min.map_or(transit_ns, |m| m.min(transit_ns)));
+    }
+
+    /// An RTT sample from an echo (RFC 6298 §2.2–2.3).
+    pub fn on_rtt_sample(&mut self, rtt: Nanos) {
+        self.rtt_latest = Some(rtt);
+        self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(s) => {
+                let err = s.abs_diff(rtt);
+                self.rttvar =
+                    self.rttvar - (self.rttvar >> RTT_BETA_SHIFT) + (err >> RTT_BETA_SHIFT);
+                self.srtt = Some(s - (s >> RTT_ALPHA_SHIFT) + (rtt >> RTT_ALPHA_SHIFT));
+            }
+        }
+    }
+
+    /// The peer's receiver report about our packets on this path.
+    pub fn on_peer_report(&mut self, rx_packets: u64, rx_path_seq: u32, hearing: bool) {
+        self.peer_rx_packets = rx_packets;
+        self.peer_rx_seq = rx_path_seq;
+        self.peer_hears_us = hearing;
+    }
+
+    /// Receiver report for the peer: (packets received, highest path seq).
+    pub fn report(&self) -> (u64, u32) {
+        (self.rx_packets, self.rx_highest_seq as u32)
+    }
+
+    /// Packets the peer sent us on this path that never arrived.
+    pub fn rx_lost(&self) -> u64 {
+        match self.rx_first_seq {
+            None => 0,
+            Some(first) => (self.rx_highest_seq - first + 1).saturating_sub(self.rx_packets),
+        }
+    }
+
+    /// Snapshot for status output.
+    pub fn status(&self, now: Nanos) -> PathStatus {
+        let ms = |n: Nanos| n as f64 / NANOS_PER_MS as f64;
+        let rx_expected = self.rx_packets + self.rx_lost();
+        let peer_expected = u64::from(self.peer_rx_seq) + 1;
+        PathStatus {
+            name: self.cfg.name.clone(),
+            state: if self.up { "up" } else { "down" },
+            local: self.cfg.local.to_string(),
+            remote: self.cfg.remote.to_string(),
+            weight: self.cfg.weight,
+            tx_packets: self.tx_packets,
+            tx_bytes: self.tx_bytes,
+            rx_packets: self.rx_packets,
+            rx_bytes: self.rx_bytes,
+            rtt_ms: self.srtt.map(ms),
+            rtt_var_ms: self.srtt.map(|_| ms(self.rttvar)),
+            rtt_min_ms: self.rtt_min.map(ms),
+            rtt_latest_ms: self.rtt_latest.map(ms),
+            owd_ms: self.owd_last.map(|o| o as f64 / NANOS_PER_MS as f64),
+            owd_min_ms: self.owd_min.map(|o| o as f64 / NANOS_PER_MS as f64),
+            jitter_ms: self.owd_last.map(|_| ms(self.jitter)),
+            rx_lost: self.rx_lost(),
+            rx_loss: if rx_expected > 0 {
+                self.rx_lost() as f64 / rx_expected as f64
+            } else {
+                0.0
+            },
+            tx_loss: if self.peer_rx_packets > 0 {
+                peer_expected.saturating_sub(self.peer_rx_packets) as f64 / peer_expected as f64
+            } else {
+                0.0
+            },
+            rx_reordered: self.rx_out_of_order,
+            last_heard_ms: self.last_rx.map(|t| ms(now.saturating_sub(t))),
+            peer_hears_us: self.peer_hears_us,
+            ups: self.ups,
+            downs: self.downs,
+        }
+    }
+}
+
+/// Status of one path, as shown by `mpt status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathStatus {
+    pub name: String,
+    pub state: &'static str,
+    pub local: String,
+    pub remote: String,
+    pub weight: u32,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Smoothed RTT (RFC 6298).
+    pub rtt_ms: Option<f64>,
+    pub rtt_var_ms: Option<f64>,
+    pub rtt_min_ms: Option<f64>,
+    pub rtt_latest_ms: Option<f64>,
+    /// Latest one-way delay peer → us (needs synchronised clocks).
+    pub owd_ms: Option<f64>,
+    pub owd_min_ms: Option<f64>,
+    /// RFC 3550 interarrival jitter peer → us.
+    pub jitter_ms: Option<f64>,
+    /// Packets lost peer → us (per-path sequence gaps).
+    pub rx_lost: u64,
+    /// Fraction lost peer → us.
+    pub rx_loss: f64,
+    /// Fraction lost us → peer (from the peer's reports).
+    pub tx_loss: f64,
+    /// Packets that arrived below the highest per-path sequence.
+    pub rx_reordered: u64,
+    /// Time since anything was heard on the path.
+    pub last_heard_ms: Option<f64>,
+    pub peer_hears_us: bool,
+    pub ups: u64,
+    pub downs: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path() -> PathState {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        PathState::new(
+            PathConfig {
+                name: "p".into(),
+                local_key: 0,
+                local: a,
+                remote: a,
+                weight: 1,
+                keepalive: 100 * NANOS_PER_MS,
+                dead: 500 * NANOS_PER_MS,
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn loss_and_reordering_from_path_sequence() {
+        let mut p = path();
+        for s in [10u32, 11, 13, 12, 16] {
+            p.on_receive(0, 100, s, 0);
+        }
+        // 10..=16 expected (7), 5 received.
+        assert_eq!(p.rx_lost(), 2);
+        assert_eq!(p.rx_out_of_order, 1);
+    }
+
+    #[test]
+    fn sequence_wraps() {
+        let mut p = path();
+        for s in [u32::MAX - 1, u32::MAX, 0, 1] {
+            p.on_receive(0, 100, s, 0);
+        }
+        assert_eq!(p.rx_lost(), 0);
+        assert_eq!(p.rx_out_of_order, 0);
+        assert_eq!(p.report().1, 1);
+    }
+
+    #[test]
+    fn rtt_follows_rfc6298() {
+        let mut p = path();
+        p.on_rtt_sample(8_000);
+        assert_eq!((p.srtt, p.rttvar), (Some(8_000), 4_000));
+        p.on_rtt_sample(16_000);
+        // SRTT = 7/8·8000 + 1/8·16000 = 9000; RTTVAR = 3/4·4000 + 1/4·8000 = 5000.
+        assert_eq!((p.srtt, p.rttvar), (Some(9_000), 5_000));
+        assert_eq!(p.rtt_min, Some(8_000));
+    }
+
+    #[test]
+    fn jitter_follows_rfc3550() {
+        let mut p = path();
+        p.on_receive(0, 1, 0, 1_000);
+        p.on_receive(0, 1, 1, 1_000 + 1_600);
+        // J = 0 + (1600 - 0)/16 = 100.
+        assert_eq!(p.jitter, 100);
+        let s = p.status(0);
+        assert_eq!(s.jitter_ms, Some(0.0001));
+    }
+
+    #[test]
+    fn hearing_expires_after_dead_interval() {
+        let mut p = path();
+        assert!(!p.hearing(0));
+        p.on_receive(1_000, 1, 0, 0);
+        assert!(p.hearing(1_000 + 499 * NANOS_PER_MS));
+        assert!(!p.hearing(1_000 + 500 * NANOS_PER_MS));
+    }
+}

@@ -349,7 +349,9 @@ pub struct PathFrontier {
 
 impl PathFrontier {
     pub fn new(paths: usize) -> Self {
-        Self { frontier: vec![0; paths] }
+        Self {
+            frontier: vec![0; paths],
+        }
     }
 }
 

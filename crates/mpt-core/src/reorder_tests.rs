@@ -176,7 +176,11 @@ impl Model {
     }
     fn timeout(&mut self, now: Nanos) {
         loop {
-            let oldest = self.held.iter().min_by_key(|(s, t)| (**t, **s)).map(|(s, t)| (*s, *t));
+            let oldest = self
+                .held
+                .iter()
+                .min_by_key(|(s, t)| (**t, **s))
+                .map(|(s, t)| (*s, *t));
             match oldest {
                 Some((s, t)) if t + self.max_delay <= now => self.release_through(s + 1),
                 _ => break,

@@ -83,7 +83,12 @@ mod tests {
 
     #[test]
     fn shares_match_weights_within_one_percent() {
-        for weights in [vec![1, 1], vec![1, 2, 3, 4], vec![5, 1], vec![7, 3, 1, 1, 9]] {
+        for weights in [
+            vec![1, 1],
+            vec![1, 2, 3, 4],
+            vec![5, 1],
+            vec![7, 3, 1, 1, 9],
+        ] {
             let up = vec![true; weights.len()];
             let n = 10_000;
             let counts = shares(&weights, &up, n);
@@ -91,7 +96,11 @@ mod tests {
             for (i, &w) in weights.iter().enumerate() {
                 let expected = n as f64 * f64::from(w) / f64::from(total);
                 let err = (counts[i] as f64 - expected).abs() / expected;
-                assert!(err < 0.01, "weights {weights:?} path {i}: {} vs {expected}", counts[i]);
+                assert!(
+                    err < 0.01,
+                    "weights {weights:?} path {i}: {} vs {expected}",
+                    counts[i]
+                );
             }
         }
     }
@@ -101,7 +110,9 @@ mod tests {
         // Weights 3:1 must give a pattern like A A B A, never A A A B... with
         // more than 3 As in a row.
         let mut s = SmoothWrr::new(&[3, 1]);
-        let picks: Vec<_> = (0..400).map(|_| s.pick(&[true, true], 1).unwrap()).collect();
+        let picks: Vec<_> = (0..400)
+            .map(|_| s.pick(&[true, true], 1).unwrap())
+            .collect();
         let mut run = 0;
         for p in &picks {
             run = if *p == 0 { run + 1 } else { 0 };

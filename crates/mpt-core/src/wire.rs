@@ -379,7 +379,10 @@ mod tests {
         let mut v = DATA_VECTOR;
         v[1] = PacketType::Probe as u8;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::Truncated);
-        assert_eq!(ProbeBody::parse(&[0; 31]).unwrap_err(), WireError::Truncated);
+        assert_eq!(
+            ProbeBody::parse(&[0; 31]).unwrap_err(),
+            WireError::Truncated
+        );
     }
 
     #[test]
