@@ -1,0 +1,501 @@
+//! # mpt-config — the keyword configuration of an mpt peer
+//!
+//! One TOML file per peer (schema in `docs/config.md`). [`Config::load`] and
+//! [`Config::parse`] never touch the system: they read text and return either
+//! a complete, validated [`Config`] or every error found, each naming the
+//! file, the line and the key, with a suggestion for misspelt keys.
+//!
+//! Invariants of a returned `Config`:
+//! * 1 to [`MAX_PATHS`] paths with unique names and distinct (local, remote)
+//!   pairs; each path's local and remote addresses are of one IP family;
+//! * `dead_ms > keepalive_ms`; the tunnel MTU fits every path and is at least
+//!   1280 when the tunnel carries IPv6;
+//! * every default is filled in, so consumers never guess.
+
+mod reader;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use mpt_core::wire::{
+    HEADER_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, IPV6_MIN_MTU, TAG_RESERVE_LEN, UDP_HEADER_LEN,
+};
+pub use mpt_core::MAX_PATHS;
+pub use reader::ConfigError;
+use reader::{suggest, Ctx, TableReader};
+use toml_edit::{Document, Item};
+
+/// Tuning defaults (not spec constants).
+pub mod defaults {
+    pub const KEEPALIVE_MS: u64 = 100;
+    pub const DEAD_MS: u64 = 500;
+    pub const WEIGHT: u32 = 1;
+    pub const PATH_MTU: u32 = 1500;
+    pub const REORDER_WINDOW: usize = 4096;
+    pub const REORDER_MAX_DELAY_MS: u64 = 100;
+    pub const CONTROL_DIR: &str = "/run/mpt";
+}
+
+/// Peer role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+/// Reorder release policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    Timeout,
+    Frontier,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TunnelSection {
+    pub name: String,
+    pub addresses: Vec<IpNet>,
+    /// Effective MTU (configured or derived from the paths).
+    pub mtu: u32,
+    pub mtu_configured: bool,
+    pub control_socket: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathSection {
+    pub name: String,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub interface: Option<String>,
+    pub weight: u32,
+    pub keepalive_ms: u64,
+    pub dead_ms: u64,
+    /// MTU of the underlying link (for the default tunnel MTU).
+    pub mtu: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReorderSection {
+    pub window: usize,
+    pub max_delay_ms: u64,
+    pub release: Release,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteSection {
+    pub network: IpNet,
+    pub metric: Option<u32>,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub file: PathBuf,
+    pub tunnel: TunnelSection,
+    pub role: Role,
+    pub paths: Vec<PathSection>,
+    pub reorder: ReorderSection,
+    pub routes: Vec<RouteSection>,
+}
+
+/// Bytes that encapsulation adds on a path of the given IP family.
+pub fn overhead(remote: &SocketAddr) -> u32 {
+    let ip = if remote.is_ipv4() {
+        IPV4_HEADER_LEN
+    } else {
+        IPV6_HEADER_LEN
+    };
+    (ip + UDP_HEADER_LEN + HEADER_LEN + TAG_RESERVE_LEN) as u32
+}
+
+const TOP_KEYS: &[&str] = &["tunnel", "peer", "path", "reorder", "route"];
+const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket"];
+const PEER_KEYS: &[&str] = &["role"];
+const PATH_KEYS: &[&str] = &[
+    "name",
+    "local",
+    "remote",
+    "interface",
+    "weight",
+    "keepalive_ms",
+    "dead_ms",
+    "mtu",
+];
+const REORDER_KEYS: &[&str] = &["window", "max_delay_ms", "release"];
+const ROUTE_KEYS: &[&str] = &["network", "metric"];
+
+fn valid_ifname(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() || s.len() > 15 {
+        return Err("must be 1 to 15 characters (Linux IFNAMSIZ)");
+    }
+    if s == "."
+        || s == ".."
+        || !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err("may contain only letters, digits, '-', '_' and '.'");
+    }
+    Ok(())
+}
+
+fn table<'d>(
+    ctx: &mut Ctx<'_>,
+    root: &'d toml_edit::Table,
+    k: &str,
+) -> Option<&'d toml_edit::Table> {
+    match root.get(k)? {
+        Item::Table(t) => Some(t),
+        other => {
+            let span = root.key(k).and_then(|x| x.span()).or_else(|| other.span());
+            let how = if matches!(other, Item::ArrayOfTables(_)) {
+                "[[...]]"
+            } else {
+                "a value"
+            };
+            ctx.error(span, k, format!("must be a table written [{k}], not {how}"));
+            None
+        }
+    }
+}
+
+fn tables<'d>(ctx: &mut Ctx<'_>, root: &'d toml_edit::Table, k: &str) -> Vec<&'d toml_edit::Table> {
+    match root.get(k) {
+        None => vec![],
+        Some(Item::ArrayOfTables(a)) => a.iter().collect(),
+        Some(other) => {
+            let span = root.key(k).and_then(|x| x.span()).or_else(|| other.span());
+            ctx.error(
+                span,
+                k,
+                format!("must be written as [[{k}]] (one block per entry)"),
+            );
+            vec![]
+        }
+    }
+}
+
+impl Config {
+    /// Read and validate a file.
+    pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            vec![ConfigError {
+                file: path.display().to_string(),
+                line: None,
+                key: String::new(),
+                message: format!("cannot read: {e}"),
+            }]
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Validate `text` as if it were the file `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, Vec<ConfigError>> {
+        let mut ctx = Ctx {
+            file: path.display().to_string(),
+            src: text,
+            errors: vec![],
+        };
+        let doc = match Document::parse(text) {
+            Ok(d) => d,
+            Err(e) => {
+                let msg = e.message().to_string();
+                ctx.error(e.span(), "", format!("TOML syntax error: {msg}"));
+                return Err(ctx.errors);
+            }
+        };
+        let root = doc.as_table();
+        for (k, _) in root.iter() {
+            if !TOP_KEYS.contains(&k) {
+                let hint = suggest(k, TOP_KEYS)
+                    .map(|s| format!("; did you mean '{s}'?"))
+                    .unwrap_or_else(|| format!("; valid sections: {}", TOP_KEYS.join(", ")));
+                let span = root.key(k).and_then(|x| x.span());
+                ctx.error(span, k, format!("unknown section{hint}"));
+            }
+        }
+        let cfg = build(&mut ctx, root, path);
+        match cfg {
+            Some(c) if ctx.errors.is_empty() => Ok(c),
+            _ => {
+                if ctx.errors.is_empty() {
+                    ctx.error(None, "", "invalid configuration");
+                }
+                Err(ctx.errors)
+            }
+        }
+    }
+}
+
+fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Config> {
+    let empty = toml_edit::Table::new();
+    // [tunnel]
+    let t = table(ctx, root, "tunnel");
+    if t.is_none() && !root.contains_key("tunnel") {
+        ctx.error(None, "tunnel", "missing section [tunnel]");
+    }
+    let tr = TableReader::new(t.unwrap_or(&empty), "tunnel", TUNNEL_KEYS);
+    let name = tr.string(ctx, "name");
+    let name = tr.required(ctx, "name", name);
+    if let Some(n) = &name {
+        if let Err(e) = valid_ifname(n) {
+            ctx.error(tr.span("name"), "tunnel.name", format!("'{n}' {e}"));
+        }
+    }
+    let addrs = tr.strings(ctx, "addresses");
+    let addrs = tr.required(ctx, "addresses", addrs).unwrap_or_default();
+    let mut addresses = vec![];
+    for (i, a) in addrs.iter().enumerate() {
+        match a.parse::<IpNet>() {
+            Ok(n) => addresses.push(n),
+            Err(_) => ctx.error(
+                tr.span("addresses"),
+                &format!("tunnel.addresses[{}]", i + 1),
+                format!(
+                    "'{a}' is not an address with prefix length, like 10.0.0.1/24 or fd00::1/64"
+                ),
+            ),
+        }
+    }
+    if t.is_some() && addrs.is_empty() && tr.span("addresses").is_some() {
+        ctx.error(
+            tr.span("addresses"),
+            "tunnel.addresses",
+            "needs at least one address",
+        );
+    }
+    let mtu = tr.int(ctx, "mtu", (576, 65535)).map(|v| v as u32);
+    let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
+    tr.finish(ctx);
+
+    // [peer]
+    let p = table(ctx, root, "peer");
+    if p.is_none() && !root.contains_key("peer") {
+        ctx.error(
+            None,
+            "peer",
+            "missing section [peer] (with role = \"server\" or \"client\")",
+        );
+    }
+    let pr = TableReader::new(p.unwrap_or(&empty), "peer", PEER_KEYS);
+    let role = pr.choice(ctx, "role", &["server", "client"]);
+    let role = pr.required(ctx, "role", role).map(|r| {
+        if r == "server" {
+            Role::Server
+        } else {
+            Role::Client
+        }
+    });
+    pr.finish(ctx);
+
+    // [[path]]
+    let path_tables = tables(ctx, root, "path");
+    if path_tables.is_empty() && !root.contains_key("path") {
+        ctx.error(None, "path", "no [[path]] configured (1 to 32 are needed)");
+    }
+    if path_tables.len() > MAX_PATHS {
+        ctx.error(
+            root.get("path").and_then(|i| i.span()),
+            "path",
+            format!(
+                "{} paths configured; at most {MAX_PATHS} are supported",
+                path_tables.len()
+            ),
+        );
+    }
+    let mut paths: Vec<PathSection> = vec![];
+    for (i, pt) in path_tables.iter().enumerate() {
+        let pr = TableReader::new(pt, format!("path[{}]", i + 1), PATH_KEYS);
+        if let Some(p) = read_path(ctx, &pr, i) {
+            if let Some(o) = paths.iter().find(|o| o.name == p.name) {
+                ctx.error(
+                    pr.span("name"),
+                    &pr.key("name"),
+                    format!("'{}' is already the name of another path", o.name),
+                );
+            } else if paths
+                .iter()
+                .any(|o| o.local == p.local && o.remote == p.remote)
+            {
+                ctx.error(
+                    pr.span("remote"),
+                    &pr.key("remote"),
+                    "another path has the same local and remote addresses",
+                );
+            }
+            paths.push(p);
+        }
+        pr.finish(ctx);
+    }
+
+    // [reorder]
+    let r = table(ctx, root, "reorder");
+    let rr = TableReader::new(r.unwrap_or(&empty), "reorder", REORDER_KEYS);
+    let window = rr
+        .int(ctx, "window", (1, 65536))
+        .map_or(defaults::REORDER_WINDOW, |v| v as usize);
+    let max_delay_ms = rr
+        .int(ctx, "max_delay_ms", (0, 10_000))
+        .map_or(defaults::REORDER_MAX_DELAY_MS, |v| v as u64);
+    let release = match rr.choice(ctx, "release", &["frontier", "timeout"]) {
+        Some("timeout") => Release::Timeout,
+        _ => Release::Frontier,
+    };
+    rr.finish(ctx);
+
+    // [[route]]
+    let mut routes = vec![];
+    for (i, rt) in tables(ctx, root, "route").iter().enumerate() {
+        let rr = TableReader::new(rt, format!("route[{}]", i + 1), ROUTE_KEYS);
+        let net = rr.parsed(
+            ctx,
+            "network",
+            "a network in CIDR notation (like 10.9.0.0/16)",
+            |s| s.parse::<IpNet>(),
+        );
+        let net = rr.required(ctx, "network", net);
+        let metric = rr
+            .int(ctx, "metric", (0, u32::MAX as i64))
+            .map(|v| v as u32);
+        if let Some(n) = net {
+            if n.trunc() != n {
+                ctx.error(
+                    rr.span("network"),
+                    &rr.key("network"),
+                    format!("'{n}' has host bits set; did you mean '{}'?", n.trunc()),
+                );
+            }
+            routes.push(RouteSection { network: n, metric });
+        }
+        rr.finish(ctx);
+    }
+
+    // Cross-checks: MTU.
+    let derived = paths
+        .iter()
+        .map(|p| p.mtu.saturating_sub(overhead(&p.remote)))
+        .min();
+    let has_v6 = addresses.iter().any(|a| matches!(a, IpNet::V6(_)));
+    let eff_mtu = mtu.or(derived).unwrap_or(1400);
+    if let Some(m) = mtu {
+        if let Some(worst) = paths.iter().find(|p| m + overhead(&p.remote) > p.mtu) {
+            ctx.error(
+                tr.span("mtu"),
+                "tunnel.mtu",
+                format!(
+                    "{m} does not fit path '{}': its link MTU {} minus {} bytes of encapsulation leaves {}",
+                    worst.name,
+                    worst.mtu,
+                    overhead(&worst.remote),
+                    worst.mtu.saturating_sub(overhead(&worst.remote))
+                ),
+            );
+        }
+    }
+    if has_v6 && (eff_mtu as usize) < IPV6_MIN_MTU {
+        ctx.error(tr.span("mtu"), "tunnel.mtu", format!("{eff_mtu} is below 1280, the minimum MTU for IPv6 (RFC 8200); raise the paths' mtu or remove the IPv6 addresses"));
+    }
+    let name = name?;
+    let control_socket = control_socket
+        .unwrap_or_else(|| PathBuf::from(format!("{}/{}.sock", defaults::CONTROL_DIR, name)));
+    Some(Config {
+        file: file.to_path_buf(),
+        tunnel: TunnelSection {
+            name,
+            addresses,
+            mtu: eff_mtu,
+            mtu_configured: mtu.is_some(),
+            control_socket,
+        },
+        role: role?,
+        paths,
+        reorder: ReorderSection {
+            window,
+            max_delay_ms,
+            release,
+        },
+        routes,
+    })
+}
+
+fn read_path(ctx: &mut Ctx<'_>, pr: &TableReader<'_>, i: usize) -> Option<PathSection> {
+    let name = pr
+        .string(ctx, "name")
+        .unwrap_or_else(|| format!("path{}", i + 1));
+    if name.is_empty() {
+        ctx.error(pr.span("name"), &pr.key("name"), "must not be empty");
+    }
+    let sock = |s: &str| s.parse::<SocketAddr>().map_err(|e| e.to_string());
+    const SOCK: &str = "an address:port (like 192.0.2.1:5000 or [2001:db8::1]:5000)";
+    let local = pr.parsed(ctx, "local", SOCK, sock);
+    let local = pr.required(ctx, "local", local);
+    let remote = pr.parsed(ctx, "remote", SOCK, sock);
+    let remote = pr.required(ctx, "remote", remote);
+    if let Some(r) = remote {
+        if r.port() == 0 {
+            ctx.error(
+                pr.span("remote"),
+                &pr.key("remote"),
+                "port 0 cannot be a destination",
+            );
+        }
+        if r.ip().is_unspecified() {
+            ctx.error(
+                pr.span("remote"),
+                &pr.key("remote"),
+                "an unspecified address (0.0.0.0 or ::) cannot be a destination",
+            );
+        }
+    }
+    if let (Some(l), Some(r)) = (local, remote) {
+        if l.is_ipv4() != r.is_ipv4() {
+            ctx.error(
+                pr.span("remote"),
+                &pr.key("remote"),
+                format!("{r} is not of the same IP version as local {l}"),
+            );
+        }
+    }
+    let interface = pr.string(ctx, "interface");
+    if let Some(ifn) = &interface {
+        if let Err(e) = valid_ifname(ifn) {
+            ctx.error(
+                pr.span("interface"),
+                &pr.key("interface"),
+                format!("'{ifn}' {e}"),
+            );
+        }
+    }
+    let weight = pr
+        .int(ctx, "weight", (1, 1000))
+        .map_or(defaults::WEIGHT, |v| v as u32);
+    let keepalive_ms = pr
+        .int(ctx, "keepalive_ms", (10, 60_000))
+        .map_or(defaults::KEEPALIVE_MS, |v| v as u64);
+    let dead_ms = pr
+        .int(ctx, "dead_ms", (20, 600_000))
+        .map_or(defaults::DEAD_MS, |v| v as u64);
+    if dead_ms <= keepalive_ms {
+        ctx.error(
+            pr.span("dead_ms").or(pr.span("keepalive_ms")),
+            &pr.key("dead_ms"),
+            format!("{dead_ms} must be larger than keepalive_ms ({keepalive_ms}); three keepalives or more is usual"),
+        );
+    }
+    let mtu = pr
+        .int(ctx, "mtu", (576, 65535))
+        .map_or(defaults::PATH_MTU, |v| v as u32);
+    Some(PathSection {
+        name,
+        local: local?,
+        remote: remote?,
+        interface,
+        weight,
+        keepalive_ms,
+        dead_ms,
+        mtu,
+    })
+}
+
+#[cfg(test)]
+mod tests;
