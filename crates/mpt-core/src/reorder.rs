@@ -51,8 +51,8 @@ pub enum Accept {
 pub struct ReorderStats {
     /// Packets that arrived exactly in order.
     pub in_order: u64,
-    /// Packets that arrived early and were held.
-    pub held: u64,
+    /// Packets that arrived early and were held for reordering.
+    pub reordered: u64,
     /// Sequence numbers given up as lost.
     pub lost: u64,
     /// Releases forced by `max_delay`.
@@ -186,7 +186,7 @@ impl ReorderBuffer {
             self.stats.in_order += 1;
             self.drain_consecutive();
         } else {
-            self.stats.held += 1;
+            self.stats.reordered += 1;
             self.arrivals.push_back((now, seq));
         }
         Accept::Held

@@ -36,7 +36,7 @@ fn restores_order() {
         deliver(&mut rb, s, 0, &mut out);
     }
     assert_eq!(out, vec![0, 1, 2, 3, 4, 5]);
-    assert_eq!(rb.stats().held, 2);
+    assert_eq!(rb.stats().reordered, 2);
     assert_eq!(rb.held(), 0);
 }
 

@@ -454,7 +454,7 @@ impl Tunnel {
             counters: self.counters.clone(),
             reorder: ReorderStatus {
                 window: self.reorder.capacity(),
-                held: self.reorder.held(),
+                held_now: self.reorder.held(),
                 next_seq: self.reorder.next_seq(),
                 stats: self.reorder.stats().clone(),
             },
@@ -467,7 +467,7 @@ impl Tunnel {
 #[derive(Debug, Clone, Serialize)]
 pub struct ReorderStatus {
     pub window: u64,
-    pub held: usize,
+    pub held_now: usize,
     pub next_seq: u64,
     #[serde(flatten)]
     pub stats: ReorderStats,

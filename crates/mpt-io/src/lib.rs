@@ -1,0 +1,20 @@
+//! # mpt-io — the Linux I/O layer of mpt
+//!
+//! Everything here touches the operating system, and this crate is the only
+//! place in the workspace with `unsafe` code (each block carries a
+//! `// SAFETY:` note):
+//!
+//! * [`tun`] — create the TUN device, read and write packets;
+//! * [`udp`] — bind the path sockets;
+//! * [`netcfg`] — addresses, MTU, link state, routes;
+//! * [`control`] — the control socket for `mpt status`;
+//! * [`driver`] — the event loop that feeds the sans-IO core.
+//!
+//! Invariant: this crate decides nothing about packets; every policy lives
+//! in `mpt-core`, which this crate calls with the current time and bytes.
+
+pub mod control;
+pub mod driver;
+pub mod netcfg;
+pub mod tun;
+pub mod udp;

@@ -1,0 +1,123 @@
+//! The TUN device: a file descriptor that reads and writes raw IP packets.
+//!
+//! Invariants:
+//! * the device is created exclusively (`IFF_TUN_EXCL`): an existing
+//!   interface of the same name is never hijacked;
+//! * the device is not persistent: when the [`Tun`] is dropped, its file
+//!   descriptor closes and the kernel removes the interface together with its
+//!   addresses and routes, so no state outlives the daemon;
+//! * the descriptor is non-blocking; reads and writes move exactly one packet
+//!   without the 4-byte packet-information prefix (`IFF_NO_PI`).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `_IOW('T', 202, int)` from `<linux/if_tun.h>`.
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+
+/// `struct ifreq` as TUNSETIFF reads it: name then flags, padded to 40 bytes.
+#[repr(C)]
+struct IfReq {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// An open TUN device.
+#[derive(Debug)]
+pub struct Tun {
+    fd: OwnedFd,
+    name: String,
+}
+
+/// Errors creating a TUN device, worded for the operator.
+pub fn explain(name: &str, err: io::Error) -> io::Error {
+    let why = match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            "permission denied: creating a TUN device needs CAP_NET_ADMIN (run as root)".to_string()
+        }
+        Some(libc::EBUSY) | Some(libc::EEXIST) => {
+            format!("an interface named '{name}' already exists; choose another tunnel.name")
+        }
+        Some(libc::ENOENT) | Some(libc::ENODEV) => {
+            "/dev/net/tun is missing: load the tun module (modprobe tun)".to_string()
+        }
+        _ => err.to_string(),
+    };
+    io::Error::new(err.kind(), format!("cannot create TUN device '{name}': {why}"))
+}
+
+/// Whether an interface of this name exists (in this network namespace).
+pub fn interface_exists(name: &str) -> bool {
+    let Ok(c) = CString::new(name) else { return false };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call;
+    // if_nametoindex only reads it.
+    unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
+}
+
+impl Tun {
+    /// Create the TUN device `name` (non-blocking, no packet info).
+    pub fn create(name: &str) -> io::Result<Tun> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"));
+        }
+        if interface_exists(name) {
+            return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
+        }
+        let path = c"/dev/net/tun";
+        // SAFETY: `path` is a valid C string; open has no other preconditions.
+        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if raw < 0 {
+            return Err(explain(name, io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a freshly opened descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
+        for (d, s) in req.name.iter_mut().zip(name.bytes()) {
+            *d = s as libc::c_char;
+        }
+        req.flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL) as libc::c_short;
+        // SAFETY: TUNSETIFF reads and writes a `struct ifreq`; `req` is a
+        // properly sized and aligned repr(C) equivalent that lives for the call.
+        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) };
+        if rc < 0 {
+            return Err(explain(name, io::Error::last_os_error()));
+        }
+        Ok(Tun { fd, name: name.to_string() })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Read one packet into `buf`; `WouldBlock` when none is queued.
+    pub fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes and the
+        // descriptor is open for the lifetime of `self`.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Write one packet.
+    pub fn write(&self, pkt: &[u8]) -> io::Result<usize> {
+        // SAFETY: `pkt` is valid for reads of `pkt.len()` bytes and the
+        // descriptor is open for the lifetime of `self`.
+        let n = unsafe { libc::write(self.fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len()) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+impl AsRawFd for Tun {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}

@@ -1,0 +1,112 @@
+//! UDP sockets for the paths.
+//!
+//! Paths that share a local address share one socket; the path id in each
+//! packet's header tells them apart. [`bind_path_sockets`] returns the
+//! sockets and, for each path, the index of its socket (the core's
+//! `local_key`).
+//!
+//! Invariants:
+//! * sockets are non-blocking and close-on-exec;
+//! * IPv6 sockets are IPv6-only, so a v6 path never receives v4-mapped
+//!   traffic meant for another path;
+//! * a bind failure is reported with the path name and the likely cause
+//!   (port in use, address not local, no such interface, permission).
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Socket buffer size requested for each path socket (tuning knob).
+pub const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+
+/// A bound path socket.
+#[derive(Debug)]
+pub struct PathSocket {
+    pub local: SocketAddr,
+    pub socket: UdpSocket,
+    /// Names of the paths using this socket (for messages).
+    pub paths: Vec<String>,
+}
+
+/// What a path needs from this module.
+pub struct PathBind<'a> {
+    pub name: &'a str,
+    pub local: SocketAddr,
+    pub interface: Option<&'a str>,
+}
+
+fn explain(path: &str, local: SocketAddr, what: &str, e: io::Error) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::EADDRINUSE) => format!("port {} is already in use on {}", local.port(), local.ip()),
+        Some(libc::EADDRNOTAVAIL) => format!("{} is not an address of this host", local.ip()),
+        Some(libc::ENODEV) => "no such network interface".to_string(),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            "permission denied (binding to a device or a low port needs root)".to_string()
+        }
+        _ => e.to_string(),
+    };
+    io::Error::new(e.kind(), format!("path '{path}': cannot {what} {local}: {why}"))
+}
+
+fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
+    let sock = Socket::new(Domain::for_address(b.local), Type::DGRAM.cloexec(), Some(Protocol::UDP))
+        .map_err(|e| explain(b.name, b.local, "create a socket for", e))?;
+    if b.local.is_ipv6() {
+        sock.set_only_v6(true).map_err(|e| explain(b.name, b.local, "set IPV6_V6ONLY on", e))?;
+    }
+    if let Some(dev) = b.interface {
+        sock.bind_device(Some(dev.as_bytes())).map_err(|e| {
+            explain(b.name, b.local, &format!("bind to interface '{dev}' for"), e)
+        })?;
+    }
+    // Larger buffers absorb bursts; failures here are not fatal.
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER_BYTES);
+    sock.bind(&b.local.into()).map_err(|e| explain(b.name, b.local, "bind", e))?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// Bind one socket per distinct local address. Returns the sockets and the
+/// socket index of every path, in path order.
+pub fn bind_path_sockets(paths: &[PathBind<'_>]) -> io::Result<(Vec<PathSocket>, Vec<usize>)> {
+    let mut sockets: Vec<PathSocket> = vec![];
+    let mut keys = vec![];
+    for p in paths {
+        if let Some(i) = sockets.iter().position(|s| s.local == p.local) {
+            sockets[i].paths.push(p.name.to_string());
+            keys.push(i);
+            continue;
+        }
+        let socket = open(p)?;
+        sockets.push(PathSocket { local: p.local, socket, paths: vec![p.name.to_string()] });
+        keys.push(sockets.len() - 1);
+    }
+    Ok((sockets, keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_local_addresses_share_a_socket_and_conflicts_are_explained() {
+        let a = PathBind { name: "a", local: "127.0.0.1:0".parse().unwrap(), interface: None };
+        let (s, k) = bind_path_sockets(&[a]).unwrap();
+        let taken = s[0].socket.local_addr().unwrap();
+        let same = [
+            PathBind { name: "x", local: taken, interface: None },
+            PathBind { name: "y", local: taken, interface: None },
+        ];
+        let err = bind_path_sockets(&same).unwrap_err().to_string();
+        assert!(err.contains("path 'x'") && err.contains("already in use"), "{err}");
+        drop(s);
+        let (s2, k2) = bind_path_sockets(&same).unwrap();
+        assert_eq!((s2.len(), k2), (1, vec![0, 0]));
+        assert_eq!(k, vec![0]);
+        let bad = PathBind { name: "z", local: "192.0.2.77:4000".parse().unwrap(), interface: None };
+        let err = bind_path_sockets(&[bad]).unwrap_err().to_string();
+        assert!(err.contains("not an address of this host"), "{err}");
+    }
+}

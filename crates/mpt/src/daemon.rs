@@ -1,0 +1,110 @@
+//! `mpt up`: build the tunnel from a validated configuration and run it.
+//!
+//! Start-up order is chosen so that a start that cannot work fails before
+//! anything visible exists: sockets are bound first (port in use, address
+//! not local, no such interface), then the control socket, then the TUN
+//! (name taken, permission), then addresses and routes. Whatever was created
+//! is removed by drop order on any error and at stop: routes, then the TUN
+//! (which takes its addresses with it), then the control socket file.
+
+use std::io;
+use std::sync::Arc;
+
+use mpt_config::{Config, Release, Role};
+use mpt_core::path::PathConfig;
+use mpt_core::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::NANOS_PER_MS;
+use mpt_io::control::ControlSocket;
+use mpt_io::driver::{Clock, Driver, Identity};
+use mpt_io::netcfg::{self, Routes};
+use mpt_io::tun::Tun;
+use mpt_io::udp::{bind_path_sockets, PathBind};
+use tracing::{info, warn};
+use tracing_subscriber::EnvFilter;
+
+pub fn init_logging(level: Option<&str>) {
+    let filter = match level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_env("MPT_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn core_config(cfg: &Config, keys: &[usize]) -> TunnelConfig {
+    TunnelConfig {
+        paths: cfg
+            .paths
+            .iter()
+            .zip(keys)
+            .map(|(p, k)| PathConfig {
+                name: p.name.clone(),
+                local_key: *k,
+                local: p.local,
+                remote: p.remote,
+                weight: p.weight,
+                keepalive: p.keepalive_ms * NANOS_PER_MS,
+                dead: p.dead_ms * NANOS_PER_MS,
+            })
+            .collect(),
+        mtu: cfg.tunnel.mtu as usize,
+        reorder_window: cfg.reorder.window,
+        reorder_max_delay: cfg.reorder.max_delay_ms * NANOS_PER_MS,
+        release: match cfg.reorder.release {
+            Release::Timeout => ReleaseKind::Timeout,
+            Release::Frontier => ReleaseKind::PathFrontier,
+        },
+    }
+}
+
+/// Run the daemon until SIGINT/SIGTERM.
+pub fn run(cfg: Config) -> io::Result<()> {
+    let binds: Vec<PathBind<'_>> = cfg
+        .paths
+        .iter()
+        .map(|p| PathBind { name: &p.name, local: p.local, interface: p.interface.as_deref() })
+        .collect();
+    let (sockets, keys) = bind_path_sockets(&binds)?;
+    let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
+    let tun = Tun::create(&cfg.tunnel.name)?;
+    netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
+    let route_list: Vec<_> = cfg.routes.iter().map(|r| (r.network, r.metric)).collect();
+    let routes = Routes::install(&cfg.tunnel.name, &route_list)?;
+
+    let clock = Clock::new();
+    let tunnel = Tunnel::new(core_config(&cfg, &keys), clock.now());
+    let identity = Identity {
+        name: cfg.tunnel.name.clone(),
+        role: match cfg.role {
+            Role::Server => "server",
+            Role::Client => "client",
+        },
+        addresses: cfg.tunnel.addresses.iter().map(|a| a.to_string()).collect(),
+        control_socket: cfg.tunnel.control_socket.display().to_string(),
+    };
+    let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity)?;
+    control.serve(hook.tx, Arc::clone(&hook.wake))?;
+    info!(
+        tunnel = %cfg.tunnel.name,
+        paths = cfg.paths.len(),
+        mtu = cfg.tunnel.mtu,
+        control = %cfg.tunnel.control_socket.display(),
+        "tunnel up"
+    );
+    for p in &cfg.paths {
+        info!(tunnel = %cfg.tunnel.name, path = %p.name, local = %p.local, peer = %p.remote, weight = p.weight, "path configured");
+    }
+    let res = driver.run();
+    drop(routes);
+    drop(driver);
+    drop(control);
+    match &res {
+        Ok(()) => info!(tunnel = %cfg.tunnel.name, "tunnel down, interface and routes removed"),
+        Err(e) => warn!(tunnel = %cfg.tunnel.name, "event loop failed: {e}"),
+    }
+    res
+}

@@ -1,0 +1,112 @@
+//! `mpt` — command-line entry: `up`, `check`, `status`.
+//!
+//! Invariants: every failure ends with a one-paragraph message on stderr and
+//! a non-zero exit status (1 for runtime failures, 2 for usage and
+//! configuration errors); nothing here panics on user input.
+
+mod daemon;
+mod status;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mpt_config::Config;
+
+#[derive(Parser)]
+#[command(name = "mpt", version, about = "Network-layer multipath tunnel for Linux")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Bring the tunnel up and run in the foreground until SIGINT/SIGTERM.
+    Up {
+        /// Configuration file (TOML).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Log filter (error, warn, info, debug, trace, or a tracing
+        /// directive); overrides MPT_LOG.
+        #[arg(long)]
+        log: Option<String>,
+    },
+    /// Validate a configuration file without touching the system.
+    Check {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Show the state of a running tunnel.
+    Status {
+        /// Configuration file of the tunnel (to find its control socket).
+        #[arg(short, long, conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// Control socket path.
+        #[arg(short, long)]
+        socket: Option<PathBuf>,
+        /// Print the raw JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn load(path: &PathBuf) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|errs| {
+        for e in &errs {
+            eprintln!("error: {e}");
+        }
+        eprintln!("{} error(s) in {}", errs.len(), path.display());
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Check { config } => match load(&config) {
+            Ok(c) => {
+                println!("{}", status::describe_config(&c));
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Cmd::Up { config, log } => {
+            daemon::init_logging(log.as_deref());
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match daemon::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Status { config, socket, json } => {
+            let sock = match (socket, config) {
+                (Some(s), _) => s,
+                (None, Some(c)) => match load(&c) {
+                    Ok(cfg) => cfg.tunnel.control_socket,
+                    Err(code) => return code,
+                },
+                (None, None) => match status::default_socket() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            match status::show(&sock, json) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! `mpt status` and `mpt check` output.
+//!
+//! The daemon answers with a JSON document; `--json` prints it as is, and
+//! the default view renders it as tables. Rendering reads fields leniently
+//! (missing fields show as `-`) so that a newer daemon never breaks an older
+//! CLI. Invariant: the human view shows per path: state, packets and bytes
+//! each way, RTT, loss and time since last heard; then totals, reorder
+//! statistics and every drop counter.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use mpt_config::{overhead, Config, Role};
+use serde_json::Value;
+
+/// The control socket to use when none was named: the only one in the
+/// default directory.
+pub fn default_socket() -> io::Result<PathBuf> {
+    let dir = Path::new(mpt_config::defaults::CONTROL_DIR);
+    let socks: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                .collect()
+        })
+        .unwrap_or_default();
+    match socks.len() {
+        1 => Ok(socks[0].clone()),
+        0 => Err(io::Error::other(format!(
+            "no running tunnel found in {}; name one with -c FILE or -s SOCKET",
+            dir.display()
+        ))),
+        _ => Err(io::Error::other(format!(
+            "several tunnels run ({}); name one with -c FILE or -s SOCKET",
+            socks.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+pub fn show(sock: &Path, json: bool) -> io::Result<()> {
+    let line = mpt_io::control::request(sock, "status")?;
+    let v: Value = serde_json::from_str(&line)
+        .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        return Err(io::Error::other(format!("daemon: {e}")));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or(line));
+    } else {
+        print!("{}", render(&v));
+    }
+    Ok(())
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn ms(v: &Value, k: &str) -> String {
+    v.get(k).and_then(Value::as_f64).map_or("-".into(), |x| format!("{x:.2}"))
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = n as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u < UNITS.len() - 1 {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{x:.1} {}", UNITS[u])
+    }
+}
+
+/// Render the status document as text.
+pub fn render(v: &Value) -> String {
+    let mut o = String::new();
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    let paths = v.get("paths").and_then(Value::as_array).cloned().unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "tunnel {} ({}), pid {}, up {:.0} s, mtu {}, {}/{} paths up",
+        s("name"),
+        s("role"),
+        num(v, "pid"),
+        v.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0),
+        num(v, "mtu"),
+        num(v, "paths_up"),
+        paths.len()
+    );
+    let addrs: Vec<String> = v
+        .get("addresses")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let _ = writeln!(o, "addresses {}", addrs.join(", "));
+    let _ = writeln!(
+        o,
+        "scheduler {}, reorder release {}\n",
+        s("scheduler"),
+        s("release_policy")
+    );
+    let _ = writeln!(
+        o,
+        "{:<12} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>7} {:>9}",
+        "PATH", "STATE", "TX PKTS", "TX BYTES", "RX PKTS", "RX BYTES", "RTT ms", "JIT ms", "TXLOSS", "RXLOSS", "HEARD ms"
+    );
+    for p in &paths {
+        let name = p.get("name").and_then(Value::as_str).unwrap_or("-");
+        let state = p.get("state").and_then(Value::as_str).unwrap_or("-");
+        let pct = |k: &str| p.get(k).and_then(Value::as_f64).map_or("-".into(), |x| format!("{:.2}%", x * 100.0));
+        let _ = writeln!(
+            o,
+            "{:<12} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>7} {:>9}",
+            name,
+            state,
+            num(p, "tx_packets"),
+            bytes(num(p, "tx_bytes")),
+            num(p, "rx_packets"),
+            bytes(num(p, "rx_bytes")),
+            ms(p, "rtt_ms"),
+            ms(p, "jitter_ms"),
+            pct("tx_loss"),
+            pct("rx_loss"),
+            p.get("last_heard_ms").and_then(Value::as_f64).map_or("never".into(), |x| format!("{x:.0}")),
+        );
+    }
+    for p in &paths {
+        let _ = writeln!(
+            o,
+            "  {}: {} -> {}  weight {}  owd {} ms  rtt min {} ms  up/down {}/{}",
+            p.get("name").and_then(Value::as_str).unwrap_or("-"),
+            p.get("local").and_then(Value::as_str).unwrap_or("-"),
+            p.get("remote").and_then(Value::as_str).unwrap_or("-"),
+            num(p, "weight"),
+            ms(p, "owd_ms"),
+            ms(p, "rtt_min_ms"),
+            num(p, "ups"),
+            num(p, "downs"),
+        );
+    }
+    let c = v.get("counters").cloned().unwrap_or(Value::Null);
+    let _ = writeln!(
+        o,
+        "\ntotals: sent {} packets ({}), delivered {} packets ({})",
+        num(&c, "tx_packets"),
+        bytes(num(&c, "tx_bytes")),
+        num(&c, "rx_packets"),
+        bytes(num(&c, "rx_bytes"))
+    );
+    let r = v.get("reorder").cloned().unwrap_or(Value::Null);
+    let _ = writeln!(
+        o,
+        "reorder: window {}, held now {}, in order {}, reordered {}, lost {}, released by policy {} / timeout {} / overflow {}, max held {}",
+        num(&r, "window"),
+        num(&r, "held_now"),
+        num(&r, "in_order"),
+        num(&r, "reordered"),
+        num(&r, "lost"),
+        num(&r, "policy_releases"),
+        num(&r, "timeout_releases"),
+        num(&r, "overflow_releases"),
+        num(&r, "max_held"),
+    );
+    let drops: Vec<String> = v
+        .get("drops")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, x)| format!("{k}={}", x.as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default();
+    let _ = writeln!(o, "drops: {}", drops.join(" "));
+    o
+}
+
+/// One-paragraph summary printed by `mpt check`.
+pub fn describe_config(c: &Config) -> String {
+    let mut o = String::new();
+    let role = match c.role {
+        Role::Server => "server",
+        Role::Client => "client",
+    };
+    let _ = writeln!(
+        o,
+        "{}: ok — tunnel {} ({role}), {} address(es), mtu {}{}, {} path(s), {} route(s)",
+        c.file.display(),
+        c.tunnel.name,
+        c.tunnel.addresses.len(),
+        c.tunnel.mtu,
+        if c.tunnel.mtu_configured { "" } else { " (derived)" },
+        c.paths.len(),
+        c.routes.len()
+    );
+    for p in &c.paths {
+        let _ = writeln!(
+            o,
+            "  path {}: {} -> {} (IPv{}), weight {}, keepalive {} ms, dead {} ms, overhead {} B",
+            p.name,
+            p.local,
+            p.remote,
+            if p.remote.is_ipv4() { 4 } else { 6 },
+            p.weight,
+            p.keepalive_ms,
+            p.dead_ms,
+            overhead(&p.remote)
+        );
+    }
+    o
+}
