@@ -69,11 +69,11 @@ def iperf3(
     end = data["end"]
     if udp:
         s = end["sum"]
-        # Receiver-side rate: sent rate times the delivered fraction.
-        recv = end.get("sum_received", {}).get("bits_per_second")
-        mbps = (recv if recv is not None else s["bits_per_second"]
-                * (1 - s.get("lost_percent", 0) / 100)) / 1e6
-        return IperfResult(mbps=mbps, lost_percent=float(s.get("lost_percent", 0)), raw=data)
+        # Received rate: the sent rate times the fraction the server got
+        # (the server's own rate field is unreliable across iperf3 versions).
+        lost = float(s.get("lost_percent", 0))
+        mbps = s["bits_per_second"] * (1 - lost / 100) / 1e6
+        return IperfResult(mbps=mbps, lost_percent=lost, raw=data)
     recv = end["sum_received"]["bits_per_second"] / 1e6
     retr = end.get("sum_sent", {}).get("retransmits")
     return IperfResult(mbps=recv, retransmits=retr, raw=data)

@@ -44,6 +44,13 @@ pub enum Role {
     Client,
 }
 
+/// What path weights are shares of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    Bytes,
+    Packets,
+}
+
 /// Reorder release policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
@@ -96,6 +103,8 @@ pub struct Config {
     pub paths: Vec<PathSection>,
     pub reorder: ReorderSection,
     pub routes: Vec<RouteSection>,
+    /// What `weight` divides: bytes (default) or packets.
+    pub share: Share,
 }
 
 /// Bytes that encapsulation adds on a path of the given IP family.
@@ -108,7 +117,8 @@ pub fn overhead(remote: &SocketAddr) -> u32 {
     (ip + UDP_HEADER_LEN + HEADER_LEN + TAG_RESERVE_LEN) as u32
 }
 
-const TOP_KEYS: &[&str] = &["tunnel", "peer", "path", "reorder", "route"];
+const TOP_KEYS: &[&str] = &["tunnel", "peer", "path", "reorder", "route", "scheduler"];
+const SCHEDULER_KEYS: &[&str] = &["share"];
 const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket"];
 const PEER_KEYS: &[&str] = &["role"];
 const PATH_KEYS: &[&str] = &[
@@ -343,6 +353,15 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     };
     rr.finish(ctx);
 
+    // [scheduler]
+    let sc = table(ctx, root, "scheduler");
+    let sr = TableReader::new(sc.unwrap_or(&empty), "scheduler", SCHEDULER_KEYS);
+    let share = match sr.choice(ctx, "share", &["bytes", "packets"]) {
+        Some("packets") => Share::Packets,
+        _ => Share::Bytes,
+    };
+    sr.finish(ctx);
+
     // [[route]]
     let mut routes = vec![];
     for (i, rt) in tables(ctx, root, "route").iter().enumerate() {
@@ -408,6 +427,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             control_socket,
         },
         role: role?,
+        share,
         paths,
         reorder: ReorderSection {
             window,

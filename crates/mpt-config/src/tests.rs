@@ -60,6 +60,9 @@ fn defaults_are_filled_in() {
             release: Release::Frontier
         }
     );
+    assert_eq!(c.share, Share::Bytes);
+    let pk = parse(&format!("{MINIMAL}[scheduler]\nshare = \"packets\"\n")).unwrap();
+    assert_eq!(pk.share, Share::Packets);
     // Defaults detect a dead path within 1 s.
     assert!(p.dead_ms < 1000);
 }

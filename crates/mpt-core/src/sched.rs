@@ -9,6 +9,13 @@
 //! consecutive picks with a fixed up-set, path `i` is chosen exactly `w_i`
 //! times, and picks of one path are spread out rather than bunched.
 //!
+//! It can count shares in packets or in bytes ([`Share`]). Counting bytes
+//! charges each pick with the packet length, which keeps the byte shares
+//! right when packet sizes follow a pattern: with packet counting, strictly
+//! alternating large and small packets (an IP fragment pair, a TCP segment
+//! and its ACK) would put every large packet on one path and every small
+//! one on the other.
+//!
 //! Invariants:
 //! * `pick` returns only a path whose `up` flag is true, or `None` if none is;
 //! * a path that is down accumulates no credit, so it does not receive a
@@ -25,26 +32,46 @@ pub trait Scheduler: Send {
     fn name(&self) -> &'static str;
 }
 
-/// Smooth weighted round-robin by packet count.
+/// What a weight is a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Share {
+    Packets,
+    Bytes,
+}
+
+/// Smooth weighted round-robin by packet count or bytes.
 #[derive(Debug, Clone)]
 pub struct SmoothWrr {
     weights: Vec<i64>,
     current: Vec<i64>,
+    share: Share,
 }
 
 impl SmoothWrr {
     /// `weights[i]` is path `i`'s relative share of packets; zero weights are
     /// raised to one (configuration rejects them before this point).
     pub fn new(weights: &[u32]) -> Self {
+        Self::with_share(weights, Share::Packets)
+    }
+
+    /// As [`SmoothWrr::new`], counting shares as `share`.
+    pub fn with_share(weights: &[u32], share: Share) -> Self {
         Self {
             weights: weights.iter().map(|&w| i64::from(w.max(1))).collect(),
             current: vec![0; weights.len()],
+            share,
         }
     }
 }
 
 impl Scheduler for SmoothWrr {
-    fn pick(&mut self, up: &[bool], _len: usize) -> Option<PathId> {
+    fn pick(&mut self, up: &[bool], len: usize) -> Option<PathId> {
+        // Cost of this pick: 1 packet, or its length in bytes (≤ 64 KiB, so
+        // weight × cost × paths stays far inside i64).
+        let cost = match self.share {
+            Share::Packets => 1,
+            Share::Bytes => len.clamp(1, 65_535) as i64,
+        };
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for i in 0..self.weights.len() {
@@ -52,8 +79,8 @@ impl Scheduler for SmoothWrr {
                 self.current[i] = 0;
                 continue;
             }
-            self.current[i] += self.weights[i];
-            total += self.weights[i];
+            self.current[i] += self.weights[i] * cost;
+            total += self.weights[i] * cost;
             if best.is_none_or(|b| self.current[i] > self.current[b]) {
                 best = Some(i);
             }
@@ -64,7 +91,10 @@ impl Scheduler for SmoothWrr {
     }
 
     fn name(&self) -> &'static str {
-        "wrr"
+        match self.share {
+            Share::Packets => "wrr-packets",
+            Share::Bytes => "wrr-bytes",
+        }
     }
 }
 
@@ -122,6 +152,34 @@ mod tests {
         let mut s = SmoothWrr::new(&[1, 1]);
         let picks: Vec<_> = (0..10).map(|_| s.pick(&[true, true], 1).unwrap()).collect();
         assert_eq!(picks, vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn byte_shares_survive_size_patterns() {
+        // Alternating 1420/48-byte packets (a fragment pair) on equal weights.
+        for (weights, tol) in [(vec![1u32, 1], 0.01), (vec![3, 1, 2], 0.01)] {
+            let up = vec![true; weights.len()];
+            let mut pk = SmoothWrr::with_share(&weights, Share::Packets);
+            let mut by = SmoothWrr::with_share(&weights, Share::Bytes);
+            let mut bytes_pk = vec![0usize; weights.len()];
+            let mut bytes_by = vec![0usize; weights.len()];
+            for i in 0..10_000 {
+                let len = if i % 2 == 0 { 1420 } else { 48 };
+                bytes_pk[pk.pick(&up, len).unwrap() as usize] += len;
+                bytes_by[by.pick(&up, len).unwrap() as usize] += len;
+            }
+            let total: usize = bytes_by.iter().sum();
+            let wsum: u32 = weights.iter().sum();
+            for (i, w) in weights.iter().enumerate() {
+                let expected = total as f64 * f64::from(*w) / f64::from(wsum);
+                let err = (bytes_by[i] as f64 - expected).abs() / expected;
+                assert!(err < tol, "bytes {weights:?}: {bytes_by:?}");
+            }
+            if weights == [1, 1] {
+                // Packet counting puts all large packets on one path.
+                assert!(bytes_pk[0] > 20 * bytes_pk[1], "{bytes_pk:?}");
+            }
+        }
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::path::{PathConfig, PathState, PathStatus};
 use crate::reorder::{
     Accept, PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly,
 };
-use crate::sched::{Scheduler, SmoothWrr};
+use crate::sched::{Scheduler, Share, SmoothWrr};
 use crate::stats::{DropCounters, DropReason, TunnelCounters};
 use crate::wire::{
     self, Header, HeaderFields, PacketType, ProbeBody, WireError, HEADER_LEN, PROBE_BODY_LEN,
@@ -55,6 +55,8 @@ pub struct TunnelConfig {
     pub reorder_window: usize,
     pub reorder_max_delay: Nanos,
     pub release: ReleaseKind,
+    /// Whether path weights share packets or bytes.
+    pub share: Share,
 }
 
 /// A datagram to send: `buf[..len]` goes to `dst` over `path`'s socket.
@@ -117,7 +119,7 @@ impl Tunnel {
                 .map(|p| PathState::new(p, now))
                 .collect(),
             up: vec![false; n],
-            sched: Box::new(SmoothWrr::new(&weights)),
+            sched: Box::new(SmoothWrr::with_share(&weights, cfg.share)),
             policy,
             reorder: ReorderBuffer::new(cfg.reorder_window, cfg.reorder_max_delay),
             mtu: cfg.mtu,

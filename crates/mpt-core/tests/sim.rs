@@ -67,6 +67,7 @@ fn tunnel(side: u8, n: usize, release: ReleaseKind) -> Tunnel {
             reorder_window: 1024,
             reorder_max_delay: 200 * MS,
             release,
+            share: mpt_core::sched::Share::Bytes,
         },
         0,
     )

@@ -42,7 +42,10 @@ pub struct ControlSocket {
 }
 
 fn err(path: &Path, what: &str, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("control socket {}: {what}: {e}", path.display()))
+    io::Error::new(
+        e.kind(),
+        format!("control socket {}: {what}: {e}", path.display()),
+    )
 }
 
 impl ControlSocket {
@@ -51,7 +54,8 @@ impl ControlSocket {
     pub fn bind(path: &Path) -> io::Result<ControlSocket> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
-                std::fs::create_dir_all(dir).map_err(|e| err(path, "cannot create its directory", e))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| err(path, "cannot create its directory", e))?;
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
             }
         }
@@ -76,37 +80,56 @@ impl ControlSocket {
         let listener = res.map_err(|e| err(path, "cannot bind", e))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| err(path, "cannot set mode 0600", e))?;
-        Ok(ControlSocket { path: path.to_path_buf(), listener: Some(listener) })
+        Ok(ControlSocket {
+            path: path.to_path_buf(),
+            listener: Some(listener),
+        })
     }
 
     /// Serve requests on a background thread. Each complete request is sent
     /// to `tx` after which `wake` is called so the data plane answers it.
-    pub fn serve(&mut self, tx: mpsc::Sender<Request>, wake: Arc<dyn Fn() + Send + Sync>) -> io::Result<()> {
-        let listener = self.listener.take().ok_or_else(|| io::Error::other("already serving"))?;
-        std::thread::Builder::new().name("mpt-control".into()).spawn(move || {
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(stream) => {
-                        if let Err(e) = handle(stream, &tx, wake.as_ref()) {
-                            debug!("control client: {e}");
+    pub fn serve(
+        &mut self,
+        tx: mpsc::Sender<Request>,
+        wake: Arc<dyn Fn() + Send + Sync>,
+    ) -> io::Result<()> {
+        let listener = self
+            .listener
+            .take()
+            .ok_or_else(|| io::Error::other("already serving"))?;
+        std::thread::Builder::new()
+            .name("mpt-control".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    match conn {
+                        Ok(stream) => {
+                            if let Err(e) = handle(stream, &tx, wake.as_ref()) {
+                                debug!("control client: {e}");
+                            }
                         }
+                        Err(e) => warn!("control socket accept failed: {e}"),
                     }
-                    Err(e) => warn!("control socket accept failed: {e}"),
                 }
-            }
-        })?;
+            })?;
         Ok(())
     }
 }
 
-fn handle(stream: UnixStream, tx: &mpsc::Sender<Request>, wake: &(dyn Fn() + Send + Sync)) -> io::Result<()> {
+fn handle(
+    stream: UnixStream,
+    tx: &mpsc::Sender<Request>,
+    wake: &(dyn Fn() + Send + Sync),
+) -> io::Result<()> {
     stream.set_read_timeout(Some(CONTROL_TIMEOUT))?;
     stream.set_write_timeout(Some(CONTROL_TIMEOUT))?;
     let mut line = String::new();
     BufReader::new((&stream).take_limited()).read_line(&mut line)?;
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-    tx.send(Request { command: line.trim().to_string(), reply: reply_tx })
-        .map_err(|_| io::Error::other("daemon stopping"))?;
+    tx.send(Request {
+        command: line.trim().to_string(),
+        reply: reply_tx,
+    })
+    .map_err(|_| io::Error::other("daemon stopping"))?;
     wake();
     let answer = recv_reply(&reply_rx)?;
     let mut w = &stream;
@@ -115,7 +138,8 @@ fn handle(stream: UnixStream, tx: &mpsc::Sender<Request>, wake: &(dyn Fn() + Sen
 }
 
 fn recv_reply(rx: &Receiver<String>) -> io::Result<String> {
-    rx.recv_timeout(CONTROL_TIMEOUT).map_err(|_| io::Error::other("daemon did not answer"))
+    rx.recv_timeout(CONTROL_TIMEOUT)
+        .map_err(|_| io::Error::other("daemon did not answer"))
 }
 
 trait TakeLimited {
@@ -146,7 +170,10 @@ pub fn request(path: &Path, command: &str) -> io::Result<String> {
             io::ErrorKind::PermissionDenied => " (the control socket is root-only: run as root)",
             _ => "",
         };
-        io::Error::new(e.kind(), format!("cannot connect to {}: {e}{hint}", path.display()))
+        io::Error::new(
+            e.kind(),
+            format!("cannot connect to {}: {e}{hint}", path.display()),
+        )
     })?;
     stream.set_read_timeout(Some(CONTROL_TIMEOUT * 2))?;
     stream.set_write_timeout(Some(CONTROL_TIMEOUT))?;
@@ -156,7 +183,9 @@ pub fn request(path: &Path, command: &str) -> io::Result<String> {
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line)?;
     if line.is_empty() {
-        return Err(io::Error::other("the daemon closed the connection without answering"));
+        return Err(io::Error::other(
+            "the daemon closed the connection without answering",
+        ));
     }
     Ok(line)
 }
@@ -179,7 +208,10 @@ mod tests {
                 let _ = r.reply.send(format!("{{\"echo\":\"{}\"}}", r.command));
             }
         });
-        assert_eq!(request(&path, "status").unwrap().trim(), "{\"echo\":\"status\"}");
+        assert_eq!(
+            request(&path, "status").unwrap().trim(),
+            "{\"echo\":\"status\"}"
+        );
         // A second daemon on the same path is refused.
         let e = ControlSocket::bind(&path).err().unwrap().to_string();
         assert!(e.contains("in use by another running mpt"), "{e}");

@@ -54,7 +54,9 @@ pub struct Clock {
 
 impl Clock {
     pub fn new() -> Self {
-        Self { start: Instant::now() }
+        Self {
+            start: Instant::now(),
+        }
     }
     pub fn now(&self) -> Nanos {
         self.start.elapsed().as_nanos() as Nanos
@@ -62,7 +64,9 @@ impl Clock {
     /// Real time minus monotonic time, in nanoseconds.
     pub fn wall_offset(&self) -> i64 {
         let mono = self.now() as i64;
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
         wall - mono
     }
 }
@@ -112,7 +116,11 @@ impl Driver {
     ) -> io::Result<(Driver, ControlHook)> {
         let poll = Poll::new()?;
         let reg = poll.registry();
-        reg.register(&mut SourceFd(&tun.as_raw_fd()), TOKEN_TUN, Interest::READABLE)?;
+        reg.register(
+            &mut SourceFd(&tun.as_raw_fd()),
+            TOKEN_TUN,
+            Interest::READABLE,
+        )?;
         for (i, s) in sockets.iter().enumerate() {
             reg.register(
                 &mut SourceFd(&s.socket.as_raw_fd()),
@@ -131,7 +139,12 @@ impl Driver {
         let (tx, control_rx) = mpsc::channel();
         tunnel.set_wall_offset(clock.wall_offset());
         let path_names = (0..tunnel.path_count())
-            .map(|i| tunnel.path(i as u8).map(|p| p.cfg.name.clone()).unwrap_or_default())
+            .map(|i| {
+                tunnel
+                    .path(i as u8)
+                    .map(|p| p.cfg.name.clone())
+                    .unwrap_or_default()
+            })
             .collect();
         let hook = ControlHook {
             tx,
@@ -169,7 +182,9 @@ impl Driver {
                 Some(Duration::ZERO)
             } else {
                 let now = self.clock.now();
-                self.tunnel.poll_timeout().map(|t| Duration::from_nanos(t.saturating_sub(now)))
+                self.tunnel
+                    .poll_timeout()
+                    .map(|t| Duration::from_nanos(t.saturating_sub(now)))
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -237,7 +252,9 @@ impl Driver {
     }
 
     fn send(&mut self, key: usize, data: &[u8], dst: SocketAddr) {
-        let Some(s) = self.sockets.get(key) else { return };
+        let Some(s) = self.sockets.get(key) else {
+            return;
+        };
         if s.socket.send_to(data, dst).is_err() {
             self.tunnel.count_drop(DropReason::SendFailed);
         }
@@ -280,7 +297,9 @@ impl Driver {
             let key = tx.local_key;
             let dst = tx.dst;
             let len = tx.len;
-            let Some(s) = self.sockets.get(key) else { continue };
+            let Some(s) = self.sockets.get(key) else {
+                continue;
+            };
             if s.socket.send_to(&buf[..len], dst).is_err() {
                 self.tunnel.count_drop(DropReason::SendFailed);
             }
@@ -290,7 +309,12 @@ impl Driver {
     fn log_events(&mut self) {
         while let Some(e) = self.tunnel.poll_event() {
             let name = |p: u8| self.path_names.get(p as usize).cloned().unwrap_or_default();
-            let peer = |p: u8| self.tunnel.path(p).map(|s| s.cfg.remote.to_string()).unwrap_or_default();
+            let peer = |p: u8| {
+                self.tunnel
+                    .path(p)
+                    .map(|s| s.cfg.remote.to_string())
+                    .unwrap_or_default()
+            };
             match e {
                 Event::PathUp { path } => {
                     info!(tunnel = %self.identity.name, path = %name(path), peer = %peer(path), "path up")
@@ -323,7 +347,10 @@ impl Driver {
             m.insert("name".into(), json!(self.identity.name));
             m.insert("role".into(), json!(self.identity.role));
             m.insert("pid".into(), json!(std::process::id()));
-            m.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
+            m.insert(
+                "uptime_s".into(),
+                json!(self.started.elapsed().as_secs_f64()),
+            );
             m.insert("addresses".into(), json!(self.identity.addresses));
             m.insert("control_socket".into(), json!(self.identity.control_socket));
             let socks: Vec<Value> = self

@@ -20,13 +20,19 @@ use tracing::{debug, warn};
 fn ip(args: &[String]) -> io::Result<()> {
     debug!(cmd = %format!("ip {}", args.join(" ")), "configuring");
     let out = Command::new("ip").args(args).output().map_err(|e| {
-        io::Error::new(e.kind(), format!("cannot run 'ip' (iproute2 is required): {e}"))
+        io::Error::new(
+            e.kind(),
+            format!("cannot run 'ip' (iproute2 is required): {e}"),
+        )
     })?;
     if out.status.success() {
         Ok(())
     } else {
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        Err(io::Error::other(format!("'ip {}' failed: {stderr}", args.join(" "))))
+        Err(io::Error::other(format!(
+            "'ip {}' failed: {stderr}",
+            args.join(" ")
+        )))
     }
 }
 
@@ -36,7 +42,14 @@ fn s(v: &str) -> String {
 
 /// Give interface `dev` its addresses and MTU and bring it up.
 pub fn configure(dev: &str, addresses: &[IpNet], mtu: u32) -> io::Result<()> {
-    ip(&[s("link"), s("set"), s("dev"), s(dev), s("mtu"), mtu.to_string()])?;
+    ip(&[
+        s("link"),
+        s("set"),
+        s("dev"),
+        s(dev),
+        s("mtu"),
+        mtu.to_string(),
+    ])?;
     for a in addresses {
         let mut args = vec![s("addr"), s("add"), a.to_string(), s("dev"), s(dev)];
         if matches!(a, IpNet::V6(_)) {
@@ -60,7 +73,10 @@ impl Routes {
     /// Install `routes` via `dev`. On error, routes installed so far are
     /// removed again when the returned error drops the partial set.
     pub fn install(dev: &str, routes: &[(IpNet, Option<u32>)]) -> io::Result<Routes> {
-        let mut r = Routes { dev: dev.to_string(), installed: vec![] };
+        let mut r = Routes {
+            dev: dev.to_string(),
+            installed: vec![],
+        };
         for (net, metric) in routes {
             ip(&route_args("add", net, dev, *metric))?;
             r.installed.push((*net, *metric));

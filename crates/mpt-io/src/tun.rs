@@ -45,12 +45,17 @@ pub fn explain(name: &str, err: io::Error) -> io::Error {
         }
         _ => err.to_string(),
     };
-    io::Error::new(err.kind(), format!("cannot create TUN device '{name}': {why}"))
+    io::Error::new(
+        err.kind(),
+        format!("cannot create TUN device '{name}': {why}"),
+    )
 }
 
 /// Whether an interface of this name exists (in this network namespace).
 pub fn interface_exists(name: &str) -> bool {
-    let Ok(c) = CString::new(name) else { return false };
+    let Ok(c) = CString::new(name) else {
+        return false;
+    };
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call;
     // if_nametoindex only reads it.
     unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
@@ -60,20 +65,32 @@ impl Tun {
     /// Create the TUN device `name` (non-blocking, no packet info).
     pub fn create(name: &str) -> io::Result<Tun> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad interface name",
+            ));
         }
         if interface_exists(name) {
             return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
         }
         let path = c"/dev/net/tun";
         // SAFETY: `path` is a valid C string; open has no other preconditions.
-        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        let raw = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
         if raw < 0 {
             return Err(explain(name, io::Error::last_os_error()));
         }
         // SAFETY: `raw` is a freshly opened descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            flags: 0,
+            _pad: [0; 22],
+        };
         for (d, s) in req.name.iter_mut().zip(name.bytes()) {
             *d = s as libc::c_char;
         }
@@ -84,7 +101,10 @@ impl Tun {
         if rc < 0 {
             return Err(explain(name, io::Error::last_os_error()));
         }
-        Ok(Tun { fd, name: name.to_string() })
+        Ok(Tun {
+            fd,
+            name: name.to_string(),
+        })
     }
 
     pub fn name(&self) -> &str {

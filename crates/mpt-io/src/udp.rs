@@ -38,7 +38,9 @@ pub struct PathBind<'a> {
 
 fn explain(path: &str, local: SocketAddr, what: &str, e: io::Error) -> io::Error {
     let why = match e.raw_os_error() {
-        Some(libc::EADDRINUSE) => format!("port {} is already in use on {}", local.port(), local.ip()),
+        Some(libc::EADDRINUSE) => {
+            format!("port {} is already in use on {}", local.port(), local.ip())
+        }
         Some(libc::EADDRNOTAVAIL) => format!("{} is not an address of this host", local.ip()),
         Some(libc::ENODEV) => "no such network interface".to_string(),
         Some(libc::EPERM) | Some(libc::EACCES) => {
@@ -46,24 +48,38 @@ fn explain(path: &str, local: SocketAddr, what: &str, e: io::Error) -> io::Error
         }
         _ => e.to_string(),
     };
-    io::Error::new(e.kind(), format!("path '{path}': cannot {what} {local}: {why}"))
+    io::Error::new(
+        e.kind(),
+        format!("path '{path}': cannot {what} {local}: {why}"),
+    )
 }
 
 fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
-    let sock = Socket::new(Domain::for_address(b.local), Type::DGRAM.cloexec(), Some(Protocol::UDP))
-        .map_err(|e| explain(b.name, b.local, "create a socket for", e))?;
+    let sock = Socket::new(
+        Domain::for_address(b.local),
+        Type::DGRAM.cloexec(),
+        Some(Protocol::UDP),
+    )
+    .map_err(|e| explain(b.name, b.local, "create a socket for", e))?;
     if b.local.is_ipv6() {
-        sock.set_only_v6(true).map_err(|e| explain(b.name, b.local, "set IPV6_V6ONLY on", e))?;
+        sock.set_only_v6(true)
+            .map_err(|e| explain(b.name, b.local, "set IPV6_V6ONLY on", e))?;
     }
     if let Some(dev) = b.interface {
         sock.bind_device(Some(dev.as_bytes())).map_err(|e| {
-            explain(b.name, b.local, &format!("bind to interface '{dev}' for"), e)
+            explain(
+                b.name,
+                b.local,
+                &format!("bind to interface '{dev}' for"),
+                e,
+            )
         })?;
     }
     // Larger buffers absorb bursts; failures here are not fatal.
     let _ = sock.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
     let _ = sock.set_send_buffer_size(SOCKET_BUFFER_BYTES);
-    sock.bind(&b.local.into()).map_err(|e| explain(b.name, b.local, "bind", e))?;
+    sock.bind(&b.local.into())
+        .map_err(|e| explain(b.name, b.local, "bind", e))?;
     sock.set_nonblocking(true)?;
     Ok(sock.into())
 }
@@ -80,7 +96,11 @@ pub fn bind_path_sockets(paths: &[PathBind<'_>]) -> io::Result<(Vec<PathSocket>,
             continue;
         }
         let socket = open(p)?;
-        sockets.push(PathSocket { local: p.local, socket, paths: vec![p.name.to_string()] });
+        sockets.push(PathSocket {
+            local: p.local,
+            socket,
+            paths: vec![p.name.to_string()],
+        });
         keys.push(sockets.len() - 1);
     }
     Ok((sockets, keys))
@@ -92,20 +112,39 @@ mod tests {
 
     #[test]
     fn shared_local_addresses_share_a_socket_and_conflicts_are_explained() {
-        let a = PathBind { name: "a", local: "127.0.0.1:0".parse().unwrap(), interface: None };
+        let a = PathBind {
+            name: "a",
+            local: "127.0.0.1:0".parse().unwrap(),
+            interface: None,
+        };
         let (s, k) = bind_path_sockets(&[a]).unwrap();
         let taken = s[0].socket.local_addr().unwrap();
         let same = [
-            PathBind { name: "x", local: taken, interface: None },
-            PathBind { name: "y", local: taken, interface: None },
+            PathBind {
+                name: "x",
+                local: taken,
+                interface: None,
+            },
+            PathBind {
+                name: "y",
+                local: taken,
+                interface: None,
+            },
         ];
         let err = bind_path_sockets(&same).unwrap_err().to_string();
-        assert!(err.contains("path 'x'") && err.contains("already in use"), "{err}");
+        assert!(
+            err.contains("path 'x'") && err.contains("already in use"),
+            "{err}"
+        );
         drop(s);
         let (s2, k2) = bind_path_sockets(&same).unwrap();
         assert_eq!((s2.len(), k2), (1, vec![0, 0]));
         assert_eq!(k, vec![0]);
-        let bad = PathBind { name: "z", local: "192.0.2.77:4000".parse().unwrap(), interface: None };
+        let bad = PathBind {
+            name: "z",
+            local: "192.0.2.77:4000".parse().unwrap(),
+            interface: None,
+        };
         let err = bind_path_sockets(&[bad]).unwrap_err().to_string();
         assert!(err.contains("not an address of this host"), "{err}");
     }

@@ -10,8 +10,9 @@
 use std::io;
 use std::sync::Arc;
 
-use mpt_config::{Config, Release, Role};
+use mpt_config::{Config, Release, Role, Share};
 use mpt_core::path::PathConfig;
+use mpt_core::sched;
 use mpt_core::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::NANOS_PER_MS;
 use mpt_io::control::ControlSocket;
@@ -58,6 +59,10 @@ fn core_config(cfg: &Config, keys: &[usize]) -> TunnelConfig {
             Release::Timeout => ReleaseKind::Timeout,
             Release::Frontier => ReleaseKind::PathFrontier,
         },
+        share: match cfg.share {
+            Share::Bytes => sched::Share::Bytes,
+            Share::Packets => sched::Share::Packets,
+        },
     }
 }
 
@@ -66,7 +71,11 @@ pub fn run(cfg: Config) -> io::Result<()> {
     let binds: Vec<PathBind<'_>> = cfg
         .paths
         .iter()
-        .map(|p| PathBind { name: &p.name, local: p.local, interface: p.interface.as_deref() })
+        .map(|p| PathBind {
+            name: &p.name,
+            local: p.local,
+            interface: p.interface.as_deref(),
+        })
         .collect();
     let (sockets, keys) = bind_path_sockets(&binds)?;
     let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;

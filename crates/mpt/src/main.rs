@@ -14,7 +14,11 @@ use clap::{Parser, Subcommand};
 use mpt_config::Config;
 
 #[derive(Parser)]
-#[command(name = "mpt", version, about = "Network-layer multipath tunnel for Linux")]
+#[command(
+    name = "mpt",
+    version,
+    about = "Network-layer multipath tunnel for Linux"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -85,7 +89,11 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Status { config, socket, json } => {
+        Cmd::Status {
+            config,
+            socket,
+            json,
+        } => {
             let sock = match (socket, config) {
                 (Some(s), _) => s,
                 (None, Some(c)) => match load(&c) {

@@ -34,7 +34,11 @@ pub fn default_socket() -> io::Result<PathBuf> {
         ))),
         _ => Err(io::Error::other(format!(
             "several tunnels run ({}); name one with -c FILE or -s SOCKET",
-            socks.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            socks
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -59,7 +63,9 @@ fn num(v: &Value, k: &str) -> u64 {
 }
 
 fn ms(v: &Value, k: &str) -> String {
-    v.get(k).and_then(Value::as_f64).map_or("-".into(), |x| format!("{x:.2}"))
+    v.get(k)
+        .and_then(Value::as_f64)
+        .map_or("-".into(), |x| format!("{x:.2}"))
 }
 
 fn bytes(n: u64) -> String {
@@ -81,7 +87,11 @@ fn bytes(n: u64) -> String {
 pub fn render(v: &Value) -> String {
     let mut o = String::new();
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
-    let paths = v.get("paths").and_then(Value::as_array).cloned().unwrap_or_default();
+    let paths = v
+        .get("paths")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let _ = writeln!(
         o,
         "tunnel {} ({}), pid {}, up {:.0} s, mtu {}, {}/{} paths up",
@@ -96,7 +106,11 @@ pub fn render(v: &Value) -> String {
     let addrs: Vec<String> = v
         .get("addresses")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     let _ = writeln!(o, "addresses {}", addrs.join(", "));
     let _ = writeln!(
@@ -108,12 +122,26 @@ pub fn render(v: &Value) -> String {
     let _ = writeln!(
         o,
         "{:<12} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>7} {:>9}",
-        "PATH", "STATE", "TX PKTS", "TX BYTES", "RX PKTS", "RX BYTES", "RTT ms", "JIT ms", "TXLOSS", "RXLOSS", "HEARD ms"
+        "PATH",
+        "STATE",
+        "TX PKTS",
+        "TX BYTES",
+        "RX PKTS",
+        "RX BYTES",
+        "RTT ms",
+        "JIT ms",
+        "TXLOSS",
+        "RXLOSS",
+        "HEARD ms"
     );
     for p in &paths {
         let name = p.get("name").and_then(Value::as_str).unwrap_or("-");
         let state = p.get("state").and_then(Value::as_str).unwrap_or("-");
-        let pct = |k: &str| p.get(k).and_then(Value::as_f64).map_or("-".into(), |x| format!("{:.2}%", x * 100.0));
+        let pct = |k: &str| {
+            p.get(k)
+                .and_then(Value::as_f64)
+                .map_or("-".into(), |x| format!("{:.2}%", x * 100.0))
+        };
         let _ = writeln!(
             o,
             "{:<12} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>7} {:>9}",
@@ -127,7 +155,9 @@ pub fn render(v: &Value) -> String {
             ms(p, "jitter_ms"),
             pct("tx_loss"),
             pct("rx_loss"),
-            p.get("last_heard_ms").and_then(Value::as_f64).map_or("never".into(), |x| format!("{x:.0}")),
+            p.get("last_heard_ms")
+                .and_then(Value::as_f64)
+                .map_or("never".into(), |x| format!("{x:.0}")),
         );
     }
     for p in &paths {
@@ -170,7 +200,11 @@ pub fn render(v: &Value) -> String {
     let drops: Vec<String> = v
         .get("drops")
         .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, x)| format!("{k}={}", x.as_u64().unwrap_or(0))).collect())
+        .map(|m| {
+            m.iter()
+                .map(|(k, x)| format!("{k}={}", x.as_u64().unwrap_or(0)))
+                .collect()
+        })
         .unwrap_or_default();
     let _ = writeln!(o, "drops: {}", drops.join(" "));
     o
@@ -190,7 +224,11 @@ pub fn describe_config(c: &Config) -> String {
         c.tunnel.name,
         c.tunnel.addresses.len(),
         c.tunnel.mtu,
-        if c.tunnel.mtu_configured { "" } else { " (derived)" },
+        if c.tunnel.mtu_configured {
+            ""
+        } else {
+            " (derived)"
+        },
         c.paths.len(),
         c.routes.len()
     );

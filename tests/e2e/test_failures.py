@@ -1,0 +1,155 @@
+"""End-to-end: failover, all paths down, start-up failures, bad configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, config_text, start_pair
+from mptlab.netns import Shape, Topology
+from mptlab.traffic import iperf3, ping
+from mptlab.util import mpt_binary, run, wait_for
+
+
+def _path_state(peer, idx: int) -> str:
+    return peer.status()["paths"][idx]["state"]
+
+
+def test_tcp_survives_path_cut_and_recovers_rate(workdir: Path) -> None:
+    with Topology(2, shape=Shape(rate_mbit=50)) as topo:
+        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
+        result: dict = {}
+
+        def transfer() -> None:
+            try:
+                result["r"] = iperf3(topo, TUNNEL_V4["b"], seconds=10)
+            except Exception as e:  # noqa: BLE001 - reported below
+                result["err"] = e
+
+        t = threading.Thread(target=transfer)
+        t.start()
+        time.sleep(3)
+        cut = time.monotonic()
+        topo.set_link(2, up=False)
+        wait_for("path 2 down", lambda: _path_state(a, 1) == "down", timeout=3)
+        detected = time.monotonic() - cut
+        t.join(timeout=40)
+        assert "err" not in result, result.get("err")
+        r = result["r"]
+        intervals = [iv["sum"]["bits_per_second"] / 1e6 for iv in r.raw["intervals"]]
+        before = sum(intervals[1:3]) / 2
+        after = sum(intervals[-3:]) / 3
+        print(f"\nfailover: before cut {before:.0f} Mbit/s, last 3 s after {after:.0f} Mbit/s, "
+              f"path down after {detected * 1000:.0f} ms; intervals {[round(x) for x in intervals]}")
+        assert detected < 1.0
+        assert before > 70, intervals
+        # One 50 Mbit/s path is left: the transfer recovers most of it.
+        assert after > 35, intervals
+        # The path comes back when its link returns.
+        topo.set_link(2, up=True)
+        wait_for("path 2 up", lambda: _path_state(a, 1) == "up", timeout=5)
+
+
+def test_all_paths_down_drops_counted_and_recovers(workdir: Path) -> None:
+    with Topology(1) as topo:
+        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)]), workdir)
+        topo.set_link(1, up=False)
+        wait_for("path down", lambda: a.status()["paths_up"] == 0, timeout=3)
+        assert ping(topo, "a", TUNNEL_V4["b"], count=3).received == 0
+        assert a.status()["drops"]["no_path"] >= 3
+        assert a.proc.poll() is None, "daemon must keep running"
+        topo.set_link(1, up=True)
+        a.wait_ready(1, timeout=5)
+        assert ping(topo, "a", TUNNEL_V4["b"], count=3).received == 3
+
+
+def _up_fails(topo: Topology, cfg: Path) -> str:
+    p = run([str(mpt_binary()), "up", "-c", str(cfg)], ns=topo.a, check=False, timeout=10)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    return p.stderr
+
+
+def test_start_failures_are_explained(workdir: Path) -> None:
+    with Topology(1) as topo:
+        opts = TunnelOpts(paths=[PathOpts(1)])
+        cfg = workdir / "a.toml"
+        text = config_text(topo, "a", opts, workdir / "a.sock")
+        # TUN name taken.
+        run(["ip", "link", "add", "mpt0", "type", "veth", "peer", "name", "mpt0p"], ns=topo.a)
+        cfg.write_text(text)
+        assert "an interface named 'mpt0' already exists" in _up_fails(topo, cfg)
+        run(["ip", "link", "del", "mpt0"], ns=topo.a)
+        # Address not local.
+        cfg.write_text(text.replace('local = "10.77.1.1:', 'local = "10.77.1.9:'))
+        assert "10.77.1.9 is not an address of this host" in _up_fails(topo, cfg)
+        # Port in use.
+        holder = topo.spawn("a", ["python3", "-c",
+                                  "import socket,time;s=socket.socket(socket.AF_INET,"
+                                  "socket.SOCK_DGRAM);s.bind(('10.77.1.1',6000));time.sleep(30)"])
+        wait_for("port held", lambda: run(["ss", "-Hlun", "sport = :6000"], ns=topo.a)
+                 .stdout.strip(), timeout=5)
+        cfg.write_text(text)
+        assert "port 6000 is already in use" in _up_fails(topo, cfg)
+        holder.kill()
+        holder.wait()
+        # Nothing was left behind by the failed starts.
+        assert "mpt0" not in run(["ip", "link"], ns=topo.a).stdout
+        assert not (workdir / "a.sock").exists()
+        # Control socket of a running daemon is not stolen.
+        a, _ = start_pair(topo, opts, workdir / "run", wait=False)
+        a.wait_ready(0)
+        cfg2 = workdir / "second.toml"
+        cfg2.write_text(text.replace('"mpt0"', '"mpt1"').replace(
+            str(workdir / "a.sock"), str(a.control)).replace(":6000", ":6100"))
+        assert "in use by another running mpt" in _up_fails(topo, cfg2)
+
+
+def test_bad_configurations_rejected_with_messages(workdir: Path) -> None:
+    cases = {
+        "typo": ('[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "client"\n'
+                 '[[path]]\nlocal = "10.1.0.1:1"\nremote = "10.1.0.2:1"\nwieght = 2\n',
+                 ":9: path[1].wieght: unknown key; did you mean 'weight'?"),
+        "syntax": ('[tunnel\n', ":1: TOML syntax error"),
+        "role": ('[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "boss"\n'
+                 '[[path]]\nlocal = "10.1.0.1:1"\nremote = "10.1.0.2:1"\n',
+                 ":5: peer.role: 'boss' is not one of server, client"),
+        "nopath": ('[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "client"\n',
+                   "no [[path]] configured"),
+    }
+    for name, (text, expected) in cases.items():
+        f = workdir / f"{name}.toml"
+        f.write_text(text)
+        for sub in ("check", "up"):
+            p = subprocess.run([str(mpt_binary()), sub, "-c", str(f)], capture_output=True,
+                               text=True, timeout=10)
+            assert p.returncode == 2, (name, sub, p.stderr)
+            assert f"{f}{expected}" in p.stderr or expected in p.stderr, (name, p.stderr)
+    p = subprocess.run([str(mpt_binary()), "check", "-c", str(workdir / "missing.toml")],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2 and "cannot read" in p.stderr
+    p = subprocess.run([str(mpt_binary()), "frobnicate"], capture_output=True, text=True)
+    assert p.returncode == 2 and "unrecognized subcommand" in p.stderr
+    p = subprocess.run([str(mpt_binary()), "status", "-s", str(workdir / "none.sock")],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 1 and "is the daemon running" in p.stderr
+
+
+def test_status_json_and_human(workdir: Path) -> None:
+    with Topology(2) as topo:
+        a, _ = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2, 6)]), workdir)
+        ping(topo, "a", TUNNEL_V4["b"], count=3)
+        p = run([str(mpt_binary()), "status", "-s", str(a.control), "--json"], ns=topo.a)
+        doc = json.loads(p.stdout)
+        for key in ("paths", "counters", "reorder", "drops", "paths_up", "pid"):
+            assert key in doc
+        path = doc["paths"][0]
+        for key in ("state", "tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "rtt_ms",
+                    "tx_loss", "rx_loss", "last_heard_ms"):
+            assert key in path
+        assert path["rtt_ms"] is not None and path["rtt_ms"] > 0
+        human = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a).stdout
+        assert "link1v4" in human and "link2v6" in human and "drops:" in human
+        assert "2/2 paths up" in human
