@@ -90,13 +90,20 @@ class Peer:
 
     def start(self) -> Peer:
         logf = open(self.log, "w")  # noqa: SIM115 - owned by the process
-        self.proc = self.topo.spawn(self.side, [str(mpt_binary()), "up", "-c", str(self.cfg)],
-                                    stdout=logf, stderr=subprocess.STDOUT)
+        self.proc = self.topo.spawn(
+            self.side,
+            [str(mpt_binary()), "up", "-c", str(self.cfg)],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+        )
         return self
 
     def status(self) -> dict[str, Any]:
-        p = run([str(mpt_binary()), "status", "-s", str(self.control), "--json"],
-                ns=self.topo.ns(self.side), timeout=10)
+        p = run(
+            [str(mpt_binary()), "status", "-s", str(self.control), "--json"],
+            ns=self.topo.ns(self.side),
+            timeout=10,
+        )
         return json.loads(p.stdout)
 
     def wait_ready(self, paths_up: int, timeout: float = 10) -> dict[str, Any]:
@@ -126,8 +133,9 @@ class Peer:
         return self.proc.returncode
 
 
-def start_pair(topo: Topology, opts: TunnelOpts, workdir: Path,
-               wait: bool = True) -> tuple[Peer, Peer]:
+def start_pair(
+    topo: Topology, opts: TunnelOpts, workdir: Path, wait: bool = True
+) -> tuple[Peer, Peer]:
     """Write both configurations, start both daemons, wait for all paths."""
     workdir.mkdir(parents=True, exist_ok=True)
     peers = []

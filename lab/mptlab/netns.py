@@ -103,12 +103,28 @@ class Topology:
         shapes = shape if isinstance(shape, list) else [shape or Shape()] * self.n
         for i in range(1, self.n + 1):
             la, lb = self.dev(i, "a"), self.dev(i, "b")
-            run(["ip", "link", "add", la, "netns", self.a, "type", "veth",
-                 "peer", "name", lb, "netns", self.b])
+            run(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    la,
+                    "netns",
+                    self.a,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    lb,
+                    "netns",
+                    self.b,
+                ]
+            )
             for ns, dev, side in ((self.a, la, "a"), (self.b, lb, "b")):
                 run(["ip", "addr", "add", f"{link_addr(i, side, 4)}/24", "dev", dev], ns=ns)
-                run(["ip", "addr", "add", f"{link_addr(i, side, 6)}/64", "dev", dev, "nodad"],
-                    ns=ns)
+                run(
+                    ["ip", "addr", "add", f"{link_addr(i, side, 6)}/64", "dev", dev, "nodad"], ns=ns
+                )
                 run(["ip", "link", "set", dev, "up"], ns=ns)
                 s = shapes[i - 1]
                 if s.rate_mbit:

@@ -42,11 +42,25 @@ def iperf3(
     reverse: bool = False,
 ) -> IperfResult:
     """Run iperf3 from A to a server in B at `server_addr`."""
-    srv = topo.spawn("b", ["iperf3", "-s", "-1", "-p", str(port)],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = topo.spawn(
+        "b",
+        ["iperf3", "-s", "-1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(f"iperf3 server on port {port}", lambda: _port_open(topo, "b", port), timeout=10)
-    args = ["iperf3", "-c", server_addr, "-p", str(port), "-J", "-t", str(seconds),
-            "-P", str(streams)]
+    args = [
+        "iperf3",
+        "-c",
+        server_addr,
+        "-p",
+        str(port),
+        "-J",
+        "-t",
+        str(seconds),
+        "-P",
+        str(streams),
+    ]
     if udp:
         args += ["-u", "-b", rate or "0"]
     elif rate:
@@ -87,8 +101,12 @@ class PingResult:
 
 
 def ping(topo: Topology, side: str, addr: str, count: int = 5, interval: float = 0.2) -> PingResult:
-    p = run(["ping", "-c", str(count), "-i", str(interval), "-W", "2", addr],
-            ns=topo.ns(side), check=False, timeout=count * interval + 10)
+    p = run(
+        ["ping", "-c", str(count), "-i", str(interval), "-W", "2", addr],
+        ns=topo.ns(side),
+        check=False,
+        timeout=count * interval + 10,
+    )
     m = re.search(r"(\d+) packets transmitted, (\d+) received", p.stdout)
     if not m:
         raise RuntimeError(f"ping output not understood: {p.stdout} {p.stderr}")

@@ -25,7 +25,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """Run a command (inside namespace `ns` if given) and capture its output."""
     full = (["ip", "netns", "exec", ns] if ns else []) + args
-    p = subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, check=False)
     if check and p.returncode != 0:
         raise CommandError(f"{' '.join(full)} -> exit {p.returncode}: {p.stderr.strip()}")
     return p

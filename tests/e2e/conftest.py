@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
 
-from mptlab.util import mpt_binary  # noqa: E402
+from mptlab.util import mpt_binary
 
 
 def _missing() -> str | None:

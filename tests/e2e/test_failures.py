@@ -20,7 +20,7 @@ def _path_state(peer, idx: int) -> str:
 
 def test_tcp_survives_path_cut_and_recovers_rate(workdir: Path) -> None:
     with Topology(2, shape=Shape(rate_mbit=50)) as topo:
-        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
+        a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
         result: dict = {}
 
         def transfer() -> None:
@@ -42,8 +42,10 @@ def test_tcp_survives_path_cut_and_recovers_rate(workdir: Path) -> None:
         intervals = [iv["sum"]["bits_per_second"] / 1e6 for iv in r.raw["intervals"]]
         before = sum(intervals[1:3]) / 2
         after = sum(intervals[-3:]) / 3
-        print(f"\nfailover: before cut {before:.0f} Mbit/s, last 3 s after {after:.0f} Mbit/s, "
-              f"path down after {detected * 1000:.0f} ms; intervals {[round(x) for x in intervals]}")
+        print(
+            f"\nfailover: before cut {before:.0f} Mbit/s, last 3 s after {after:.0f} Mbit/s, "
+            f"path down after {detected * 1000:.0f} ms; intervals {[round(x) for x in intervals]}"
+        )
         assert detected < 1.0
         assert before > 70, intervals
         # One 50 Mbit/s path is left: the transfer recovers most of it.
@@ -55,7 +57,7 @@ def test_tcp_survives_path_cut_and_recovers_rate(workdir: Path) -> None:
 
 def test_all_paths_down_drops_counted_and_recovers(workdir: Path) -> None:
     with Topology(1) as topo:
-        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)]), workdir)
+        a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)]), workdir)
         topo.set_link(1, up=False)
         wait_for("path down", lambda: a.status()["paths_up"] == 0, timeout=3)
         assert ping(topo, "a", TUNNEL_V4["b"], count=3).received == 0
@@ -86,11 +88,22 @@ def test_start_failures_are_explained(workdir: Path) -> None:
         cfg.write_text(text.replace('local = "10.77.1.1:', 'local = "10.77.1.9:'))
         assert "10.77.1.9 is not an address of this host" in _up_fails(topo, cfg)
         # Port in use.
-        holder = topo.spawn("a", ["python3", "-c",
-                                  "import socket,time;s=socket.socket(socket.AF_INET,"
-                                  "socket.SOCK_DGRAM);s.bind(('10.77.1.1',6000));time.sleep(30)"])
-        wait_for("port held", lambda: run(["ss", "-Hlun", "sport = :6000"], ns=topo.a)
-                 .stdout.strip(), timeout=5)
+        holder = topo.spawn(
+            "a",
+            [
+                "python3",
+                "-c",
+                (
+                    "import socket,time;s=socket.socket(socket.AF_INET,"
+                    "socket.SOCK_DGRAM);s.bind(('10.77.1.1',6000));time.sleep(30)"
+                ),
+            ],
+        )
+        wait_for(
+            "port held",
+            lambda: run(["ss", "-Hlun", "sport = :6000"], ns=topo.a).stdout.strip(),  # noqa: PLW0108
+            timeout=5,
+        )
         cfg.write_text(text)
         assert "port 6000 is already in use" in _up_fails(topo, cfg)
         holder.kill()
@@ -102,38 +115,68 @@ def test_start_failures_are_explained(workdir: Path) -> None:
         a, _ = start_pair(topo, opts, workdir / "run", wait=False)
         a.wait_ready(0)
         cfg2 = workdir / "second.toml"
-        cfg2.write_text(text.replace('"mpt0"', '"mpt1"').replace(
-            str(workdir / "a.sock"), str(a.control)).replace(":6000", ":6100"))
+        cfg2.write_text(
+            text.replace('"mpt0"', '"mpt1"')
+            .replace(str(workdir / "a.sock"), str(a.control))
+            .replace(":6000", ":6100")
+        )
         assert "in use by another running mpt" in _up_fails(topo, cfg2)
 
 
 def test_bad_configurations_rejected_with_messages(workdir: Path) -> None:
     cases = {
-        "typo": ('[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "client"\n'
-                 '[[path]]\nlocal = "10.1.0.1:1"\nremote = "10.1.0.2:1"\nwieght = 2\n',
-                 ":9: path[1].wieght: unknown key; did you mean 'weight'?"),
-        "syntax": ('[tunnel\n', ":1: TOML syntax error"),
-        "role": ('[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "boss"\n'
-                 '[[path]]\nlocal = "10.1.0.1:1"\nremote = "10.1.0.2:1"\n',
-                 ":5: peer.role: 'boss' is not one of server, client"),
-        "nopath": ('[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "client"\n',
-                   "no [[path]] configured"),
+        "typo": (
+            (
+                '[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "client"\n'
+                '[[path]]\nlocal = "10.1.0.1:1"\nremote = "10.1.0.2:1"\nwieght = 2\n'
+            ),
+            ":9: path[1].wieght: unknown key; did you mean 'weight'?",
+        ),
+        "syntax": ("[tunnel\n", ":1: TOML syntax error"),
+        "role": (
+            (
+                '[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "boss"\n'
+                '[[path]]\nlocal = "10.1.0.1:1"\nremote = "10.1.0.2:1"\n'
+            ),
+            ":5: peer.role: 'boss' is not one of server, client",
+        ),
+        "nopath": (
+            '[tunnel]\nname = "t"\naddresses = ["10.0.0.1/24"]\n[peer]\nrole = "client"\n',
+            "no [[path]] configured",
+        ),
     }
     for name, (text, expected) in cases.items():
         f = workdir / f"{name}.toml"
         f.write_text(text)
         for sub in ("check", "up"):
-            p = subprocess.run([str(mpt_binary()), sub, "-c", str(f)], capture_output=True,
-                               text=True, timeout=10)
+            p = subprocess.run(
+                [str(mpt_binary()), sub, "-c", str(f)],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
             assert p.returncode == 2, (name, sub, p.stderr)
             assert f"{f}{expected}" in p.stderr or expected in p.stderr, (name, p.stderr)
-    p = subprocess.run([str(mpt_binary()), "check", "-c", str(workdir / "missing.toml")],
-                       capture_output=True, text=True, timeout=10)
+    p = subprocess.run(
+        [str(mpt_binary()), "check", "-c", str(workdir / "missing.toml")],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
     assert p.returncode == 2 and "cannot read" in p.stderr
-    p = subprocess.run([str(mpt_binary()), "frobnicate"], capture_output=True, text=True)
+    p = subprocess.run(
+        [str(mpt_binary()), "frobnicate"], capture_output=True, text=True, check=False
+    )
     assert p.returncode == 2 and "unrecognized subcommand" in p.stderr
-    p = subprocess.run([str(mpt_binary()), "status", "-s", str(workdir / "none.sock")],
-                       capture_output=True, text=True, timeout=10)
+    p = subprocess.run(
+        [str(mpt_binary()), "status", "-s", str(workdir / "none.sock")],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
     assert p.returncode == 1 and "is the daemon running" in p.stderr
 
 
@@ -146,8 +189,17 @@ def test_status_json_and_human(workdir: Path) -> None:
         for key in ("paths", "counters", "reorder", "drops", "paths_up", "pid"):
             assert key in doc
         path = doc["paths"][0]
-        for key in ("state", "tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "rtt_ms",
-                    "tx_loss", "rx_loss", "last_heard_ms"):
+        for key in (
+            "state",
+            "tx_packets",
+            "tx_bytes",
+            "rx_packets",
+            "rx_bytes",
+            "rtt_ms",
+            "tx_loss",
+            "rx_loss",
+            "last_heard_ms",
+        ):
             assert key in path
         assert path["rtt_ms"] is not None and path["rtt_ms"] > 0
         human = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a).stdout

@@ -30,19 +30,37 @@ WIRE_TUNNEL = WIRE_PLAIN + 36 + 8 + 20
 def test_four_by_100mbit_figures(workdir: Path) -> None:
     with Topology(N, shape=Shape(rate_mbit=RATE)) as topo:
         plain = iperf3(topo, link_addr(1, "b", 4), seconds=4)
-        plain_udp = iperf3(topo, link_addr(1, "b", 4), udp=True, length=PAYLOAD, seconds=4,
-                           rate=f"{RATE * PAYLOAD / WIRE_PLAIN * 0.99:.1f}M")
-        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(i) for i in range(1, N + 1)]), workdir)
+        plain_udp = iperf3(
+            topo,
+            link_addr(1, "b", 4),
+            udp=True,
+            length=PAYLOAD,
+            seconds=4,
+            rate=f"{RATE * PAYLOAD / WIRE_PLAIN * 0.99:.1f}M",
+        )
+        _a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(i) for i in range(1, N + 1)]), workdir)
         tcp = iperf3(topo, TUNNEL_V4["b"], seconds=8)
-        udp = iperf3(topo, TUNNEL_V4["b"], udp=True, length=PAYLOAD, seconds=8,
-                     rate=f"{N * RATE * PAYLOAD / WIRE_TUNNEL * 0.99:.1f}M")
+        udp = iperf3(
+            topo,
+            TUNNEL_V4["b"],
+            udp=True,
+            length=PAYLOAD,
+            seconds=8,
+            rate=f"{N * RATE * PAYLOAD / WIRE_TUNNEL * 0.99:.1f}M",
+        )
         total = RATE * N
-        print(f"\nplain 1 x {RATE} Mbit/s: TCP {plain.mbps:.1f}, UDP {plain_udp.mbps:.1f} Mbit/s "
-              f"(loss {plain_udp.lost_percent:.2f}%)")
-        print(f"mpt {N} x {RATE}: TCP {tcp.mbps:.1f} Mbit/s = {tcp.mbps / total:.1%} of the sum, "
-              f"{tcp.mbps / (N * plain.mbps):.1%} of {N} x plain; retransmits {tcp.retransmits}")
-        print(f"mpt {N} x {RATE}: UDP {udp.mbps:.1f} Mbit/s = {udp.mbps / total:.1%} of the sum, "
-              f"{udp.mbps / (N * plain_udp.mbps):.1%} of {N} x plain; loss {udp.lost_percent:.2f}%")
+        print(
+            f"\nplain 1 x {RATE} Mbit/s: TCP {plain.mbps:.1f}, UDP {plain_udp.mbps:.1f} Mbit/s "
+            f"(loss {plain_udp.lost_percent:.2f}%)"
+        )
+        print(
+            f"mpt {N} x {RATE}: TCP {tcp.mbps:.1f} Mbit/s = {tcp.mbps / total:.1%} of the sum, "
+            f"{tcp.mbps / (N * plain.mbps):.1%} of {N} x plain; retransmits {tcp.retransmits}"
+        )
+        print(
+            f"mpt {N} x {RATE}: UDP {udp.mbps:.1f} Mbit/s = {udp.mbps / total:.1%} of the sum, "
+            f"{udp.mbps / (N * plain_udp.mbps):.1%} of {N} x plain; loss {udp.lost_percent:.2f}%"
+        )
         st = b.status()
         print(f"receiver reorder: {st['reorder']}")
         assert tcp.mbps > 0.75 * total

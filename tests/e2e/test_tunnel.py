@@ -17,8 +17,9 @@ COMBOS = [(4, 4), (6, 4), (4, 6), (6, 6)]
 @pytest.mark.parametrize("tunnel_v,path_v", COMBOS, ids=[f"{t}in{p}" for t, p in COMBOS])
 def test_ping_every_ip_combination(workdir: Path, tunnel_v: int, path_v: int) -> None:
     with Topology(1) as topo:
-        opts = TunnelOpts(paths=[PathOpts(1, path_v)], tunnel_v4=tunnel_v == 4,
-                          tunnel_v6=tunnel_v == 6)
+        opts = TunnelOpts(
+            paths=[PathOpts(1, path_v)], tunnel_v4=tunnel_v == 4, tunnel_v6=tunnel_v == 6
+        )
         a, _ = start_pair(topo, opts, workdir)
         target = TUNNEL_V4["b"] if tunnel_v == 4 else TUNNEL_V6["b"]
         r = ping(topo, "a", target, count=5)
@@ -31,7 +32,7 @@ def test_ping_every_ip_combination(workdir: Path, tunnel_v: int, path_v: int) ->
 def test_mixed_path_versions_carry_both_tunnel_versions(workdir: Path) -> None:
     with Topology(2) as topo:
         opts = TunnelOpts(paths=[PathOpts(1, 4), PathOpts(2, 6)])
-        a, b = start_pair(topo, opts, workdir)
+        a, _b = start_pair(topo, opts, workdir)
         assert ping(topo, "a", TUNNEL_V4["b"], count=6).received == 6
         assert ping(topo, "a", TUNNEL_V6["b"], count=6).received == 6
         st = a.status()
@@ -56,18 +57,20 @@ def test_tcp_over_two_paths_uses_both(workdir: Path) -> None:
 def test_twelve_paths(workdir: Path) -> None:
     with Topology(12) as topo:
         paths = [PathOpts(i, 4 if i % 2 else 6) for i in range(1, 13)]
-        a, b = start_pair(topo, TunnelOpts(paths=paths), workdir)
+        a, _b = start_pair(topo, TunnelOpts(paths=paths), workdir)
         r = iperf3(topo, TUNNEL_V4["b"], seconds=3)
         assert r.mbps > 50, r
         st = a.status()
         assert st["paths_up"] == 12
-        assert all(p["tx_packets"] > 100 for p in st["paths"]), [p["tx_packets"] for p in st["paths"]]
+        assert all(p["tx_packets"] > 100 for p in st["paths"]), [
+            p["tx_packets"] for p in st["paths"]
+        ]
 
 
 def test_stop_removes_interface_routes_and_socket(workdir: Path) -> None:
     with Topology(1) as topo:
         extra = '[[route]]\nnetwork = "10.123.0.0/16"\n\n[[route]]\nnetwork = "fd12:3::/48"\n'
-        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)], extra=extra), workdir)
+        a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)], extra=extra), workdir)
         routes = run(["ip", "route"], ns=topo.a).stdout
         assert "10.123.0.0/16 dev mpt0" in routes
         assert "fd12:3::/48 dev mpt0" in run(["ip", "-6", "route"], ns=topo.a).stdout
