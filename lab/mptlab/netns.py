@@ -7,9 +7,16 @@ Topology (link i = 1..N, each a veth pair)::
     |           |      ...       |           |
     +-----------+  lNa ---- lNb  +-----------+
 
+With delay, jitter or loss on any link and no netem in the kernel, a router
+namespace R running `mpt-netem` sits in the middle of every link, bridging
+frames between its two interfaces::
+
+    A: lia ---- ria [R: mpt-netem] rib ---- lib :B
+
 Link i carries 10.77.i.1/24 (A) and 10.77.i.2/24 (B), and
 fd77:0:i::1/64 and fd77:0:i::2/64. Rates are shaped with tbf on the egress
-of both ends.
+of both hosts' ends; delay/jitter/loss by netem there when the kernel has
+it, else by mpt-netem.
 
 Invariants: namespace names are unique per instance (prefix, PID and a
 counter); every Topology is registered for teardown at exit and on
@@ -21,13 +28,16 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import os
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from .util import CommandError, run
+from .util import CommandError, netem_binary, run
 
 _counter = itertools.count()
 _live: list[Topology] = []
@@ -54,10 +64,37 @@ for _s in (signal.SIGTERM,):
 
 @dataclass
 class Shape:
-    """Egress shaping of one link direction."""
+    """One link: rate (tbf) and impairments, per direction.
+
+    `reverse`, if given, describes the B-to-A direction; otherwise both
+    directions are alike. `loss` is a fraction (0.02 = 2%); `loss_burst` the
+    mean number of packets per loss burst (1 = independent losses).
+    """
 
     rate_mbit: float | None = None
     queue_ms: float = 20.0
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+    loss: float = 0.0
+    loss_burst: float = 1.0
+    limit: int = 10_000
+    reverse: Shape | None = None
+
+    def impaired(self) -> bool:
+        own = bool(self.delay_ms or self.jitter_ms or self.loss)
+        return own or bool(self.reverse and self.reverse.impaired())
+
+    def back(self) -> Shape:
+        return self.reverse or self
+
+    def netem_dir(self) -> dict[str, float | int]:
+        return {
+            "delay_ms": self.delay_ms,
+            "jitter_ms": self.jitter_ms,
+            "loss": self.loss,
+            "loss_burst": self.loss_burst,
+            "limit": self.limit,
+        }
 
     def tbf_args(self) -> list[str]:
         assert self.rate_mbit is not None
@@ -68,10 +105,78 @@ class Shape:
         return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst), "limit", str(limit)]
 
 
+_netem_cache: dict[str, bool] = {}
+
+
+def kernel_has_netem() -> bool:
+    """Whether the kernel has sch_netem (checked once, in a scratch namespace).
+    MPTLAB_FORCE_EMULATOR=1 makes the lab use mpt-netem regardless."""
+    if os.environ.get("MPTLAB_FORCE_EMULATOR"):
+        return False
+    if "netem" not in _netem_cache:
+        ns = f"mptprobe{os.getpid()}"
+        run(["ip", "netns", "add", ns])
+        try:
+            args = ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
+            _netem_cache["netem"] = run(args, ns=ns, check=False).returncode == 0
+        finally:
+            run(["ip", "netns", "del", ns], check=False)
+    return _netem_cache["netem"]
+
+
 def link_addr(i: int, side: str, v: int) -> str:
     """Address of side 'a' or 'b' on link i for IP version v (no prefix)."""
     host = 1 if side == "a" else 2
     return f"10.77.{i}.{host}" if v == 4 else f"fd77:0:{i}::{host}"
+
+
+def _veth(a: str, ns_a: str, b: str, ns_b: str) -> None:
+    run(["ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b])
+
+
+def _no_offloads(ns: str, dev: str) -> None:
+    """Frames must be real frames for the emulator: no TSO/GSO/GRO, and
+    checksums computed in software."""
+    run(
+        ["ethtool", "-K", dev, "tx", "off", "tso", "off", "gso", "off", "gro", "off"],
+        ns=ns,
+        check=False,
+    )
+
+
+def _qdisc(ns: str, dev: str, s: Shape, netem: bool) -> None:
+    """Install tbf for the rate and, if `netem`, netem for impairments."""
+    use_netem = netem and bool(s.delay_ms or s.jitter_ms or s.loss)
+    if use_netem:
+        args = [
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            dev,
+            "root",
+            "handle",
+            "1:",
+            "netem",
+            "limit",
+            str(s.limit),
+        ]
+        if s.delay_ms or s.jitter_ms:
+            args += ["delay", f"{s.delay_ms}ms", f"{s.jitter_ms}ms", "distribution", "normal"]
+        if s.loss and s.loss_burst > 1:
+            r = 1 / s.loss_burst
+            p = s.loss * r / (1 - s.loss)
+            args += ["loss", "gemodel", f"{p * 100}%", f"{r * 100}%", "100%", "0%"]
+        elif s.loss:
+            args += ["loss", "random", f"{s.loss * 100}%"]
+        run(args, ns=ns)
+        if s.rate_mbit:
+            run(
+                ["tc", "qdisc", "add", "dev", dev, "parent", "1:", "handle", "2:", *s.tbf_args()],
+                ns=ns,
+            )
+    elif s.rate_mbit:
+        run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
 
 
 class Topology:
@@ -84,6 +189,8 @@ class Topology:
         self.n = n
         self.a = f"{prefix}{uid}a"
         self.b = f"{prefix}{uid}b"
+        self.r: str | None = None
+        self.emulator: subprocess.Popen[Any] | None = None
         self.procs: list[subprocess.Popen[Any]] = []
         self._closed = False
         _live.append(self)
@@ -101,34 +208,74 @@ class Topology:
             run(["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0"], ns=ns)
             run(["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"], ns=ns)
         shapes = shape if isinstance(shape, list) else [shape or Shape()] * self.n
+        if len(shapes) != self.n:
+            raise ValueError(f"{len(shapes)} link shapes for {self.n} links")
+        self.shapes = shapes
+        emulate = any(s.impaired() for s in shapes) and not kernel_has_netem()
+        if emulate:
+            self.r = self.a[:-1] + "r"
+            run(["ip", "netns", "add", self.r])
+            run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"], ns=self.r)
+            run(["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"], ns=self.r)
         for i in range(1, self.n + 1):
             la, lb = self.dev(i, "a"), self.dev(i, "b")
-            run(
-                [
-                    "ip",
-                    "link",
-                    "add",
-                    la,
-                    "netns",
-                    self.a,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    lb,
-                    "netns",
-                    self.b,
-                ]
-            )
-            for ns, dev, side in ((self.a, la, "a"), (self.b, lb, "b")):
+            if emulate:
+                assert self.r is not None
+                ra, rb = f"r{i}a", f"r{i}b"
+                _veth(la, self.a, ra, self.r)
+                _veth(lb, self.b, rb, self.r)
+                for dev in (ra, rb):
+                    run(["ip", "link", "set", dev, "up"], ns=self.r)
+                    _no_offloads(self.r, dev)
+            else:
+                _veth(la, self.a, lb, self.b)
+            s = shapes[i - 1]
+            for ns, dev, side, d in ((self.a, la, "a", s), (self.b, lb, "b", s.back())):
                 run(["ip", "addr", "add", f"{link_addr(i, side, 4)}/24", "dev", dev], ns=ns)
-                run(
-                    ["ip", "addr", "add", f"{link_addr(i, side, 6)}/64", "dev", dev, "nodad"], ns=ns
-                )
+                v6 = f"{link_addr(i, side, 6)}/64"
+                run(["ip", "addr", "add", v6, "dev", dev, "nodad"], ns=ns)
                 run(["ip", "link", "set", dev, "up"], ns=ns)
-                s = shapes[i - 1]
-                if s.rate_mbit:
-                    run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
+                if emulate:
+                    _no_offloads(ns, dev)
+                _qdisc(ns, dev, d, netem=not emulate)
+        if emulate:
+            self._start_emulator(shapes)
+
+    def _start_emulator(self, shapes: list[Shape]) -> None:
+        assert self.r is not None
+        links = []
+        for i, s in enumerate(shapes, start=1):
+            links.append(
+                {
+                    "a": f"r{i}a",
+                    "b": f"r{i}b",
+                    "a_to_b": s.netem_dir(),
+                    "b_to_a": s.back().netem_dir(),
+                }
+            )
+        path = Path(tempfile.gettempdir()) / f"{self.r}-netem.json"
+        path.write_text(json.dumps({"links": links}))
+        self.emulator = subprocess.Popen(
+            ["ip", "netns", "exec", self.r, str(netem_binary()), str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(self.emulator)
+        assert self.emulator.stdout is not None
+        line = self.emulator.stdout.readline().strip()
+        if line != "ready":
+            err = self.emulator.stderr.read() if self.emulator.stderr else ""
+            raise RuntimeError(f"mpt-netem did not start: {line} {err}")
+
+    def emulator_stats(self) -> dict[str, Any] | None:
+        """Stop the emulator and return its counters (None if not used)."""
+        if self.emulator is None:
+            return None
+        self.emulator.terminate()
+        out, _ = self.emulator.communicate(timeout=10)
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1]) if lines else None
 
     @staticmethod
     def dev(i: int, side: str) -> str:
@@ -149,6 +296,9 @@ class Topology:
         self.procs.append(p)
         return p
 
+    def namespaces(self) -> list[str]:
+        return [ns for ns in (self.a, self.b, self.r) if ns]
+
     def close(self) -> None:
         if self._closed:
             return
@@ -162,7 +312,7 @@ class Topology:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
-        for ns in (self.a, self.b):
+        for ns in self.namespaces():
             # Kill anything else still running inside, then delete.
             pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
             for pid in pids:

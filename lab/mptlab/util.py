@@ -68,3 +68,15 @@ def mpt_binary() -> Path:
     if env:
         return Path(env)
     return repo_root() / "target" / "release" / "mpt"
+
+
+def netem_binary() -> Path:
+    """The link emulator binary: $MPT_NETEM_BIN or the release build."""
+    env = os.environ.get("MPT_NETEM_BIN")
+    return Path(env) if env else repo_root() / "target" / "release" / "mpt-netem"
+
+
+def probe_binary() -> Path:
+    """The probe generator binary: $MPT_PROBE_BIN or the release build."""
+    env = os.environ.get("MPT_PROBE_BIN")
+    return Path(env) if env else repo_root() / "target" / "release" / "mpt-probe"

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use mpt_core::path::PathConfig;
 use mpt_core::sched::Share;
-use mpt_core::tunnel::{ReleaseKind, Received, Tunnel, TunnelConfig};
+use mpt_core::tunnel::{Received, ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::wire::{write_header, HeaderFields, PacketType, HEADER_LEN};
 use proptest::prelude::*;
 
@@ -42,7 +42,12 @@ fn tunnel() -> Tunnel {
 
 fn data_packet(path: u8, seq: u64, inner_first: u8, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; HEADER_LEN + len];
-    let f = HeaderFields { path, tunnel_seq: seq, path_seq: seq as u32, ..Default::default() };
+    let f = HeaderFields {
+        path,
+        tunnel_seq: seq,
+        path_seq: seq as u32,
+        ..Default::default()
+    };
     write_header(&mut b, PacketType::Data, &f);
     if len > 0 {
         b[HEADER_LEN] = inner_first;

@@ -8,7 +8,9 @@
 //! * [`udp`] — bind the path sockets;
 //! * [`netcfg`] — addresses, MTU, link state, routes;
 //! * [`control`] — the control socket for `mpt status`;
-//! * [`driver`] — the event loop that feeds the sans-IO core.
+//! * [`driver`] — the event loop that feeds the sans-IO core;
+//! * [`packet`] — raw link-layer sockets and precise waits for the lab's
+//!   link emulator.
 //!
 //! Invariant: this crate decides nothing about packets; every policy lives
 //! in `mpt-core`, which this crate calls with the current time and bytes.
@@ -16,5 +18,6 @@
 pub mod control;
 pub mod driver;
 pub mod netcfg;
+pub mod packet;
 pub mod tun;
 pub mod udp;

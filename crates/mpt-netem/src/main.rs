@@ -1,0 +1,168 @@
+//! `mpt-netem`: link emulator for kernels without netem.
+//!
+//! It runs in a router namespace between two hosts and forwards Ethernet
+//! frames between interface pairs like a transparent bridge, applying delay,
+//! jitter, random or bursty loss and a queue limit per direction (see
+//! `model`). Rate is left to tbf/htb on the hosts' interfaces.
+//!
+//! ```text
+//!  host A  l1a ──── r1a [ mpt-netem ] r1b ──── l1b  host B
+//!          l2a ──── r2a [           ] r2b ──── l2b
+//! ```
+//!
+//! Usage: `mpt-netem CONFIG.json`, where the file holds
+//! `{"links": [{"a": "r1a", "b": "r1b", "a_to_b": {...}, "b_to_a": {...}}]}`
+//! with direction fields `delay_ms`, `jitter_ms`, `loss`, `loss_burst`,
+//! `limit`, `reorder`. It prints `ready` on stdout once forwarding, and on
+//! SIGINT/SIGTERM prints per-direction counters as one JSON line and exits.
+//!
+//! Invariants: every frame is counted once (passed, lost, queue-dropped, or
+//! send error); a bad configuration exits with status 2 and a message naming
+//! the field, before any socket is opened.
+
+mod model;
+mod rng;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use model::{DirSpec, Direction};
+use mpt_io::packet::{monotonic_ns, set_timer_slack_ns, wait_readable, PacketSocket};
+use serde::Deserialize;
+use std::os::fd::AsRawFd;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkCfg {
+    a: String,
+    b: String,
+    #[serde(default)]
+    a_to_b: DirSpec,
+    #[serde(default)]
+    b_to_a: DirSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cfg {
+    links: Vec<LinkCfg>,
+    #[serde(default)]
+    seed: u64,
+}
+
+struct Dir {
+    from: usize,
+    to: usize,
+    model: Direction,
+    send_errors: u64,
+    name: String,
+}
+
+fn load(path: &str) -> Result<Cfg, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: cannot read: {e}"))?;
+    let cfg: Cfg = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    if cfg.links.is_empty() {
+        return Err(format!("{path}: links: at least one link is needed"));
+    }
+    for (i, l) in cfg.links.iter().enumerate() {
+        for (n, d) in [("a_to_b", &l.a_to_b), ("b_to_a", &l.b_to_a)] {
+            d.validate()
+                .map_err(|e| format!("{path}: links[{i}].{n}: {e}"))?;
+        }
+    }
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!("usage: mpt-netem CONFIG.json");
+        return ExitCode::from(2);
+    };
+    let cfg = match load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cfg: Cfg) -> std::io::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))?;
+    }
+    set_timer_slack_ns(1);
+    let mut socks = vec![];
+    let mut dirs = vec![];
+    for (i, l) in cfg.links.iter().enumerate() {
+        let a = socks.len();
+        socks.push(PacketSocket::open(&l.a)?);
+        socks.push(PacketSocket::open(&l.b)?);
+        let seed = cfg.seed.wrapping_add(2 * i as u64);
+        dirs.push(Dir {
+            from: a,
+            to: a + 1,
+            model: Direction::new(l.a_to_b.clone(), seed),
+            send_errors: 0,
+            name: format!("{}->{}", l.a, l.b),
+        });
+        dirs.push(Dir {
+            from: a + 1,
+            to: a,
+            model: Direction::new(l.b_to_a.clone(), seed + 1),
+            send_errors: 0,
+            name: format!("{}->{}", l.b, l.a),
+        });
+    }
+    let fds: Vec<_> = socks.iter().map(|s| s.as_raw_fd()).collect();
+    // Which direction reads from socket k.
+    let reader: Vec<usize> = (0..socks.len())
+        .map(|k| dirs.iter().position(|d| d.from == k).unwrap_or(0))
+        .collect();
+    println!("ready");
+    let mut buf = vec![0u8; 65_536];
+    while !stop.load(Ordering::Relaxed) {
+        let now = monotonic_ns();
+        let next = dirs.iter().filter_map(|d| d.model.next_release()).min();
+        let timeout = next.map(|t| t.saturating_sub(now));
+        let ready = wait_readable(&fds, timeout.or(Some(200_000_000)))?;
+        for (k, r) in ready.iter().enumerate() {
+            if !r {
+                continue;
+            }
+            loop {
+                match socks[k].recv(&mut buf) {
+                    Ok(n) => dirs[reader[k]]
+                        .model
+                        .on_frame(monotonic_ns(), buf[..n].to_vec()),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let now = monotonic_ns();
+        for d in dirs.iter_mut() {
+            while let Some(f) = d.model.poll_release(now) {
+                if socks[d.to].send(&f).is_err() {
+                    d.send_errors += 1;
+                }
+            }
+        }
+    }
+    let stats: Vec<_> = dirs
+        .iter()
+        .map(|d| serde_json::json!({ "direction": d.name, "stats": d.model.stats, "send_errors": d.send_errors }))
+        .collect();
+    println!("{}", serde_json::json!({ "directions": stats }));
+    Ok(())
+}

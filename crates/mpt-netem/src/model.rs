@@ -1,0 +1,381 @@
+//! Emulation model of one link direction, in virtual time (sans-IO).
+//!
+//! Each frame that enters is either lost or scheduled for release at
+//! `arrival + delay + jitter`. Loss is random (Bernoulli) or bursty
+//! (Gilbert's two-state model: no loss in the good state, every packet lost
+//! in the bad state; parameters derived from the mean loss rate π and mean
+//! burst length b as r = 1/b, p = π·r/(1−π), so that the stationary loss
+//! rate p/(p+r) equals π). Jitter is normal with standard deviation
+//! `jitter_ms`, truncated so that no frame leaves before it arrived.
+//!
+//! Invariants:
+//! * without `reorder`, frames leave in arrival order (release times are
+//!   made monotonic, as a real link's FIFO does);
+//! * at most `limit` frames are held; a frame arriving at a full queue is
+//!   dropped and counted (`dropped_queue`);
+//! * every frame is counted exactly once: passed, lost or queue-dropped.
+
+use std::collections::{BinaryHeap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::rng::Rng;
+
+/// Settings of one direction.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DirSpec {
+    pub delay_ms: f64,
+    pub jitter_ms: f64,
+    /// Mean loss rate, 0..1.
+    pub loss: f64,
+    /// Mean loss burst length in packets (1 = independent losses).
+    pub loss_burst: f64,
+    /// Largest number of frames held.
+    pub limit: usize,
+    /// Let jitter reorder frames (netem's default) instead of keeping FIFO.
+    pub reorder: bool,
+}
+
+impl Default for DirSpec {
+    fn default() -> Self {
+        Self {
+            delay_ms: 0.0,
+            jitter_ms: 0.0,
+            loss: 0.0,
+            loss_burst: 1.0,
+            limit: 10_000,
+            reorder: false,
+        }
+    }
+}
+
+impl DirSpec {
+    /// Check ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let finite = |v: f64, n: &str| {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!("{n} must be a finite number"))
+            }
+        };
+        finite(self.delay_ms, "delay_ms")?;
+        finite(self.jitter_ms, "jitter_ms")?;
+        finite(self.loss, "loss")?;
+        finite(self.loss_burst, "loss_burst")?;
+        if !(0.0..=60_000.0).contains(&self.delay_ms) {
+            return Err("delay_ms must be within 0..60000".into());
+        }
+        if !(0.0..=60_000.0).contains(&self.jitter_ms) {
+            return Err("jitter_ms must be within 0..60000".into());
+        }
+        if !(0.0..1.0).contains(&self.loss) {
+            return Err("loss must be a fraction within 0..1 (0.02 = 2%)".into());
+        }
+        if self.loss_burst < 1.0 {
+            return Err("loss_burst (mean burst length in packets) must be at least 1".into());
+        }
+        if self.limit == 0 {
+            return Err("limit must be at least 1 packet".into());
+        }
+        Ok(())
+    }
+}
+
+/// Counters of one direction.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DirStats {
+    pub received: u64,
+    pub passed: u64,
+    pub lost: u64,
+    pub dropped_queue: u64,
+    pub max_held: u64,
+    /// Sum of scheduled added delay of passed frames, ns.
+    pub added_delay_ns_sum: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    release: u64,
+    order: u64,
+    frame: Vec<u8>,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        (self.release, self.order) == (o.release, o.order)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    // Reversed: BinaryHeap is a max-heap and we want the earliest release.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.release, o.order).cmp(&(self.release, self.order))
+    }
+}
+
+/// One emulated direction.
+pub struct Direction {
+    spec: DirSpec,
+    rng: Rng,
+    bad: bool,
+    p_enter_bad: f64,
+    p_leave_bad: f64,
+    fifo: VecDeque<Held>,
+    heap: BinaryHeap<Held>,
+    last_release: u64,
+    order: u64,
+    pub stats: DirStats,
+}
+
+impl Direction {
+    pub fn new(spec: DirSpec, seed: u64) -> Self {
+        let (p, r) = if spec.loss_burst > 1.0 && spec.loss > 0.0 {
+            let r = 1.0 / spec.loss_burst;
+            (spec.loss * r / (1.0 - spec.loss), r)
+        } else {
+            (0.0, 1.0)
+        };
+        Self {
+            spec,
+            rng: Rng::new(seed),
+            bad: false,
+            p_enter_bad: p,
+            p_leave_bad: r,
+            fifo: VecDeque::new(),
+            heap: BinaryHeap::new(),
+            last_release: 0,
+            order: 0,
+            stats: DirStats::default(),
+        }
+    }
+
+    fn held(&self) -> usize {
+        self.fifo.len() + self.heap.len()
+    }
+
+    fn is_lost(&mut self) -> bool {
+        if self.spec.loss <= 0.0 {
+            return false;
+        }
+        if self.spec.loss_burst <= 1.0 {
+            return self.rng.chance(self.spec.loss);
+        }
+        // Gilbert: decide the state for this packet, then lose it if bad.
+        if self.bad {
+            if self.rng.chance(self.p_leave_bad) {
+                self.bad = false;
+            }
+        } else if self.rng.chance(self.p_enter_bad) {
+            self.bad = true;
+        }
+        self.bad
+    }
+
+    /// A frame arrived at `now` (ns).
+    pub fn on_frame(&mut self, now: u64, frame: Vec<u8>) {
+        self.stats.received += 1;
+        if self.is_lost() {
+            self.stats.lost += 1;
+            return;
+        }
+        if self.held() >= self.spec.limit {
+            self.stats.dropped_queue += 1;
+            return;
+        }
+        let mut delay = self.spec.delay_ms * 1e6;
+        if self.spec.jitter_ms > 0.0 {
+            delay += self.rng.normal() * self.spec.jitter_ms * 1e6;
+        }
+        let mut release = now + delay.max(0.0) as u64;
+        self.order += 1;
+        if self.spec.reorder {
+            self.heap.push(Held {
+                release,
+                order: self.order,
+                frame,
+            });
+        } else {
+            release = release.max(self.last_release);
+            self.last_release = release;
+            self.fifo.push_back(Held {
+                release,
+                order: self.order,
+                frame,
+            });
+        }
+        self.stats.added_delay_ns_sum += release - now;
+        self.stats.max_held = self.stats.max_held.max(self.held() as u64);
+    }
+
+    /// Earliest pending release time.
+    pub fn next_release(&self) -> Option<u64> {
+        let a = self.fifo.front().map(|h| h.release);
+        let b = self.heap.peek().map(|h| h.release);
+        match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        }
+    }
+
+    /// A frame due at `now`, if any.
+    pub fn poll_release(&mut self, now: u64) -> Option<Vec<u8>> {
+        let h = if self.fifo.front().is_some_and(|h| h.release <= now) {
+            self.fifo.pop_front()
+        } else if self.heap.peek().is_some_and(|h| h.release <= now) {
+            self.heap.pop()
+        } else {
+            None
+        }?;
+        self.stats.passed += 1;
+        Some(h.frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(spec: DirSpec, n: u64, gap: u64) -> (Direction, Vec<(u64, u64)>) {
+        let mut d = Direction::new(spec, 42);
+        let mut out = vec![];
+        let mut now = 0;
+        for i in 0..n {
+            d.on_frame(now, i.to_be_bytes().to_vec());
+            while let Some(f) = d.poll_release(now) {
+                out.push((u64::from_be_bytes(f[..8].try_into().unwrap()), now));
+            }
+            now += gap;
+        }
+        while let Some(t) = d.next_release() {
+            while let Some(f) = d.poll_release(t) {
+                out.push((u64::from_be_bytes(f[..8].try_into().unwrap()), t));
+            }
+        }
+        (d, out)
+    }
+
+    #[test]
+    fn fixed_delay_is_exact_in_virtual_time() {
+        let spec = DirSpec {
+            delay_ms: 10.0,
+            ..Default::default()
+        };
+        let (d, out) = run(spec, 1000, 1_000_000);
+        assert_eq!(out.len(), 1000);
+        for (i, t) in out {
+            assert_eq!(t, i * 1_000_000 + 10_000_000);
+        }
+        assert_eq!(d.stats.passed, 1000);
+    }
+
+    #[test]
+    fn random_loss_within_three_sigma() {
+        for loss in [0.01, 0.02, 0.1] {
+            let (d, out) = run(
+                DirSpec {
+                    loss,
+                    ..Default::default()
+                },
+                10_000,
+                1000,
+            );
+            let n = 10_000.0;
+            let sigma = (n * loss * (1.0 - loss)).sqrt();
+            let lost = d.stats.lost as f64;
+            assert!((lost - n * loss).abs() < 3.0 * sigma, "loss {loss}: {lost}");
+            assert_eq!(out.len() as u64 + d.stats.lost, 10_000);
+        }
+    }
+
+    #[test]
+    fn bursty_loss_has_right_rate_and_burst_length() {
+        let spec = DirSpec {
+            loss: 0.05,
+            loss_burst: 4.0,
+            ..Default::default()
+        };
+        let (d, out) = run(spec, 200_000, 1000);
+        let rate = d.stats.lost as f64 / 200_000.0;
+        assert!((rate - 0.05).abs() < 0.01, "{rate}");
+        // Mean burst length from gaps in the delivered sequence.
+        let mut bursts = 0u64;
+        let mut prev = None;
+        for (i, _) in &out {
+            if let Some(p) = prev {
+                if i - p > 1 {
+                    bursts += 1;
+                }
+            }
+            prev = Some(*i);
+        }
+        let mean_burst = d.stats.lost as f64 / bursts as f64;
+        assert!((mean_burst - 4.0).abs() < 0.5, "{mean_burst}");
+    }
+
+    #[test]
+    fn jitter_keeps_fifo_unless_reorder() {
+        let spec = DirSpec {
+            delay_ms: 5.0,
+            jitter_ms: 2.0,
+            ..Default::default()
+        };
+        let (_, out) = run(spec.clone(), 5000, 100_000);
+        assert!(out.windows(2).all(|w| w[0].0 < w[1].0));
+        let (_, out) = run(
+            DirSpec {
+                reorder: true,
+                ..spec
+            },
+            5000,
+            100_000,
+        );
+        assert!(out.windows(2).any(|w| w[0].0 > w[1].0));
+        assert_eq!(out.len(), 5000);
+    }
+
+    #[test]
+    fn queue_limit_drops_and_counts() {
+        let spec = DirSpec {
+            delay_ms: 100.0,
+            limit: 10,
+            ..Default::default()
+        };
+        let (d, out) = run(spec, 100, 1000);
+        assert_eq!(out.len(), 10);
+        assert_eq!(d.stats.dropped_queue, 90);
+        assert_eq!(d.stats.max_held, 10);
+    }
+
+    #[test]
+    fn validation_names_fields() {
+        assert!(DirSpec {
+            loss: 1.5,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err()
+        .contains("loss"));
+        assert!(DirSpec {
+            loss_burst: 0.5,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err()
+        .contains("loss_burst"));
+        assert!(DirSpec {
+            delay_ms: f64::NAN,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err()
+        .contains("delay_ms"));
+        assert!(DirSpec::default().validate().is_ok());
+    }
+}

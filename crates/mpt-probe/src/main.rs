@@ -1,0 +1,191 @@
+//! `mpt-probe send|recv`: paced, train and back-to-back UDP probe streams.
+//!
+//! * `mpt-probe recv --bind ADDR:PORT [--count N] [--idle-ms MS]` receives
+//!   until N probes arrived or nothing came for MS, then prints one JSON
+//!   summary line (see `mpt_probe::Summary`).
+//! * `mpt-probe send --to ADDR:PORT --count N [--pps R] [--size B]
+//!   [--train K]` sends N probes of B bytes: paced at R packets/s, in trains
+//!   of K back-to-back packets at R trains/s, or all back-to-back without
+//!   `--pps`. VoIP (G.711, 20 ms): `--pps 50 --size 160`.
+//!
+//! Invariants: runs are bounded (count and idle timeout); pacing sleeps until
+//! shortly before each departure and spins the rest, so the schedule is kept
+//! to microseconds without drifting.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+use mpt_probe::{encode, StreamStats, PROBE_HEADER_LEN};
+
+#[derive(Parser)]
+#[command(
+    name = "mpt-probe",
+    version,
+    about = "UDP probe streams with nanosecond timestamps"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    Send {
+        #[arg(long)]
+        to: SocketAddr,
+        #[arg(long)]
+        count: u64,
+        /// Packets (or trains) per second; omit for back-to-back.
+        #[arg(long)]
+        pps: Option<f64>,
+        /// UDP payload bytes (at least 20).
+        #[arg(long, default_value_t = 160)]
+        size: usize,
+        /// Packets per back-to-back train.
+        #[arg(long, default_value_t = 1)]
+        train: u64,
+    },
+    Recv {
+        #[arg(long)]
+        bind: SocketAddr,
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this long without a packet (after the first).
+        #[arg(long, default_value_t = 2000)]
+        idle_ms: u64,
+        /// Give up if nothing arrives at all within this time.
+        #[arg(long, default_value_t = 30_000)]
+        start_timeout_ms: u64,
+    },
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn send(
+    to: SocketAddr,
+    count: u64,
+    pps: Option<f64>,
+    size: usize,
+    train: u64,
+) -> std::io::Result<()> {
+    if size < PROBE_HEADER_LEN || size > 65_507 {
+        return Err(std::io::Error::other(format!(
+            "--size must be {PROBE_HEADER_LEN}..=65507"
+        )));
+    }
+    let bind: SocketAddr = if to.is_ipv4() {
+        "0.0.0.0:0".parse().unwrap()
+    } else {
+        "[::]:0".parse().unwrap()
+    };
+    let sock = UdpSocket::bind(bind)?;
+    let mut buf = vec![0u8; size];
+    let start = Instant::now();
+    let gap = pps
+        .filter(|p| *p > 0.0)
+        .map(|p| Duration::from_secs_f64(1.0 / p));
+    let mut errors = 0u64;
+    for seq in 0..count {
+        if let Some(g) = gap {
+            if seq % train.max(1) == 0 {
+                let due = start + g * (seq / train.max(1)) as u32;
+                loop {
+                    let now = Instant::now();
+                    if now >= due {
+                        break;
+                    }
+                    let left = due - now;
+                    if left > Duration::from_micros(200) {
+                        std::thread::sleep(left - Duration::from_micros(150));
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        encode(&mut buf, seq, wall_ns());
+        if sock.send_to(&buf, to).is_err() {
+            errors += 1;
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({ "sent": count, "send_errors": errors, "seconds": start.elapsed().as_secs_f64() })
+    );
+    Ok(())
+}
+
+fn recv(
+    bind: SocketAddr,
+    count: Option<u64>,
+    idle_ms: u64,
+    start_timeout_ms: u64,
+) -> std::io::Result<()> {
+    let sock = UdpSocket::bind(bind)?;
+    let mut stats = StreamStats::default();
+    let mut buf = vec![0u8; 65_536];
+    let mut got = 0u64;
+    sock.set_read_timeout(Some(Duration::from_millis(start_timeout_ms.max(1))))?;
+    println!("ready");
+    loop {
+        match sock.recv_from(&mut buf) {
+            Ok((n, _)) => {
+                stats.on_datagram(&buf[..n], wall_ns());
+                got += 1;
+                if got == 1 {
+                    sock.set_read_timeout(Some(Duration::from_millis(idle_ms.max(1))))?;
+                }
+                if count.is_some_and(|c| got >= c) {
+                    break;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    println!(
+        "{}",
+        serde_json::to_string(&stats.summary(count)).unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Send {
+            to,
+            count,
+            pps,
+            size,
+            train,
+        } => send(to, count, pps, size, train),
+        Cmd::Recv {
+            bind,
+            count,
+            idle_ms,
+            start_timeout_ms,
+        } => recv(bind, count, idle_ms, start_timeout_ms),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
