@@ -1,8 +1,13 @@
 """The `mptlab` command line.
 
 Subcommands:
-    demo   -- two namespaces, three emulated paths, the tunnel up, traffic
-              through it, and `mpt status` of both ends.
+    demo    -- two namespaces, three emulated paths, the tunnel up, traffic
+               through it, and `mpt status` of both ends;
+    list    -- the scenarios shipped in lab/scenarios;
+    run     -- run a scenario (with key=value overrides), write raw JSON,
+               summary CSV and plots;
+    plot    -- draw the plots of a results directory again;
+    report  -- write docs/results.md from results directories.
 
 Invariant: every subcommand tears down what it created, also on Ctrl-C
 (Topology is a context manager and registered for exit cleanup).
@@ -11,10 +16,14 @@ Invariant: every subcommand tears down what it created, also on Ctrl-C
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
+from . import plot, results, runner, scenario
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from .netns import Shape, Topology
 from .traffic import iperf3, ping
@@ -64,12 +73,100 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    for sc in scenario.available():
+        first = next((ln for ln in sc.description.splitlines() if ln.strip()), "")
+        print(f"{sc.name:<16} {first.strip()}")
+        if args.verbose:
+            print(sc.description)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        sc = scenario.load(args.scenario, args.overrides)
+    except scenario.ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    started = datetime.now(timezone.utc)
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("results") / (f"{sc.name}-{started.strftime('%Y%m%d-%H%M%S')}")
+    )
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    r = runner.Runner(sc, out, progress=say)
+    say(f"scenario {sc.name}: {r.total} measurements -> {out}")
+    t0 = time.monotonic()
+    try:
+        points = r.run()
+    except KeyboardInterrupt:
+        say("interrupted; writing what was measured")
+        points = r.points
+    command = "mptlab run " + " ".join([args.scenario, *args.overrides])
+    doc = results.write(out, sc.name, command, points, started.isoformat(timespec="seconds"))
+    made = plot.plot_all(doc, out)
+    say(
+        f"done in {time.monotonic() - t0:.0f} s: {out}/raw.json, summary.csv, "
+        f"{len(made)} plot files"
+    )
+    if args.json:
+        print(results.summary_line(doc))
+    errors = [p for p in points if p.error]
+    return 1 if errors and len(errors) == len(points) else 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    d = Path(args.results)
+    made = plot.plot_all(results.load(d), d)
+    print(f"{len(made)} plot files in {d}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    img_root = out.parent / "results"
+    docs = []
+    for r in args.results:
+        d = Path(r)
+        doc = results.load(d)
+        dest = img_root / d.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for f in [*d.glob("*.png"), *d.glob("*.svg"), d / "summary.csv", d / "raw.json"]:
+            if f.exists():
+                shutil.copy(f, dest / f.name)
+        docs.append((dest, doc))
+    out.write_text(results.markdown(docs, Path("results")))
+    print(f"wrote {out} and {img_root}/")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mptlab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="tunnel over 3 emulated paths with traffic and status")
     d.add_argument("--seconds", type=float, default=5.0, help="iperf3 duration")
     d.set_defaults(func=demo)
+    ls = sub.add_parser("list", help="show the scenarios")
+    ls.add_argument("-v", "--verbose", action="store_true", help="with descriptions")
+    ls.set_defaults(func=cmd_list)
+    rn = sub.add_parser("run", help="run a scenario")
+    rn.add_argument("scenario", help="name in lab/scenarios or a path to a .toml file")
+    rn.add_argument("overrides", nargs="*", help="key=value (links=1,2 seconds=3 ...)")
+    rn.add_argument("--out", help="results directory (default results/NAME-TIME)")
+    rn.add_argument(
+        "--json",
+        action="store_true",
+        help="progress to stderr; end with one JSON summary line on stdout",
+    )
+    rn.set_defaults(func=cmd_run)
+    pl = sub.add_parser("plot", help="draw the plots of a results directory")
+    pl.add_argument("results")
+    pl.set_defaults(func=cmd_plot)
+    rp = sub.add_parser("report", help="write docs/results.md from results directories")
+    rp.add_argument("results", nargs="+")
+    rp.add_argument("--out", default="docs/results.md")
+    rp.set_defaults(func=cmd_report)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))

@@ -40,27 +40,22 @@ def iperf3(
     streams: int = 1,
     port: int = 5201,
     reverse: bool = False,
+    wrap: list[str] | None = None,
+    interval: float | None = None,
 ) -> IperfResult:
-    """Run iperf3 from A to a server in B at `server_addr`."""
+    """Run iperf3 from A to a server in B at `server_addr`. `wrap` prefixes
+    both commands (for example mptcpize); `interval` sets the report period
+    of the per-interval timeline."""
+    w = wrap or []
     srv = topo.spawn(
         "b",
-        ["iperf3", "-s", "-1", "-p", str(port)],
+        [*w, "iperf3", "-s", "-1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     wait_for(f"iperf3 server on port {port}", lambda: _port_open(topo, "b", port), timeout=10)
-    args = [
-        "iperf3",
-        "-c",
-        server_addr,
-        "-p",
-        str(port),
-        "-J",
-        "-t",
-        str(seconds),
-        "-P",
-        str(streams),
-    ]
+    args = [*w, "iperf3", "-c", server_addr, "-p", str(port), "-J", "-t", str(seconds)]
+    args += ["-P", str(streams)]
     if udp:
         args += ["-u", "-b", rate or "0"]
     elif rate:
@@ -69,6 +64,8 @@ def iperf3(
         args += ["-l", str(length)]
     if reverse:
         args.append("-R")
+    if interval:
+        args += ["-i", str(interval)]
     p = run(args, ns=topo.a, check=False, timeout=seconds + 30)
     try:
         srv.wait(timeout=10)
@@ -112,3 +109,85 @@ def ping(topo: Topology, side: str, addr: str, count: int = 5, interval: float =
         raise RuntimeError(f"ping output not understood: {p.stdout} {p.stderr}")
     avg = re.search(r"= [\d.]+/([\d.]+)/", p.stdout)
     return PingResult(int(m.group(1)), int(m.group(2)), float(avg.group(1)) if avg else None)
+
+
+@dataclass
+class HttpResult:
+    mbps: float
+    seconds: float
+    bytes: int
+
+
+NGINX_CONF = """
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {root}/error.log;
+pid {root}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    server {{
+        listen {port};
+        listen [::]:{port};
+        root {root};
+    }}
+}}
+"""
+
+
+def http_download(
+    topo: Topology,
+    server_addr: str,
+    size_bytes: int,
+    *,
+    port: int = 8080,
+    wrap: list[str] | None = None,
+    timeout: float = 600,
+) -> HttpResult:
+    """Serve a file of `size_bytes` with nginx from tmpfs in B and fetch it
+    with curl in A to /dev/null."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    w = wrap or []
+    root = Path(tempfile.mkdtemp(prefix=f"{topo.b}-www-", dir="/dev/shm"))
+    try:
+        with open(root / "file.bin", "wb") as f:
+            f.truncate(size_bytes)  # sparse on tmpfs: served as zeros, no memory
+        conf = root / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(root=root, port=port))
+        srv = topo.spawn(
+            "b",
+            [*w, "nginx", "-c", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(f"nginx on port {port}", lambda: _port_open(topo, "b", port), timeout=10)
+        host = f"[{server_addr}]" if ":" in server_addr else server_addr
+        p = run(
+            [
+                *w,
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{size_download} %{time_total}",
+                f"http://{host}:{port}/file.bin",
+            ],
+            ns=topo.a,
+            timeout=timeout,
+        )
+        srv.terminate()
+        srv.wait(timeout=10)
+        size_s, secs_s = p.stdout.split()
+        size, secs = int(float(size_s)), float(secs_s)
+        if size != size_bytes:
+            raise RuntimeError(f"HTTP download incomplete: {size} of {size_bytes} bytes")
+        return HttpResult(mbps=size * 8 / secs / 1e6, seconds=secs, bytes=size)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,152 @@
+"""Plots in the spirit of the MPT papers' figures, as PNG and SVG:
+
+* throughput against the number of links, one line per system, with the
+  sum-of-links line;
+* efficiency (throughput / sum of links) against the number of links;
+* CPU (sum over the involved processes) against the number of links;
+* throughput over time for failover runs, with the cut and restore marked.
+
+Invariant: plots are drawn from raw.json only; matplotlib runs headless.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .results import process_cpu  # noqa: E402
+
+STYLE = {
+    "mpt": ("tab:blue", "o"),
+    "mptcp": ("tab:orange", "s"),
+    "plain": ("tab:gray", "^"),
+    "hook": ("tab:green", "d"),
+}
+
+
+def _save(fig: Any, outdir: Path, name: str) -> list[Path]:
+    paths = []
+    for ext in ("png", "svg"):
+        p = outdir / f"{name}.{ext}"
+        fig.savefig(p, dpi=110, bbox_inches="tight")
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def _series(points: list[dict[str, Any]], traffic: str, path_v: int, tunnel_v: int) -> dict:
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in points:
+        if p["traffic"] != traffic or p["mbps"] is None or p["system"] == "plain":
+            continue
+        if p["path_v"] != path_v or (p["system"] == "mpt" and p["tunnel_v"] != tunnel_v):
+            continue
+        by[p["system"]].append(p)
+    for v in by.values():
+        v.sort(key=lambda p: p["links"])
+    return by
+
+
+def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
+    pts = doc["points"]
+    made: list[Path] = []
+    combos = sorted({(p["tunnel_v"], p["path_v"]) for p in pts if p["system"] == "mpt"})
+    traffics = sorted({p["traffic"] for p in pts if p["traffic"] != "voip"})
+    for tv, pv in combos:
+        for tr in traffics:
+            by = _series(pts, tr, pv, tv)
+            if not by or max(len(v) for v in by.values()) < 2:
+                continue
+            label = f"{tr.upper()}, IPv{tv} tunnel over IPv{pv} paths"
+            plain = [
+                p
+                for p in pts
+                if p["system"] == "plain" and p["traffic"] == tr and p["path_v"] == pv and p["mbps"]
+            ]
+            # Throughput.
+            fig, ax = plt.subplots(figsize=(6.4, 4))
+            links = sorted({p["links"] for v in by.values() for p in v})
+            sums = {p["links"]: p["sum_mbit"] for v in by.values() for p in v}
+            if any(sums.values()):
+                ax.plot(links, [sums[n] for n in links], "k--", lw=1, label="sum of links")
+            for sys_, ps in by.items():
+                c, m = STYLE.get(sys_, ("tab:red", "x"))
+                ax.errorbar(
+                    [p["links"] for p in ps],
+                    [p["mbps"] for p in ps],
+                    yerr=[
+                        [p["mbps"] - p["mbps_min"] for p in ps],
+                        [p["mbps_max"] - p["mbps"] for p in ps],
+                    ],
+                    color=c,
+                    marker=m,
+                    capsize=3,
+                    label=sys_,
+                )
+            if plain:
+                ax.axhline(plain[0]["mbps"], color="tab:gray", ls=":", label="plain, 1 link")
+            ax.set(xlabel="number of links", ylabel="Mbit/s", title=label)
+            ax.grid(alpha=0.3)
+            ax.legend()
+            made += _save(fig, outdir, f"throughput-{tr}-{tv}in{pv}")
+            # Efficiency.
+            fig, ax = plt.subplots(figsize=(6.4, 4))
+            for sys_, ps in by.items():
+                c, m = STYLE.get(sys_, ("tab:red", "x"))
+                eff = [(p["links"], p["efficiency"] * 100) for p in ps if p["efficiency"]]
+                if eff:
+                    ax.plot(*zip(*eff), color=c, marker=m, label=sys_)
+            ax.axhline(100, color="k", ls="--", lw=1)
+            ax.set(
+                xlabel="number of links", ylabel="% of the sum of links", title=label, ylim=(0, 110)
+            )
+            ax.grid(alpha=0.3)
+            ax.legend()
+            made += _save(fig, outdir, f"efficiency-{tr}-{tv}in{pv}")
+            # CPU.
+            fig, ax = plt.subplots(figsize=(6.4, 4))
+            for sys_, ps in by.items():
+                c, m = STYLE.get(sys_, ("tab:red", "x"))
+                cpu = [(p["links"], process_cpu(p)) for p in ps if p.get("cpu_pct")]
+                busy = [
+                    (p["links"], p["cpu_pct"].get("system_busy", 0)) for p in ps if p.get("cpu_pct")
+                ]
+                if cpu and any(v for _, v in cpu):
+                    ax.plot(*zip(*cpu), color=c, marker=m, label=f"{sys_} processes")
+                if busy:
+                    ax.plot(*zip(*busy), color=c, marker=m, ls=":", label=f"{sys_}: machine busy")
+            ax.set(xlabel="number of links", ylabel="CPU % (100 = one core)", title=label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            made += _save(fig, outdir, f"cpu-{tr}-{tv}in{pv}")
+    # Failover timelines.
+    for p in pts:
+        det = p.get("details") or {}
+        if "timeline" not in det:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        t, m = zip(*det["timeline"]) if det["timeline"] else ((), ())
+        ax.step(t, m, where="post", color=STYLE.get(p["system"], ("tab:red", ""))[0])
+        for ev in det.get("events", []):
+            ax.axvline(
+                ev["at_s"],
+                color="red" if ev["action"] == "cut" else "green",
+                ls="--",
+                label=f"link {ev['link']} {ev['action']}",
+            )
+        ax.set(
+            xlabel="seconds",
+            ylabel="Mbit/s",
+            title=f"failover: {p['system']} {p['ip']}, {p['links']} links, "
+            f"outage {det.get('outage_s')} s",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend()
+        made += _save(fig, outdir, f"failover-{p['system']}-{p['ip']}-{p['links']}")
+    return made

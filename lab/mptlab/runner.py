@@ -1,0 +1,307 @@
+"""Run a scenario: every IP combination × link count × system × traffic.
+
+For each measured point the runner records throughput (median, minimum and
+maximum over repeats), efficiency against the sum of the links' rates, CPU
+of the involved processes (sampled with timestamps) and traffic-specific
+details (retransmissions, UDP loss, one-way delay and jitter, failover
+timeline).
+
+Invariants: every topology is torn down after its points, also on error or
+Ctrl-C; a failing point is recorded with its error and the run goes on; the
+plain reference is measured once per path IP version on a single link.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import systems
+from .cpu import CpuSampler
+from .netns import Topology
+from .probe import voip
+from .scenario import Scenario
+from .traffic import http_download, iperf3
+
+MPT_HEADER = 36
+UDP_IP = {4: 28, 6: 48}
+ETHERNET = 14
+FAILOVER_INTERVAL_S = 0.2
+
+
+@dataclass
+class Point:
+    scenario: str
+    system: str
+    ip: str
+    tunnel_v: int
+    path_v: int
+    links: int
+    traffic: str
+    sum_mbit: float
+    mbps: float | None = None
+    mbps_min: float | None = None
+    mbps_max: float | None = None
+    efficiency: float | None = None
+    cpu_pct: dict[str, float] = field(default_factory=dict)
+    cpu_samples: list[dict[str, Any]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _ip(combo: str) -> tuple[int, int]:
+    t, p = combo.split("in")
+    return int(t), int(p)
+
+
+def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int:
+    """Bytes one UDP datagram of `payload` costs on a shaped veth link."""
+    inner = payload + UDP_IP[tunnel_v if system == "mpt" else path_v]
+    if system == "mpt":
+        return inner + MPT_HEADER + UDP_IP[path_v] + ETHERNET
+    return inner + ETHERNET
+
+
+class Runner:
+    def __init__(self, sc: Scenario, outdir: Path, progress: Callable[[str], None] = print):
+        self.sc = sc
+        self.outdir = outdir
+        self.progress = progress
+        self.points: list[Point] = []
+        self.total = self._count()
+        self.done = 0
+
+    def _count(self) -> int:
+        sc, n = self.sc, 0
+        for combo in sc.ip:
+            tv, pv = _ip(combo)
+            for _ in sc.link_counts:
+                if "mpt" in sc.systems:
+                    n += len(sc.traffic)
+                if "hook" in sc.systems:
+                    n += len(sc.traffic)
+                if "mptcp" in sc.systems and tv == pv:
+                    n += len([t for t in sc.traffic if t in ("tcp", "http")])
+        if "plain" in sc.systems:
+            n += len({_ip(c)[1] for c in sc.ip}) * len(sc.traffic)
+        return n
+
+    # -- measurement of one traffic type on one brought-up system ----------
+
+    def _measure(self, topo: Topology, target: systems.Target, point: Point) -> None:
+        sc = self.sc
+        results: list[float] = []
+        details: dict[str, Any] = {}
+        rates = sc.link_rates(point.links if point.system != "plain" else 1)
+        total_rate = sum(rates)
+        for _ in range(sc.repeats):
+            sampler = CpuSampler(target.pids).start()
+            try:
+                if point.traffic == "tcp":
+                    if sc.events and point.system != "plain":
+                        mbps, d = self._failover(topo, target)
+                    else:
+                        r = iperf3(
+                            topo,
+                            target.addr,
+                            seconds=sc.seconds,
+                            wrap=target.wrap,
+                            streams=sc.tcp_streams,
+                        )
+                        mbps, d = r.mbps, {"retransmits": r.retransmits}
+                elif point.traffic == "udp":
+                    wire = udp_wire_bytes(
+                        sc.udp_payload, point.system, point.tunnel_v, point.path_v
+                    )
+                    rate = (
+                        f"{total_rate * sc.udp_payload / wire * 0.98:.2f}M" if total_rate else "0"
+                    )
+                    r = iperf3(
+                        topo,
+                        target.addr,
+                        udp=True,
+                        rate=rate,
+                        length=sc.udp_payload,
+                        seconds=sc.seconds,
+                    )
+                    mbps, d = r.mbps, {"lost_percent": r.lost_percent, "offered": rate}
+                elif point.traffic == "http":
+                    size = (
+                        int(sc.http_mb * 1e6)
+                        if sc.http_mb
+                        else int((total_rate or 1000) * 1e6 / 8 * sc.seconds)
+                    )
+                    h = http_download(topo, target.addr, size, wrap=target.wrap)
+                    mbps, d = h.mbps, {"bytes": h.bytes, "seconds": h.seconds}
+                else:  # voip
+                    v = voip(topo, target.addr, seconds=sc.seconds)
+                    mbps = v["mbps"]
+                    d = {
+                        k: v[k]
+                        for k in ("owd_mean_ms", "owd_p99_ms", "jitter_ms", "loss", "reordered")
+                    }
+            finally:
+                cpu = sampler.stop()
+            results.append(mbps)
+            details = d
+            point.cpu_pct = cpu["mean_pct"]
+            point.cpu_samples = cpu["samples"]
+        point.mbps = statistics.median(results)
+        point.mbps_min, point.mbps_max = min(results), max(results)
+        point.efficiency = (
+            point.mbps / total_rate if total_rate and point.traffic != "voip" else None
+        )
+        point.details = details
+        if target.peers:
+            st = target.peers[1].status()
+            point.details["receiver_reorder"] = st.get("reorder")
+            point.details["receiver_drops"] = {k: v for k, v in st.get("drops", {}).items() if v}
+
+    def _failover(self, topo: Topology, target: systems.Target) -> tuple[float, dict[str, Any]]:
+        """A TCP transfer with the scenario's cut/restore events applied."""
+        sc = self.sc
+        out: dict[str, Any] = {}
+
+        def transfer() -> None:
+            try:
+                out["r"] = iperf3(
+                    topo,
+                    target.addr,
+                    seconds=sc.seconds,
+                    wrap=target.wrap,
+                    interval=FAILOVER_INTERVAL_S,
+                )
+            except Exception as e:  # noqa: BLE001 - recorded as not survived
+                out["err"] = str(e)
+
+        t = threading.Thread(target=transfer)
+        start = time.monotonic()
+        t.start()
+        for ev in sorted(sc.events, key=lambda e: e.at_s):
+            delay = start + ev.at_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            topo.set_link(ev.link, up=ev.action == "restore")
+        t.join(timeout=sc.seconds + 60)
+        for ev in sc.events:  # leave links as found
+            topo.set_link(ev.link, up=True)
+        if "r" not in out:
+            return 0.0, {"survived": False, "error": out.get("err", "transfer did not finish")}
+        r = out["r"]
+        timeline = [
+            (round(iv["sum"]["end"], 3), iv["sum"]["bits_per_second"] / 1e6)
+            for iv in r.raw["intervals"]
+        ]
+        cut = min((e.at_s for e in sc.events if e.action == "cut"), default=None)
+        outage = None
+        if cut is not None:
+            before = [m for t_, m in timeline if t_ <= cut]
+            ref = statistics.median(before) if before else 0
+            after = [(t_, m) for t_, m in timeline if t_ > cut]
+            low = [t_ for t_, m in after if m < 0.1 * ref]
+            outage = round(len(low) * FAILOVER_INTERVAL_S, 3)
+        return r.mbps, {
+            "survived": True,
+            "retransmits": r.retransmits,
+            "timeline": timeline,
+            "events": [asdict(e) for e in sc.events],
+            "outage_s": outage,
+        }
+
+    # -- scenario loop ------------------------------------------------------
+
+    def _run_system(
+        self,
+        topo: Topology,
+        cm: AbstractContextManager[systems.Target],
+        proto: Point,
+        traffics: list[str],
+    ) -> None:
+        try:
+            with cm as target:
+                for tr in traffics:
+                    p = Point(**{**asdict(proto), "traffic": tr})
+                    try:
+                        self._measure(topo, target, p)
+                    except Exception as e:  # noqa: BLE001 - recorded, run goes on
+                        p.error = f"{type(e).__name__}: {e}"
+                    self._record(p)
+        except Exception as e:  # noqa: BLE001 - the system failed to come up
+            for tr in traffics:
+                self._record(
+                    Point(**{**asdict(proto), "traffic": tr, "error": f"{type(e).__name__}: {e}"})
+                )
+
+    def _record(self, p: Point) -> None:
+        self.points.append(p)
+        self.done += 1
+        if p.error:
+            what = f"ERROR {p.error}"
+        else:
+            eff = f" = {p.efficiency:.1%} of {p.sum_mbit:g}" if p.efficiency is not None else ""
+            extra = ""
+            if "outage_s" in p.details:
+                extra = f", outage {p.details['outage_s']} s"
+            if "owd_mean_ms" in p.details:
+                extra = (
+                    f", owd {p.details['owd_mean_ms']:.2f} ms jitter "
+                    f"{p.details['jitter_ms']:.3f} ms loss {p.details['loss']:.2%}"
+                )
+            what = f"{p.mbps:.1f} Mbit/s{eff}{extra}"
+        cpu = sum(v for k, v in p.cpu_pct.items() if k != "system_busy")
+        cpu_s = f" cpu {cpu:.0f}%" if p.cpu_pct and cpu else ""
+        self.progress(
+            f"[{self.done}/{self.total}] {p.system:<6} {p.ip} N={p.links:<2} "
+            f"{p.traffic:<4}: {what}{cpu_s}"
+        )
+
+    def run(self) -> list[Point]:
+        sc = self.sc
+        work = self.outdir / "work"
+        if "plain" in sc.systems:
+            for pv in sorted({_ip(c)[1] for c in sc.ip}):
+                shapes = sc.shapes_for(1)[:1]
+                with Topology(1, shape=shapes) as topo:
+                    proto = Point(
+                        sc.name, "plain", f"-in{pv}", 0, pv, 1, "", sum(sc.link_rates(1)[:1])
+                    )
+                    self._run_system(topo, systems.plain(topo, pv), proto, sc.traffic)
+        for combo in sc.ip:
+            tv, pv = _ip(combo)
+            for n in sc.link_counts:
+                shapes = sc.shapes_for(n)
+                rates = sc.link_rates(n)
+                with Topology(n, shape=shapes) as topo:
+                    base = Point(sc.name, "", combo, tv, pv, n, "", sum(rates))
+                    if "mpt" in sc.systems:
+                        cm = systems.mpt(topo, tv, pv, rates, work / f"{combo}-{n}", sc.mpt_extra)
+                        self._run_system(
+                            topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic
+                        )
+                    if "mptcp" in sc.systems and tv == pv:
+                        tr = [t for t in sc.traffic if t in ("tcp", "http")]
+                        self._run_system(
+                            topo,
+                            systems.mptcp(topo, pv),
+                            Point(
+                                **{
+                                    **asdict(base),
+                                    "system": "mptcp",
+                                    "ip": f"-in{pv}",
+                                    "tunnel_v": 0,
+                                }
+                            ),
+                            tr,
+                        )
+                    if "hook" in sc.systems and sc.hook_up and sc.hook_down:
+                        cm = systems.hook(topo, sc.hook_up, sc.hook_down, tv, pv)
+                        self._run_system(
+                            topo, cm, Point(**{**asdict(base), "system": "hook"}), sc.traffic
+                        )
+        return self.points

@@ -1,0 +1,239 @@
+"""Declarative scenarios (`lab/scenarios/*.toml`) and command-line overrides.
+
+A scenario file::
+
+    name = "aggregation"
+    description = '''...ASCII topology drawing...'''
+
+    [topology]
+    links = [1, 2, 4]         # link counts to sweep
+    rate_mbit = 100           # every link (both directions)
+    delay_ms = 0              # also jitter_ms, loss, loss_burst, queue_ms
+    # or explicit links (fixed count), each with its own settings:
+    # [[topology.link]]
+    # rate_mbit = 100
+    # delay_ms = 5
+
+    [run]
+    systems = ["plain", "mpt", "mptcp"]   # and "hook" (see [hook])
+    ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
+    traffic = ["tcp", "udp", "http", "voip"]
+    seconds = 5
+    repeats = 1
+    tcp_streams = 1
+    http_mb = 0               # 0: sized to last about `seconds` at the links' sum
+    udp_payload = 1392        # bytes per UDP datagram payload
+
+    [[event]]                 # optional, during TCP transfers
+    at_s = 3
+    action = "cut"            # or "restore"
+    link = 2
+
+    [hook]                    # optional: any other tunnel, for "hook"
+    up = "/path/up.sh"        # prints the address to send to
+    down = "/path/down.sh"
+
+Invariants: loading validates every key and value and raises ScenarioError
+naming the file and key; overrides (`key=value`, dotted for sections, lists
+comma-separated) go through the same validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from .netns import Shape
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+IP_COMBOS = ("4in4", "6in4", "4in6", "6in6")
+SYSTEMS = ("plain", "mpt", "mptcp", "hook")
+TRAFFIC = ("tcp", "udp", "http", "voip")
+LINK_KEYS = {"rate_mbit", "delay_ms", "jitter_ms", "loss", "loss_burst", "queue_ms", "limit"}
+TOP_KEYS = {"name", "description", "topology", "run", "event", "hook", "mpt"}
+TOPO_KEYS = LINK_KEYS | {"links", "link"}
+RUN_KEYS = {
+    "systems",
+    "ip",
+    "traffic",
+    "seconds",
+    "repeats",
+    "tcp_streams",
+    "http_mb",
+    "udp_payload",
+}
+
+
+class ScenarioError(ValueError):
+    """A scenario file or override is invalid."""
+
+
+@dataclass
+class Event:
+    at_s: float
+    action: str
+    link: int
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    link_counts: list[int]
+    shapes: list[Shape] | None  # explicit per-link shapes (fixed count)
+    shape: Shape  # used for every link when `shapes` is None
+    systems: list[str]
+    ip: list[str]
+    traffic: list[str]
+    seconds: float = 5.0
+    repeats: int = 1
+    tcp_streams: int = 1
+    http_mb: float = 0.0
+    udp_payload: int = 1392
+    events: list[Event] = field(default_factory=list)
+    hook_up: str | None = None
+    hook_down: str | None = None
+    mpt_extra: str = ""
+    source: str = ""
+
+    def shapes_for(self, n: int) -> list[Shape]:
+        return self.shapes if self.shapes is not None else [self.shape] * n
+
+    def link_rates(self, n: int) -> list[float]:
+        return [s.rate_mbit or 0.0 for s in self.shapes_for(n)]
+
+
+def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
+    for k in got:
+        if k not in allowed:
+            raise ScenarioError(f"{where}: unknown key '{k}' (valid: {', '.join(sorted(allowed))})")
+
+
+def _shape(where: str, d: dict[str, Any]) -> Shape:
+    _check_keys(where, d, LINK_KEYS)
+    try:
+        kw = {k: float(v) if k != "limit" else int(v) for k, v in d.items()}
+    except (TypeError, ValueError) as e:
+        raise ScenarioError(f"{where}: {e}") from e
+    s = Shape(**kw)  # type: ignore[arg-type]
+    if s.rate_mbit is not None and s.rate_mbit <= 0:
+        raise ScenarioError(f"{where}.rate_mbit: must be positive")
+    if not 0 <= s.loss < 1:
+        raise ScenarioError(f"{where}.loss: a fraction within 0..1 (0.02 = 2%)")
+    return s
+
+
+def _list(where: str, v: Any, allowed: tuple[str, ...] | None = None) -> list[Any]:
+    items = v if isinstance(v, list) else [v]
+    if allowed is not None:
+        for x in items:
+            if x not in allowed:
+                raise ScenarioError(f"{where}: '{x}' is not one of {', '.join(allowed)}")
+    return items
+
+
+def parse(data: dict[str, Any], source: str) -> Scenario:
+    _check_keys(source, data, TOP_KEYS)
+    topo = data.get("topology", {})
+    run = data.get("run", {})
+    _check_keys(f"{source}: [topology]", topo, TOPO_KEYS)
+    _check_keys(f"{source}: [run]", run, RUN_KEYS)
+    shape = _shape(f"{source}: [topology]", {k: v for k, v in topo.items() if k in LINK_KEYS})
+    shapes = None
+    if "link" in topo:
+        shapes = [
+            _shape(f"{source}: [[topology.link]] #{i + 1}", d) for i, d in enumerate(topo["link"])
+        ]
+        counts = [len(shapes)]
+    else:
+        counts = [int(x) for x in _list(f"{source}: topology.links", topo.get("links", [1]))]
+    for c in counts:
+        if not 1 <= c <= 32:
+            raise ScenarioError(f"{source}: topology.links: {c} is outside 1..32")
+    events = []
+    for i, e in enumerate(data.get("event", [])):
+        _check_keys(f"{source}: [[event]] #{i + 1}", e, {"at_s", "action", "link"})
+        if e.get("action") not in ("cut", "restore"):
+            raise ScenarioError(f"{source}: [[event]] #{i + 1}: action must be cut or restore")
+        events.append(Event(float(e["at_s"]), e["action"], int(e["link"])))
+    hook = data.get("hook", {})
+    _check_keys(f"{source}: [hook]", hook, {"up", "down"})
+    sc = Scenario(
+        name=str(data.get("name", Path(source).stem)),
+        description=str(data.get("description", "")),
+        link_counts=counts,
+        shapes=shapes,
+        shape=shape,
+        systems=_list(f"{source}: run.systems", run.get("systems", ["plain", "mpt"]), SYSTEMS),
+        ip=_list(f"{source}: run.ip", run.get("ip", ["4in4"]), IP_COMBOS),
+        traffic=_list(f"{source}: run.traffic", run.get("traffic", ["tcp"]), TRAFFIC),
+        seconds=float(run.get("seconds", 5)),
+        repeats=int(run.get("repeats", 1)),
+        tcp_streams=int(run.get("tcp_streams", 1)),
+        http_mb=float(run.get("http_mb", 0)),
+        udp_payload=int(run.get("udp_payload", 1392)),
+        events=events,
+        hook_up=hook.get("up"),
+        hook_down=hook.get("down"),
+        mpt_extra=str(data.get("mpt", {}).get("extra", "")),
+        source=source,
+    )
+    if "hook" in sc.systems and not (sc.hook_up and sc.hook_down):
+        raise ScenarioError(f"{source}: system 'hook' needs [hook] up and down scripts")
+    if sc.seconds <= 0 or sc.repeats < 1:
+        raise ScenarioError(f"{source}: run.seconds must be > 0 and run.repeats >= 1")
+    return sc
+
+
+def _coerce(v: str) -> Any:
+    if "," in v:
+        return [_coerce(x) for x in v.split(",") if x]
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return v
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key=value` overrides. Bare keys are looked up in [run] and
+    [topology]; `section.key` addresses a section explicitly."""
+    for o in overrides:
+        if "=" not in o:
+            raise ScenarioError(f"override '{o}': expected key=value")
+        key, val = o.split("=", 1)
+        value = _coerce(val)
+        if key in ("links", "systems", "ip", "traffic") and not isinstance(value, list):
+            value = [value]
+        if "." in key:
+            sec, k = key.split(".", 1)
+            data.setdefault(sec, {})[k] = value
+        elif key in RUN_KEYS:
+            data.setdefault("run", {})[key] = value
+        elif key in TOPO_KEYS:
+            data.setdefault("topology", {})[key] = value
+        else:
+            raise ScenarioError(f"override '{o}': unknown key '{key}'")
+    return data
+
+
+def load(name_or_path: str, overrides: list[str] | None = None) -> Scenario:
+    p = Path(name_or_path)
+    if not p.exists():
+        p = SCENARIO_DIR / f"{name_or_path}.toml"
+    if not p.exists():
+        known = ", ".join(sorted(x.stem for x in SCENARIO_DIR.glob("*.toml")))
+        raise ScenarioError(f"no scenario '{name_or_path}' (known: {known})")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{p}: {e}") from e
+    return parse(apply_overrides(data, overrides or []), str(p))
+
+
+def available() -> list[Scenario]:
+    return [load(str(p)) for p in sorted(SCENARIO_DIR.glob("*.toml"))]

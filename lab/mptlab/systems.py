@@ -1,0 +1,127 @@
+"""The systems a scenario compares, each brought up on a topology.
+
+* plain  -- link 1 alone, no tunnel: the reference;
+* mpt    -- the mpt tunnel over every link;
+* mptcp  -- the kernel's Multipath TCP: B announces its address on every
+            link (ADD_ADDR), A opens one subflow per link; applications are
+            run under `mptcpize`;
+* hook   -- any other tunnel, through a user-supplied up/down script pair.
+
+Each system is a context manager that yields the address to send traffic
+to and the command prefix that applications need (for mptcp). Invariant:
+leaving the context undoes everything it set up (daemons stopped by PID,
+endpoints flushed, the hook's down script run).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, Peer, TunnelOpts, start_pair
+from .netns import Topology, link_addr
+from .util import CommandError, run
+
+# The kernel's in-kernel path manager allows at most 8 subflows.
+MPTCP_MAX_SUBFLOWS = 8
+
+
+@dataclass
+class Target:
+    """Where to send traffic, and how to run applications for this system."""
+
+    addr: str
+    wrap: list[str] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)
+    peers: list[Peer] = field(default_factory=list)
+
+
+def weights_for(rates: list[float]) -> list[int]:
+    """Path weights proportional to link rates (all 1 when unshaped)."""
+    known = [r for r in rates if r > 0]
+    if len(known) != len(rates):
+        return [1] * len(rates)
+    low = min(known)
+    return [max(1, min(1000, round(r / low))) for r in rates]
+
+
+@contextmanager
+def plain(topo: Topology, path_v: int) -> Iterator[Target]:
+    yield Target(addr=link_addr(1, "b", path_v))
+
+
+@contextmanager
+def mpt(
+    topo: Topology, tunnel_v: int, path_v: int, rates: list[float], workdir: Path, extra: str = ""
+) -> Iterator[Target]:
+    w = weights_for(rates)
+    opts = TunnelOpts(
+        paths=[PathOpts(i + 1, path_v, weight=w[i]) for i in range(topo.n)],
+        tunnel_v4=tunnel_v == 4,
+        tunnel_v6=tunnel_v == 6,
+        extra=extra,
+    )
+    a, b = start_pair(topo, opts, workdir)
+    try:
+        addr = TUNNEL_V4["b"] if tunnel_v == 4 else TUNNEL_V6["b"]
+        pids = {"mpt-a": a.proc.pid, "mpt-b": b.proc.pid} if a.proc and b.proc else {}
+        yield Target(addr=addr, pids=pids, peers=[a, b])
+    finally:
+        a.stop()
+        b.stop()
+
+
+@contextmanager
+def mptcp(topo: Topology, path_v: int) -> Iterator[Target]:
+    n = min(topo.n, MPTCP_MAX_SUBFLOWS)
+    for ns in (topo.a, topo.b):
+        run(["sysctl", "-qw", "net.mptcp.enabled=1"], ns=ns)
+        run(["ip", "mptcp", "endpoint", "flush"], ns=ns)
+        run(["ip", "mptcp", "limits", "set", "subflow", str(n), "add_addr_accepted", str(n)], ns=ns)
+    for i in range(2, topo.n + 1):
+        run(
+            [
+                "ip",
+                "mptcp",
+                "endpoint",
+                "add",
+                link_addr(i, "b", path_v),
+                "dev",
+                topo.dev(i, "b"),
+                "signal",
+            ],
+            ns=topo.b,
+        )
+    try:
+        yield Target(addr=link_addr(1, "b", path_v), wrap=["mptcpize", "run"])
+    finally:
+        for ns in (topo.a, topo.b):
+            run(["ip", "mptcp", "endpoint", "flush"], ns=ns, check=False)
+
+
+@contextmanager
+def hook(topo: Topology, up: str, down: str, tunnel_v: int, path_v: int) -> Iterator[Target]:
+    """Run the user's up script; it prints the address to send to."""
+    env = dict(
+        os.environ,
+        MPTLAB_NS_A=topo.a,
+        MPTLAB_NS_B=topo.b,
+        MPTLAB_LINKS=str(topo.n),
+        MPTLAB_TUNNEL_IP=str(tunnel_v),
+        MPTLAB_PATH_IP=str(path_v),
+    )
+    for i in range(1, topo.n + 1):
+        env[f"MPTLAB_LINK{i}_A"] = link_addr(i, "a", path_v)
+        env[f"MPTLAB_LINK{i}_B"] = link_addr(i, "b", path_v)
+    p = subprocess.run([up], env=env, capture_output=True, text=True, timeout=60, check=False)
+    if p.returncode != 0:
+        raise CommandError(f"hook up script {up} failed: {p.stderr.strip()}")
+    addr = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    try:
+        yield Target(addr=addr)
+    finally:
+        subprocess.run([down], env=env, capture_output=True, timeout=60, check=False)
