@@ -12,7 +12,8 @@
 //!
 //! Invariants:
 //! * a path is `up` only if something authentic arrived on it within
-//!   `dead`, and the peer did not report that it stopped hearing us;
+//!   `dead`, the peer did not report that it stopped hearing us, and no
+//!   send on it failed hard since it was last heard;
 //! * counters only grow; measurements are `None` until the first sample.
 
 use std::net::SocketAddr;
@@ -58,6 +59,9 @@ pub struct PathState {
     pub echo_due: Option<(u64, Nanos)>,
     /// Peer said it hears us (from the latest probe/echo flags).
     pub peer_hears_us: bool,
+    /// A send on this path failed hard (network unreachable, link down);
+    /// cleared when something is heard on the path again.
+    pub send_blocked: bool,
     pub tx_seq: u32,
     pub tx_packets: u64,
     pub tx_bytes: u64,
@@ -89,6 +93,7 @@ impl PathState {
             probe_due: true,
             echo_due: None,
             peer_hears_us: false,
+            send_blocked: false,
             tx_seq: 0,
             tx_packets: 0,
             tx_bytes: 0,
@@ -132,6 +137,7 @@ impl PathState {
     /// send timestamp; may be negative between unsynchronised clocks).
     pub fn on_receive(&mut self, now: Nanos, len: usize, path_seq: u32, transit_ns: i64) {
         self.last_rx = Some(now);
+        self.send_blocked = false;
         self.rx_packets += 1;
         self.rx_bytes += len as u64;
         // Extend the 32-bit sequence around the highest seen.

@@ -168,6 +168,19 @@ impl Tunnel {
         self.drops.add(reason);
     }
 
+    /// A send on `path` failed. `hard` means the network said it cannot
+    /// deliver (unreachable, link down): the path is taken out of the
+    /// schedule at once instead of after `dead`, until it is heard again.
+    pub fn on_send_error(&mut self, path: PathId, hard: bool, now: Nanos) {
+        self.drops.add(DropReason::SendFailed);
+        if hard {
+            if let Some(p) = self.paths.get_mut(path as usize) {
+                p.send_blocked = true;
+                self.refresh_up(path, now);
+            }
+        }
+    }
+
     fn next_fields(
         &mut self,
         path: PathId,
@@ -333,7 +346,7 @@ impl Tunnel {
     fn refresh_up(&mut self, pid: PathId, now: Nanos) {
         let p = &mut self.paths[pid as usize];
         let hearing = p.hearing(now);
-        let up = hearing && p.peer_hears_us;
+        let up = hearing && p.peer_hears_us && !p.send_blocked;
         if up == p.up {
             return;
         }

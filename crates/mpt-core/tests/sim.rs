@@ -321,6 +321,35 @@ fn failover_moves_traffic_and_recovers() {
 }
 
 #[test]
+fn hard_send_error_takes_path_out_at_once() {
+    let mut sim = Sim::new(
+        links(&[(5, 0, 0.0), (5, 0, 0.0)]),
+        ReleaseKind::PathFrontier,
+        9,
+    );
+    sim.deliver_until(1_000 * MS);
+    sim.t[0].on_send_error(1, false, 1_000 * MS);
+    assert!(
+        sim.t[0].path(1).unwrap().up,
+        "soft errors do not take a path down"
+    );
+    sim.t[0].on_send_error(1, true, 1_000 * MS);
+    assert!(!sim.t[0].path(1).unwrap().up);
+    let before = sim.sent_on_path[1];
+    sim.run_traffic(1_000 * MS, 10, 10_000, 0);
+    assert_eq!(sim.sent_on_path[1], before);
+    // Heard again (the peer's next probe): back in the schedule.
+    sim.deliver_until(1_300 * MS);
+    assert!(sim.t[0].path(1).unwrap().up);
+    assert_eq!(
+        sim.t[0]
+            .drops()
+            .get(mpt_core::stats::DropReason::SendFailed),
+        2
+    );
+}
+
+#[test]
 fn all_paths_down_counts_drops_and_recovers() {
     let mut sim = Sim::new(links(&[(5, 0, 0.0)]), ReleaseKind::PathFrontier, 5);
     sim.deliver_until(1_000 * MS);

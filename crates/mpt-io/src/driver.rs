@@ -245,18 +245,18 @@ impl Driver {
             };
             let now = self.clock.now();
             if let Some(tx) = self.tunnel.send(now, buf, n) {
-                self.send(tx.local_key, &buf[..tx.len], tx.dst);
+                self.send(tx.path, tx.local_key, &buf[..tx.len], tx.dst, now);
             }
         }
         true
     }
 
-    fn send(&mut self, key: usize, data: &[u8], dst: SocketAddr) {
+    fn send(&mut self, path: u8, key: usize, data: &[u8], dst: SocketAddr, now: Nanos) {
         let Some(s) = self.sockets.get(key) else {
             return;
         };
-        if s.socket.send_to(data, dst).is_err() {
-            self.tunnel.count_drop(DropReason::SendFailed);
+        if let Err(e) = s.socket.send_to(data, dst) {
+            self.tunnel.on_send_error(path, is_hard(&e), now);
         }
     }
 
@@ -294,15 +294,7 @@ impl Driver {
 
     fn flush_control(&mut self, now: Nanos, buf: &mut [u8]) {
         while let Some(tx) = self.tunnel.poll_transmit(now, buf) {
-            let key = tx.local_key;
-            let dst = tx.dst;
-            let len = tx.len;
-            let Some(s) = self.sockets.get(key) else {
-                continue;
-            };
-            if s.socket.send_to(&buf[..len], dst).is_err() {
-                self.tunnel.count_drop(DropReason::SendFailed);
-            }
+            self.send(tx.path, tx.local_key, &buf[..tx.len], tx.dst, now);
         }
     }
 
@@ -362,6 +354,21 @@ impl Driver {
         }
         v
     }
+}
+
+/// Errors that mean the path cannot deliver at all right now (as opposed to
+/// a full buffer).
+fn is_hard(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENETUNREACH
+                | libc::ENETDOWN
+                | libc::EHOSTUNREACH
+                | libc::EADDRNOTAVAIL
+                | libc::ENODEV
+        )
+    )
 }
 
 /// Turn an IPv4-mapped IPv6 source back into IPv4 (not expected with
