@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import plot, results, runner, scenario
@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except scenario.ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     out = (
         Path(args.out)
         if args.out

@@ -19,7 +19,7 @@ import os
 import platform
 import subprocess
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def write(
         "command": command,
         "machine": machine(),
         "started": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "points": [asdict(p) for p in points],
     }
     (outdir / "raw.json").write_text(json.dumps(doc, indent=1))

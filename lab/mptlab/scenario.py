@@ -40,11 +40,10 @@ comma-separated) go through the same validation.
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from .netns import Shape
 

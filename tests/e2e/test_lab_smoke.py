@@ -1,0 +1,47 @@
+"""The lab's smoke scenario end to end: `mptlab run smoke --json` measures
+plain and mpt over 1 and 2 links of 50 Mbit/s and writes its results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    p = subprocess.run(
+        [sys.executable, "-m", "mptlab.cli", "run", "smoke", "--json", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "lab"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    pts = summary["points"]
+    assert {(x["system"], x["paths"], x["traffic"]) for x in pts} == {
+        ("plain", 1, "tcp"),
+        ("plain", 1, "udp"),
+        ("mpt", 1, "tcp"),
+        ("mpt", 1, "udp"),
+        ("mpt", 2, "tcp"),
+        ("mpt", 2, "udp"),
+    }
+    assert all(x["error"] is None for x in pts), pts
+    two = [x for x in pts if x["system"] == "mpt" and x["paths"] == 2]
+    assert all(x["efficiency"] > 0.7 for x in two), two
+    for f in (
+        "raw.json",
+        "summary.csv",
+        "throughput-tcp-4in4.png",
+        "efficiency-udp-4in4.svg",
+        "cpu-tcp-4in4.png",
+    ):
+        assert (out / f).exists(), f
+    print("\n" + p.stderr)

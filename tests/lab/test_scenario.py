@@ -1,0 +1,84 @@
+"""Unit tests of scenario parsing and overrides (no root needed)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
+
+from mptlab import scenario  # noqa: E402
+from mptlab.runner import udp_wire_bytes  # noqa: E402
+from mptlab.systems import weights_for  # noqa: E402
+
+
+def test_every_shipped_scenario_loads_and_has_a_drawing() -> None:
+    names = {sc.name for sc in scenario.available()}
+    expected = {
+        "smoke",
+        "aggregation",
+        "aggregation-1g",
+        "asymmetric",
+        "wifi-lte",
+        "failover",
+        "lossy",
+    }
+    assert expected <= names
+    for sc in scenario.available():
+        assert "+" in sc.description and "|" in sc.description, sc.name
+
+
+def test_overrides_reach_run_and_topology() -> None:
+    sc = scenario.load("aggregation", ["links=1,2", "seconds=2", "systems=mpt", "ip=6in4"])
+    assert sc.link_counts == [1, 2]
+    assert sc.seconds == 2.0
+    assert sc.systems == ["mpt"]
+    assert sc.ip == ["6in4"]
+    sc = scenario.load("smoke", ["topology.rate_mbit=20", "links=3"])
+    assert sc.shape.rate_mbit == 20.0 and sc.link_counts == [3]
+
+
+def test_explicit_links_fix_the_count() -> None:
+    sc = scenario.load("wifi-lte")
+    assert sc.link_counts == [2]
+    assert [s.delay_ms for s in sc.shapes_for(2)] == [5.0, 40.0]
+    assert sc.link_rates(2) == [100.0, 20.0]
+
+
+@pytest.mark.parametrize(
+    "data,msg",
+    [
+        ({"run": {"systems": ["mpt", "wireguard"]}}, "'wireguard' is not one of"),
+        ({"run": {"ip": ["5in4"]}}, "'5in4' is not one of"),
+        ({"topology": {"rate": 100}}, "unknown key 'rate'"),
+        ({"topology": {"links": [0]}}, "outside 1..32"),
+        ({"topology": {"loss": 2}}, "a fraction"),
+        ({"run": {"systems": ["hook"]}}, "needs [hook] up and down"),
+        ({"event": [{"at_s": 1, "action": "explode", "link": 1}]}, "cut or restore"),
+        ({"colour": 1}, "unknown key 'colour'"),
+    ],
+)
+def test_bad_scenarios_are_rejected_with_the_key(data: dict, msg: str) -> None:
+    with pytest.raises(scenario.ScenarioError, match=msg.replace("[", r"\[")):
+        scenario.parse(data, "x.toml")
+
+
+def test_bad_overrides_and_unknown_scenarios() -> None:
+    with pytest.raises(scenario.ScenarioError, match="expected key=value"):
+        scenario.load("smoke", ["links"])
+    with pytest.raises(scenario.ScenarioError, match="unknown key 'speed'"):
+        scenario.load("smoke", ["speed=3"])
+    with pytest.raises(scenario.ScenarioError, match="no scenario 'nope'"):
+        scenario.load("nope")
+
+
+def test_weights_follow_rates_and_wire_sizes() -> None:
+    assert weights_for([100, 20]) == [5, 1]
+    assert weights_for([100, 100, 100]) == [1, 1, 1]
+    assert weights_for([0, 0]) == [1, 1]
+    # 1392-byte payload: plain IPv4 1434 bytes on the wire; mpt over IPv4 adds 64.
+    assert udp_wire_bytes(1392, "plain", 0, 4) == 1434
+    assert udp_wire_bytes(1392, "mpt", 4, 4) == 1498
+    assert udp_wire_bytes(1392, "mpt", 6, 6) == 1392 + 48 + 36 + 48 + 14
