@@ -101,7 +101,7 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
                 c, m = STYLE.get(sys_, ("tab:red", "x"))
                 eff = [(p["links"], p["efficiency"] * 100) for p in ps if p["efficiency"]]
                 if eff:
-                    ax.plot(*zip(*eff), color=c, marker=m, label=sys_)
+                    ax.plot(*zip(*eff, strict=False), color=c, marker=m, label=sys_)
             ax.axhline(100, color="k", ls="--", lw=1)
             ax.set(
                 xlabel="number of links", ylabel="% of the sum of links", title=label, ylim=(0, 110)
@@ -118,9 +118,15 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
                     (p["links"], p["cpu_pct"].get("system_busy", 0)) for p in ps if p.get("cpu_pct")
                 ]
                 if cpu and any(v for _, v in cpu):
-                    ax.plot(*zip(*cpu), color=c, marker=m, label=f"{sys_} processes")
+                    ax.plot(*zip(*cpu, strict=False), color=c, marker=m, label=f"{sys_} processes")
                 if busy:
-                    ax.plot(*zip(*busy), color=c, marker=m, ls=":", label=f"{sys_}: machine busy")
+                    ax.plot(
+                        *zip(*busy, strict=False),
+                        color=c,
+                        marker=m,
+                        ls=":",
+                        label=f"{sys_}: machine busy",
+                    )
             ax.set(xlabel="number of links", ylabel="CPU % (100 = one core)", title=label)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
@@ -131,7 +137,7 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
         if "timeline" not in det:
             continue
         fig, ax = plt.subplots(figsize=(7, 3.5))
-        t, m = zip(*det["timeline"]) if det["timeline"] else ((), ())
+        t, m = zip(*det["timeline"], strict=False) if det["timeline"] else ((), ())
         ax.step(t, m, where="post", color=STYLE.get(p["system"], ("tab:red", ""))[0])
         for ev in det.get("events", []):
             ax.axvline(
