@@ -124,6 +124,19 @@ def kernel_has_netem() -> bool:
     return _netem_cache["netem"]
 
 
+def allow_congestion_control(cc: str) -> None:
+    """Namespaces may only choose congestion controls that the host allows;
+    add `cc` to the host's allowed list if it is missing (a no-op when
+    already allowed)."""
+    key = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    try:
+        allowed = Path(key).read_text().split()
+        if cc not in allowed:
+            Path(key).write_text(" ".join([*allowed, cc]))
+    except OSError:
+        pass
+
+
 def link_addr(i: int, side: str, v: int) -> str:
     """Address of side 'a' or 'b' on link i for IP version v (no prefix)."""
     host = 1 if side == "a" else 2
@@ -182,11 +195,18 @@ def _qdisc(ns: str, dev: str, s: Shape, netem: bool) -> None:
 class Topology:
     """Namespaces A and B joined by `n` links. Use as a context manager."""
 
-    def __init__(self, n: int, shape: Shape | list[Shape] | None = None, prefix: str = "mpt"):
+    def __init__(
+        self,
+        n: int,
+        shape: Shape | list[Shape] | None = None,
+        prefix: str = "mpt",
+        cc: str = "cubic",
+    ):
         if not 1 <= n <= 64:
             raise ValueError("1 to 64 links")
         uid = f"{os.getpid()}x{next(_counter)}"
         self.n = n
+        self.cc = cc
         self.a = f"{prefix}{uid}a"
         self.b = f"{prefix}{uid}b"
         self.r: str | None = None
@@ -207,6 +227,10 @@ class Topology:
             run(["ip", "link", "set", "lo", "up"], ns=ns)
             run(["sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0"], ns=ns)
             run(["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"], ns=ns)
+            # The same TCP congestion control everywhere, whatever the host's
+            # default (new namespaces inherit it), so runs are comparable.
+            allow_congestion_control(self.cc)
+            run(["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={self.cc}"], ns=ns)
         shapes = shape if isinstance(shape, list) else [shape or Shape()] * self.n
         if len(shapes) != self.n:
             raise ValueError(f"{len(shapes)} link shapes for {self.n} links")

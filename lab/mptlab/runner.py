@@ -98,7 +98,9 @@ class Runner:
         sc = self.sc
         results: list[float] = []
         details: dict[str, Any] = {}
-        rates = sc.link_rates(point.links if point.system != "plain" else 1)
+        rates = sc.link_rates(point.links)
+        if point.system == "plain":
+            rates = rates[:1]
         total_rate = sum(rates)
         for _ in range(sc.repeats):
             sampler = CpuSampler(target.pids).start()
