@@ -159,7 +159,7 @@ class Runner:
         point.efficiency = (
             point.mbps / total_rate if total_rate and point.traffic != "voip" else None
         )
-        point.details = details
+        point.details = {**details, **target.notes}
         if target.peers:
             st = target.peers[1].status()
             point.details["receiver_reorder"] = st.get("reorder")

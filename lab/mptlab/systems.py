@@ -26,8 +26,9 @@ from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, Peer, TunnelOpts, start_pair
 from .netns import Topology, link_addr
 from .util import CommandError, run
 
-# The kernel's in-kernel path manager allows at most 8 subflows.
-MPTCP_MAX_SUBFLOWS = 8
+# The in-kernel path manager allows at most 8 endpoints and 8 additional
+# subflows: the initial subflow plus 8, so 9 links at most.
+MPTCP_MAX_EXTRA_SUBFLOWS = 8
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Target:
     wrap: list[str] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
     peers: list[Peer] = field(default_factory=list)
+    notes: dict[str, object] = field(default_factory=dict)
 
 
 def weights_for(rates: list[float]) -> list[int]:
@@ -77,27 +79,21 @@ def mpt(
 
 @contextmanager
 def mptcp(topo: Topology, path_v: int) -> Iterator[Target]:
-    n = min(topo.n, MPTCP_MAX_SUBFLOWS)
+    extra = min(topo.n - 1, MPTCP_MAX_EXTRA_SUBFLOWS)
     for ns in (topo.a, topo.b):
         run(["sysctl", "-qw", "net.mptcp.enabled=1"], ns=ns)
         run(["ip", "mptcp", "endpoint", "flush"], ns=ns)
-        run(["ip", "mptcp", "limits", "set", "subflow", str(n), "add_addr_accepted", str(n)], ns=ns)
-    for i in range(2, topo.n + 1):
-        run(
-            [
-                "ip",
-                "mptcp",
-                "endpoint",
-                "add",
-                link_addr(i, "b", path_v),
-                "dev",
-                topo.dev(i, "b"),
-                "signal",
-            ],
-            ns=topo.b,
-        )
+        limits = ["subflow", str(extra), "add_addr_accepted", str(extra)]
+        run(["ip", "mptcp", "limits", "set", *limits], ns=ns)
+    for i in range(2, extra + 2):
+        addr = link_addr(i, "b", path_v)
+        run(["ip", "mptcp", "endpoint", "add", addr, "dev", topo.dev(i, "b"), "signal"], ns=topo.b)
     try:
-        yield Target(addr=link_addr(1, "b", path_v), wrap=["mptcpize", "run"])
+        yield Target(
+            addr=link_addr(1, "b", path_v),
+            wrap=["mptcpize", "run"],
+            notes={"mptcp_links_used": extra + 1},
+        )
     finally:
         for ns in (topo.a, topo.b):
             run(["ip", "mptcp", "endpoint", "flush"], ns=ns, check=False)
