@@ -18,6 +18,7 @@
 //!   and returns an error that the tunnel turns into a counted drop;
 //! * nothing here panics on any input (fuzzed in `fuzz/`).
 
+pub mod crypto;
 pub mod path;
 pub mod reorder;
 pub mod sched;

@@ -1,0 +1,286 @@
+//! The session handshake: Noise `IKpsk2_25519_ChaChaPoly_BLAKE2s` (the
+//! pattern WireGuard uses), carried in mpt packets of type 4 (initiation,
+//! client → server) and 5 (response).
+//!
+//! ```text
+//! initiation body: sender index u32 | Noise message 1 (e, es, s, ss;
+//!                  payload: timestamp 12 bytes, cipher offer 1 byte)   113 bytes
+//! response body:   sender index u32 | receiver index u32 | Noise message 2
+//!                  (e, ee, se, psk; payload: chosen cipher 1 byte)      57 bytes
+//! ```
+//!
+//! Both peers know each other's static public key in advance (IK). The
+//! responder rejects an initiation whose static key is not the configured
+//! peer's, and one whose timestamp is not newer than the last accepted one
+//! (so a captured initiation cannot be replayed). The result is a pair of
+//! forward-secret transport keys.
+//!
+//! Invariants: no randomness or time is read here: ephemeral keys come from
+//! a generator seeded by the caller, timestamps are passed in; every
+//! malformed or unauthentic message is an error, never a panic.
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use snow::params::{CipherChoice, DHChoice, HashChoice, NoiseParams};
+use snow::resolvers::{CryptoResolver, DefaultResolver, FallbackResolver};
+use snow::types::{Cipher as SnowCipher, Dh, Hash, Random};
+use snow::{Builder, HandshakeState};
+
+use super::aead::Cipher;
+use super::keys::{PresharedKey, PrivateKey, PublicKey};
+
+/// Noise protocol name (spec constant).
+pub const NOISE_PARAMS: &str = "Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s";
+/// Prologue binding the handshake to this protocol and version.
+pub const PROLOGUE: &[u8] = b"mpt v1 handshake";
+/// Lengths of the bodies (after the 36-byte header).
+pub const INIT_BODY_LEN: usize = 4 + 32 + 48 + (TIMESTAMP_LEN + 1 + 16);
+pub const RESPONSE_BODY_LEN: usize = 4 + 4 + 32 + (1 + 16);
+/// Timestamp in the initiation payload: seconds u64 + nanoseconds u32.
+pub const TIMESTAMP_LEN: usize = 12;
+
+/// Why a handshake message was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// Wrong length.
+    Malformed,
+    /// Authentication failed: the sender does not hold the keys we expect
+    /// (wrong peer public key, wrong private key, or wrong pre-shared key).
+    Decrypt,
+    /// Authentic, but from a static key other than the configured peer's.
+    UnknownPeer,
+    /// Timestamp not newer than the last accepted initiation (a replay).
+    Replayed,
+    /// The response names no initiation of ours.
+    Unexpected,
+}
+
+impl HandshakeError {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Malformed => "malformed handshake message",
+            Self::Decrypt => {
+                "authentication failed (wrong peer public key, private key or pre-shared key?)"
+            }
+            Self::UnknownPeer => "initiation from an unknown static key",
+            Self::Replayed => "replayed initiation (timestamp not newer)",
+            Self::Unexpected => "response to no pending initiation",
+        }
+    }
+}
+
+/// Keys of both sides, as configured.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub private: PrivateKey,
+    pub peer_public: PublicKey,
+    pub psk: PresharedKey,
+}
+
+/// Result of a completed handshake, for either role.
+pub struct Established {
+    pub send_key: [u8; 32],
+    pub recv_key: [u8; 32],
+    pub remote_index: u32,
+    pub cipher: Cipher,
+}
+
+impl std::fmt::Debug for Established {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Established(remote_index {}, {})",
+            self.remote_index,
+            self.cipher.name()
+        )
+    }
+}
+
+struct SeededRng(ChaCha20Rng);
+
+impl Random for SeededRng {
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), snow::Error> {
+        self.0.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+/// Resolver that supplies our seeded generator and nothing else.
+struct RngOnly(std::sync::Mutex<Option<[u8; 32]>>);
+
+impl CryptoResolver for RngOnly {
+    fn resolve_rng(&self) -> Option<Box<dyn Random>> {
+        let seed = self.0.lock().ok()?.take()?;
+        Some(Box::new(SeededRng(ChaCha20Rng::from_seed(seed))))
+    }
+    fn resolve_dh(&self, _: &DHChoice) -> Option<Box<dyn Dh>> {
+        None
+    }
+    fn resolve_hash(&self, _: &HashChoice) -> Option<Box<dyn Hash>> {
+        None
+    }
+    fn resolve_cipher(&self, _: &CipherChoice) -> Option<Box<dyn SnowCipher>> {
+        None
+    }
+}
+
+fn builder(seed: [u8; 32]) -> Builder<'static> {
+    let params: NoiseParams = NOISE_PARAMS
+        .parse()
+        .unwrap_or_else(|_| unreachable!("valid pattern"));
+    let resolver = FallbackResolver::new(
+        Box::new(RngOnly(std::sync::Mutex::new(Some(seed)))),
+        Box::new(DefaultResolver),
+    );
+    Builder::with_resolver(params, Box::new(resolver))
+}
+
+fn split(hs: &mut HandshakeState, initiator: bool) -> ([u8; 32], [u8; 32]) {
+    let (i2r, r2i) = hs.dangerously_get_raw_split();
+    if initiator {
+        (i2r, r2i)
+    } else {
+        (r2i, i2r)
+    }
+}
+
+/// An initiation in flight.
+pub struct Initiation {
+    state: HandshakeState,
+    pub local_index: u32,
+}
+
+/// Build an initiation body into `out` (at least [`INIT_BODY_LEN`] bytes).
+/// `offer` is the cipher the initiator prefers.
+pub fn initiate(
+    id: &Identity,
+    seed: [u8; 32],
+    local_index: u32,
+    timestamp: [u8; TIMESTAMP_LEN],
+    offer: Cipher,
+    out: &mut [u8],
+) -> Result<Initiation, HandshakeError> {
+    if out.len() < INIT_BODY_LEN {
+        return Err(HandshakeError::Malformed);
+    }
+    let mut hs = builder(seed)
+        .local_private_key(&id.private.0)
+        .and_then(|b| b.remote_public_key(&id.peer_public.0))
+        .and_then(|b| b.psk(2, &id.psk.0))
+        .and_then(|b| b.prologue(PROLOGUE))
+        .and_then(|b| b.build_initiator())
+        .map_err(|_| HandshakeError::Malformed)?;
+    let mut payload = [0u8; TIMESTAMP_LEN + 1];
+    payload[..TIMESTAMP_LEN].copy_from_slice(&timestamp);
+    payload[TIMESTAMP_LEN] = offer.code();
+    out[..4].copy_from_slice(&local_index.to_be_bytes());
+    let n = hs
+        .write_message(&payload, &mut out[4..INIT_BODY_LEN])
+        .map_err(|_| HandshakeError::Malformed)?;
+    debug_assert_eq!(n + 4, INIT_BODY_LEN);
+    Ok(Initiation {
+        state: hs,
+        local_index,
+    })
+}
+
+/// What the responder learned from a valid initiation.
+#[derive(Debug)]
+pub struct Responded {
+    pub established: Established,
+    pub timestamp: [u8; TIMESTAMP_LEN],
+}
+
+/// Process an initiation body and write the response body into `out`.
+/// `last_timestamp` is the newest accepted so far; `choose` picks the data
+/// cipher given the initiator's offer.
+pub fn respond(
+    id: &Identity,
+    seed: [u8; 32],
+    body: &[u8],
+    local_index: u32,
+    last_timestamp: Option<[u8; TIMESTAMP_LEN]>,
+    choose: impl Fn(Cipher) -> Cipher,
+    out: &mut [u8],
+) -> Result<Responded, HandshakeError> {
+    if body.len() != INIT_BODY_LEN || out.len() < RESPONSE_BODY_LEN {
+        return Err(HandshakeError::Malformed);
+    }
+    let mut hs = builder(seed)
+        .local_private_key(&id.private.0)
+        .and_then(|b| b.psk(2, &id.psk.0))
+        .and_then(|b| b.prologue(PROLOGUE))
+        .and_then(|b| b.build_responder())
+        .map_err(|_| HandshakeError::Malformed)?;
+    let remote_index = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+    let mut payload = [0u8; 64];
+    let n = hs
+        .read_message(&body[4..], &mut payload)
+        .map_err(|_| HandshakeError::Decrypt)?;
+    if hs.get_remote_static() != Some(&id.peer_public.0[..]) {
+        return Err(HandshakeError::UnknownPeer);
+    }
+    if n != TIMESTAMP_LEN + 1 {
+        return Err(HandshakeError::Malformed);
+    }
+    let mut timestamp = [0u8; TIMESTAMP_LEN];
+    timestamp.copy_from_slice(&payload[..TIMESTAMP_LEN]);
+    if last_timestamp.is_some_and(|last| timestamp <= last) {
+        return Err(HandshakeError::Replayed);
+    }
+    let offer = Cipher::from_code(payload[TIMESTAMP_LEN]).unwrap_or(Cipher::ChaCha20Poly1305);
+    let cipher = choose(offer);
+    out[..4].copy_from_slice(&local_index.to_be_bytes());
+    out[4..8].copy_from_slice(&remote_index.to_be_bytes());
+    let m = hs
+        .write_message(&[cipher.code()], &mut out[8..RESPONSE_BODY_LEN])
+        .map_err(|_| HandshakeError::Malformed)?;
+    debug_assert_eq!(m + 8, RESPONSE_BODY_LEN);
+    let (send_key, recv_key) = split(&mut hs, false);
+    Ok(Responded {
+        established: Established {
+            send_key,
+            recv_key,
+            remote_index,
+            cipher,
+        },
+        timestamp,
+    })
+}
+
+/// The receiver index a response body names (to find the initiation).
+pub fn response_receiver_index(body: &[u8]) -> Option<u32> {
+    (body.len() == RESPONSE_BODY_LEN)
+        .then(|| u32::from_be_bytes([body[4], body[5], body[6], body[7]]))
+}
+
+/// Complete an initiation with the response body.
+pub fn complete(mut init: Initiation, body: &[u8]) -> Result<Established, HandshakeError> {
+    if body.len() != RESPONSE_BODY_LEN {
+        return Err(HandshakeError::Malformed);
+    }
+    if response_receiver_index(body) != Some(init.local_index) {
+        return Err(HandshakeError::Unexpected);
+    }
+    let remote_index = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+    let mut payload = [0u8; 16];
+    let n = init
+        .state
+        .read_message(&body[8..], &mut payload)
+        .map_err(|_| HandshakeError::Decrypt)?;
+    let cipher = (n == 1)
+        .then(|| Cipher::from_code(payload[0]))
+        .flatten()
+        .ok_or(HandshakeError::Malformed)?;
+    let (send_key, recv_key) = split(&mut init.state, true);
+    Ok(Established {
+        send_key,
+        recv_key,
+        remote_index,
+        cipher,
+    })
+}
+
+#[cfg(test)]
+#[path = "handshake_tests.rs"]
+mod tests;

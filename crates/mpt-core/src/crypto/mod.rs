@@ -1,0 +1,50 @@
+//! Cryptographic state of a tunnel: keys, the Noise handshake, data AEAD,
+//! anti-replay and rate limiting. See `docs/security.md`.
+//!
+//! * [`keys`] — X25519 static keys and their base64 text form;
+//! * [`handshake`] — Noise `IKpsk2` (as WireGuard) over the tunnel's wire
+//!   format, producing a [`session::Session`];
+//! * [`aead`] — ChaCha20-Poly1305 (RFC 8439) and AES-256-GCM for data, with
+//!   the 36-byte mpt header as associated data;
+//! * [`replay`] — the RFC 6479 sliding-window anti-replay check;
+//! * [`ratelimit`] — per-source token buckets for handshake initiations.
+//!
+//! Invariants: no function here touches the OS. Randomness comes from a
+//! ChaCha20 generator seeded by the caller; time comes in as `now`. Secret
+//! key material is never formatted by `Debug`.
+
+pub mod aead;
+pub mod handshake;
+pub mod keys;
+pub mod ratelimit;
+pub mod replay;
+pub mod session;
+
+/// AEAD tag length in bytes (RFC 8439 §2.8, NIST SP 800-38D).
+pub const TAG_LEN: usize = 16;
+/// X25519 key length in bytes (RFC 7748).
+pub const KEY_LEN: usize = 32;
+
+/// Tuning knobs of the security layer (not protocol constants).
+pub mod knobs {
+    use crate::{Nanos, NANOS_PER_MS};
+    /// Start a new handshake after a session has been used this long.
+    pub const REKEY_AFTER: Nanos = 120_000 * NANOS_PER_MS;
+    /// Start a new handshake after this many packets under one session.
+    pub const REKEY_AFTER_PACKETS: u64 = 1 << 40;
+    /// Refuse to use a session older than this (both directions).
+    pub const REJECT_AFTER: Nanos = 180_000 * NANOS_PER_MS;
+    /// Never send more packets than this under one key (nonce space).
+    pub const REJECT_AFTER_PACKETS: u64 = u64::MAX - (1 << 13);
+    /// Retry an unanswered handshake initiation after this long.
+    pub const HANDSHAKE_RETRY: Nanos = 1_000 * NANOS_PER_MS;
+    /// Keep accepting the previous session this long after a new one.
+    pub const PREVIOUS_SESSION_GRACE: Nanos = 10_000 * NANOS_PER_MS;
+    /// Handshake initiations accepted per source address: burst and rate.
+    pub const HANDSHAKE_BURST_PER_SOURCE: u32 = 5;
+    pub const HANDSHAKE_PER_SOURCE_PER_S: u32 = 2;
+    /// Handshake initiations accepted from all sources together per second.
+    pub const HANDSHAKE_GLOBAL_PER_S: u32 = 50;
+    /// Sources tracked by the rate limiter (bounded memory).
+    pub const RATE_LIMIT_SOURCES: usize = 4096;
+}
