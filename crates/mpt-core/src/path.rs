@@ -37,8 +37,9 @@ pub struct PathConfig {
     pub local_key: usize,
     /// Local bind address (for status output only).
     pub local: SocketAddr,
-    /// Where the peer listens for this path.
-    pub remote: SocketAddr,
+    /// Where the peer listens for this path; `None` for a server that
+    /// learns it from authenticated packets.
+    pub remote: Option<SocketAddr>,
     /// Relative share of outgoing packets.
     pub weight: u32,
     /// Interval between probes on this path.
@@ -51,6 +52,8 @@ pub struct PathConfig {
 #[derive(Debug)]
 pub struct PathState {
     pub cfg: PathConfig,
+    /// The peer's current address on this path (configured or learned).
+    pub remote: Option<SocketAddr>,
     pub up: bool,
     pub last_rx: Option<Nanos>,
     pub next_probe_at: Nanos,
@@ -86,6 +89,7 @@ pub struct PathState {
 impl PathState {
     pub fn new(cfg: PathConfig, now: Nanos) -> Self {
         Self {
+            remote: cfg.remote,
             cfg,
             up: false,
             last_rx: None,
@@ -214,7 +218,9 @@ impl PathState {
             name: self.cfg.name.clone(),
             state: if self.up { "up" } else { "down" },
             local: self.cfg.local.to_string(),
-            remote: self.cfg.remote.to_string(),
+            remote: self
+                .remote
+                .map_or_else(|| "(learning)".to_string(), |r| r.to_string()),
             weight: self.cfg.weight,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
@@ -295,7 +301,7 @@ mod tests {
                 name: "p".into(),
                 local_key: 0,
                 local: a,
-                remote: a,
+                remote: Some(a),
                 weight: 1,
                 keepalive: 100 * NANOS_PER_MS,
                 dead: 500 * NANOS_PER_MS,

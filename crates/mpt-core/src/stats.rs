@@ -33,10 +33,23 @@ pub enum DropReason {
     Late,
     /// The TUN device refused the packet.
     TunWriteFailed,
+    /// No session for the packet's session id (or none to send with).
+    NoSession,
+    /// Authentication failed: the AEAD tag does not match.
+    BadTag,
+    /// The packet counter was seen before or is older than the window.
+    Replay,
+    /// A handshake message failed authentication or was replayed.
+    HandshakeFailed,
+    /// Handshake initiation refused by the per-source or global rate limit.
+    HandshakeRateLimited,
+    /// A handshake message this side does not expect (wrong role, no
+    /// pending initiation).
+    HandshakeUnexpected,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 12] = [
+    pub const ALL: [DropReason; 18] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -49,6 +62,12 @@ impl DropReason {
         Self::Duplicate,
         Self::Late,
         Self::TunWriteFailed,
+        Self::NoSession,
+        Self::BadTag,
+        Self::Replay,
+        Self::HandshakeFailed,
+        Self::HandshakeRateLimited,
+        Self::HandshakeUnexpected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +84,12 @@ impl DropReason {
             Self::Duplicate => "duplicate",
             Self::Late => "late",
             Self::TunWriteFailed => "tun_write_failed",
+            Self::NoSession => "no_session",
+            Self::BadTag => "bad_tag",
+            Self::Replay => "replay",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::HandshakeRateLimited => "handshake_rate_limited",
+            Self::HandshakeUnexpected => "handshake_unexpected",
         }
     }
 

@@ -76,6 +76,10 @@ pub enum PacketType {
     Probe = 2,
     /// Answer to a probe, echoing its timestamp.
     Echo = 3,
+    /// Handshake initiation (client to server), see `crypto::handshake`.
+    HandshakeInit = 4,
+    /// Handshake response (server to client).
+    HandshakeResponse = 5,
 }
 
 impl PacketType {
@@ -84,6 +88,8 @@ impl PacketType {
             1 => Some(Self::Data),
             2 => Some(Self::Probe),
             3 => Some(Self::Echo),
+            4 => Some(Self::HandshakeInit),
+            5 => Some(Self::HandshakeResponse),
             _ => None,
         }
     }
@@ -374,6 +380,8 @@ mod tests {
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
+        v[1] = 6;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
         // A probe type with no body is truncated.
         let mut v = DATA_VECTOR;

@@ -21,7 +21,7 @@ fn tunnel() -> Tunnel {
             name: format!("p{i}"),
             local_key: i,
             local: addr("10.0.0.1:1"),
-            remote: addr("10.0.0.2:1"),
+            remote: Some(addr("10.0.0.2:1")),
             weight: 1,
             keepalive: 100_000_000,
             dead: 500_000_000,
@@ -35,6 +35,8 @@ fn tunnel() -> Tunnel {
             reorder_max_delay: 5_000_000,
             release: ReleaseKind::PathFrontier,
             share: Share::Bytes,
+            security: None,
+            seed: [0; 32],
         },
         0,
     )
@@ -65,7 +67,8 @@ proptest! {
         let mut t = tunnel();
         let mut dropped = 0;
         for (i, d) in dgrams.iter().enumerate() {
-            if let Received::Dropped(_) = t.recv(i as u64, i % 2, addr("10.0.0.2:1"), d) {
+            let mut d = d.clone();
+            if let Received::Dropped(_) = t.recv(i as u64, i % 2, addr("10.0.0.2:1"), &mut d) {
                 dropped += 1;
             }
             t.handle_timeout(i as u64 * 1_000_000);
@@ -83,9 +86,9 @@ proptest! {
         let mut delivered = vec![];
         for (path, seq, first, len, wrong_src, dt) in ops {
             now += dt;
-            let pkt = data_packet(path, seq, first, len);
+            let mut pkt = data_packet(path, seq, first, len);
             let src = if wrong_src { addr("10.9.9.9:1") } else { addr("10.0.0.2:1") };
-            match t.recv(now, path as usize % 2, src, &pkt) {
+            match t.recv(now, path as usize % 2, src, &mut pkt) {
                 Received::Deliver { offset, len } => delivered.push(pkt[offset..offset + len].to_vec()),
                 Received::Consumed | Received::Dropped(_) => {}
             }

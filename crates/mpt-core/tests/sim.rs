@@ -13,6 +13,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 
+use mpt_core::crypto::handshake::Identity;
+use mpt_core::crypto::keys::{PresharedKey, PrivateKey};
+use mpt_core::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
 use mpt_core::path::PathConfig;
 use mpt_core::tunnel::{Event, Received, ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::wire::HEADER_LEN;
@@ -47,14 +50,46 @@ fn addr(side: u8, path: usize) -> SocketAddr {
         .unwrap()
 }
 
+/// Key pairs for the secure simulations: side 0 is the server (responder).
+fn security(side: u8, psk_ok: bool) -> SecurityConfig {
+    let keys = [
+        PrivateKey::from_random([10; 32]),
+        PrivateKey::from_random([11; 32]),
+    ];
+    let peer = 1 - side as usize;
+    SecurityConfig {
+        identity: Identity {
+            private: keys[side as usize].clone(),
+            peer_public: keys[peer].public(),
+            psk: PresharedKey(if psk_ok || side == 0 {
+                [7; 32]
+            } else {
+                [8; 32]
+            }),
+        },
+        role: if side == 0 {
+            HandshakeRole::Responder
+        } else {
+            HandshakeRole::Initiator
+        },
+        cipher: CipherPref::Auto,
+        rekey_after: 120_000 * MS,
+        rekey_after_packets: 1 << 40,
+    }
+}
+
 fn tunnel(side: u8, n: usize, release: ReleaseKind) -> Tunnel {
+    tunnel_with(side, n, release, None)
+}
+
+fn tunnel_with(side: u8, n: usize, release: ReleaseKind, sec: Option<SecurityConfig>) -> Tunnel {
     let peer = 1 - side;
     let paths = (0..n)
         .map(|i| PathConfig {
             name: format!("p{i}"),
             local_key: i,
             local: addr(side, i),
-            remote: addr(peer, i),
+            remote: Some(addr(peer, i)),
             weight: 1,
             keepalive: 100 * MS,
             dead: 500 * MS,
@@ -68,6 +103,8 @@ fn tunnel(side: u8, n: usize, release: ReleaseKind) -> Tunnel {
             reorder_max_delay: 200 * MS,
             release,
             share: mpt_core::sched::Share::Bytes,
+            security: sec,
+            seed: [side; 32],
         },
         0,
     )
@@ -97,13 +134,36 @@ struct Sim {
     lost_data: Vec<u64>,
     events: Vec<(Nanos, usize, Event)>,
     sent_on_path: Vec<u64>,
+    /// Source address the server sees for the client's packets on a path.
+    client_src: Vec<SocketAddr>,
+    /// Unexpected drops at the receivers (side, reason).
+    drops_seen: Vec<(usize, mpt_core::stats::DropReason)>,
+    /// Every datagram that crossed a link, for replay experiments.
+    captured: Vec<(usize, usize, Vec<u8>)>,
 }
 
 impl Sim {
     fn new(links: Vec<Link>, release: ReleaseKind, seed: u64) -> Self {
         let n = links.len();
+        Self::with_tunnels(links, [tunnel(0, n, release), tunnel(1, n, release)], seed)
+    }
+
+    fn secure(links: Vec<Link>, seed: u64, client: SecurityConfig) -> Self {
+        let n = links.len();
+        let t = [
+            tunnel_with(0, n, ReleaseKind::PathFrontier, Some(security(0, true))),
+            tunnel_with(1, n, ReleaseKind::PathFrontier, Some(client)),
+        ];
+        Self::with_tunnels(links, t, seed)
+    }
+
+    fn with_tunnels(links: Vec<Link>, t: [Tunnel; 2], seed: u64) -> Self {
+        let n = links.len();
         Sim {
-            t: [tunnel(0, n, release), tunnel(1, n, release)],
+            client_src: (0..n).map(|i| addr(1, i)).collect(),
+            drops_seen: vec![],
+            captured: vec![],
+            t,
             links: links.into_iter().map(|l| [l, l]).collect(),
             queue: BinaryHeap::new(),
             last_arrival: vec![[0, 0]; n],
@@ -146,8 +206,8 @@ impl Sim {
 
     fn send_data(&mut self, now: Nanos, from: usize, idx: u64) {
         let pkt = inner(idx);
-        let mut buf = vec![0u8; HEADER_LEN + pkt.len()];
-        buf[HEADER_LEN..].copy_from_slice(&pkt);
+        let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
+        buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
         if let Some(tx) = self.t[from].send(now, &mut buf, pkt.len()) {
             self.sent_on_path[tx.path as usize] += 1;
             buf.truncate(tx.len);
@@ -157,7 +217,7 @@ impl Sim {
 
     fn pump_control(&mut self, now: Nanos) {
         for side in 0..2 {
-            let mut buf = [0u8; 128];
+            let mut buf = [0u8; 512];
             while let Some(tx) = self.t[side].poll_transmit(now, &mut buf) {
                 self.emit(now, side, tx.path as usize, buf[..tx.len].to_vec(), None);
             }
@@ -182,14 +242,19 @@ impl Sim {
                 break;
             }
             if next_pkt == Some(now) {
-                let Reverse((_, _, to, path, dgram)) = self.queue.pop().unwrap();
-                let from = addr(1 - to as u8, path);
-                match self.t[to].recv(now, path, from, &dgram) {
+                let Reverse((_, _, to, path, mut dgram)) = self.queue.pop().unwrap();
+                self.captured.push((to, path, dgram.clone()));
+                let from = if to == 0 {
+                    self.client_src[path]
+                } else {
+                    addr(0, path)
+                };
+                match self.t[to].recv(now, path, from, &mut dgram) {
                     Received::Deliver { offset, len } => {
                         self.delivered[to].push(index_of(&dgram[offset..offset + len]))
                     }
                     Received::Consumed => {}
-                    Received::Dropped(r) => panic!("unexpected drop {r:?}"),
+                    Received::Dropped(r) => self.drops_seen.push((to, r)),
                 }
             } else {
                 for side in 0..2 {
@@ -259,6 +324,7 @@ fn different_delays_and_loss_deliver_everything_in_order() {
         sim.deliver_until(end + 2_000 * MS);
         assert_in_order_exactly_once(&sim.delivered[1], 20_000, &sim.lost_data);
         assert!(!sim.lost_data.is_empty());
+        assert!(sim.drops_seen.is_empty(), "{:?}", sim.drops_seen);
         // Equal weights: every path carried a third of the data.
         for n in &sim.sent_on_path {
             assert!((*n as i64 - 6_667).abs() < 10, "{:?}", sim.sent_on_path);
@@ -374,4 +440,148 @@ fn all_paths_down_counts_drops_and_recovers() {
         .filter(|i| *i >= 10_000)
         .collect();
     assert_eq!(tail, (10_000..10_100).collect::<Vec<_>>());
+}
+
+// ---- security -------------------------------------------------------------
+
+use mpt_core::stats::DropReason;
+
+fn count(sim: &Sim, side: usize, r: DropReason) -> usize {
+    sim.drops_seen
+        .iter()
+        .filter(|(s, d)| *s == side && *d == r)
+        .count()
+}
+
+#[test]
+fn secure_tunnel_handshakes_and_carries_data() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0), (20, 2, 0.0)]), 21, security(1, true));
+    sim.deliver_until(1_000 * MS);
+    assert!(sim.t[0].has_session() && sim.t[1].has_session());
+    let up = sim
+        .events
+        .iter()
+        .filter(|e| matches!(e.2, Event::PathUp { .. }))
+        .count();
+    assert_eq!(up, 4, "both paths up on both sides");
+    let end = sim.run_traffic(1_000 * MS, 5_000, 100_000, 0);
+    sim.deliver_until(end + 1_000 * MS);
+    assert_in_order_exactly_once(&sim.delivered[1], 5_000, &sim.lost_data);
+    assert!(sim.drops_seen.is_empty(), "{:?}", sim.drops_seen);
+    let st = sim.t[0].status(end);
+    let sec = st.security.unwrap();
+    assert_eq!(sec.stats.handshakes_completed, 1);
+}
+
+#[test]
+fn wrong_key_never_gets_a_session() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 22, security(1, false));
+    sim.deliver_until(5_000 * MS);
+    assert!(!sim.t[0].has_session() && !sim.t[1].has_session());
+    // The client retried and the failures are counted and reported.
+    assert!(count(&sim, 1, DropReason::HandshakeFailed) >= 3);
+    assert!(sim.events.iter().any(|e| matches!(
+        &e.2,
+        Event::Security(mpt_core::crypto::state::CryptoEvent::Failed { .. })
+    )));
+    // No data passes: the sender has no session.
+    sim.run_traffic(5_000 * MS, 10, MS, 0);
+    assert_eq!(sim.t[0].drops().get(DropReason::NoSession), 10);
+    assert!(sim.delivered[1].is_empty());
+}
+
+#[test]
+fn tampered_and_replayed_packets_are_dropped_and_counted() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 23, security(1, true));
+    sim.deliver_until(1_000 * MS);
+    let end = sim.run_traffic(1_000 * MS, 100, MS, 0);
+    sim.deliver_until(end + 500 * MS);
+    assert_eq!(sim.delivered[1].len(), 100);
+    // Replay every captured data packet to the client: none is delivered.
+    let old: Vec<_> = sim
+        .captured
+        .iter()
+        .filter(|(to, _, d)| *to == 1 && d[1] == 1)
+        .cloned()
+        .collect();
+    assert!(old.len() >= 100);
+    let mut now = end + 600 * MS;
+    for (_, path, mut d) in old.clone() {
+        now += 1_000;
+        assert!(matches!(
+            sim.t[1].recv(now, path, addr(0, path), &mut d),
+            Received::Dropped(DropReason::Replay)
+        ));
+    }
+    // Flip one bit of a fresh packet: the tag no longer matches.
+    sim.captured.clear();
+    sim.run_traffic(now, 1, MS, 100);
+    let mut fresh = sim.queue.peek().map(|Reverse(e)| e.4.clone()).unwrap();
+    let last = fresh.len() - 20;
+    fresh[last] ^= 0x01;
+    assert_eq!(
+        sim.t[1].recv(now, 0, addr(0, 0), &mut fresh),
+        Received::Dropped(DropReason::BadTag)
+    );
+    assert_eq!(sim.t[1].drops().get(DropReason::Replay) as usize, old.len());
+    assert_eq!(sim.t[1].drops().get(DropReason::BadTag), 1);
+    sim.deliver_until(now + 500 * MS);
+    assert_eq!(
+        sim.delivered[1].len(),
+        101,
+        "the genuine packet still arrives once"
+    );
+}
+
+#[test]
+fn rekey_by_packet_count_does_not_interrupt_traffic() {
+    let mut client = security(1, true);
+    client.rekey_after_packets = 500;
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0), (10, 0, 0.0)]), 24, client);
+    sim.deliver_until(1_000 * MS);
+    // The client sends (it initiates rekeys when its counter passes 500).
+    let mut now = 1_000 * MS;
+    for i in 0..5_000 {
+        sim.deliver_until(now);
+        let pkt = inner(i);
+        let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
+        buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+        if let Some(tx) = sim.t[1].send(now, &mut buf, pkt.len()) {
+            buf.truncate(tx.len);
+            sim.emit(now, 1, tx.path as usize, buf, Some(i));
+        }
+        sim.pump_control(now);
+        now += 200_000;
+    }
+    sim.deliver_until(now + 1_000 * MS);
+    let rekeys = sim.t[0].status(now).security.unwrap().stats.rekeys;
+    assert!(rekeys >= 5, "rekeys {rekeys}");
+    assert_in_order_exactly_once(&sim.delivered[0], 5_000, &sim.lost_data);
+    assert_eq!(
+        count(&sim, 0, DropReason::NoSession) + count(&sim, 0, DropReason::BadTag),
+        0
+    );
+}
+
+#[test]
+fn server_follows_the_client_to_a_new_address() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 25, security(1, true));
+    sim.deliver_until(1_000 * MS);
+    let t = sim.run_traffic(1_000 * MS, 50, MS, 0);
+    // NAT rebinding: the client's packets now come from another address.
+    let new: SocketAddr = "192.0.2.99:40000".parse().unwrap();
+    sim.client_src[0] = new;
+    sim.deliver_until(t + 300 * MS);
+    assert!(sim
+        .events
+        .iter()
+        .any(|e| matches!(e.2, Event::RemoteChanged { path: 0, to, .. } if to == new)));
+    // An unauthenticated packet from a third address does not move it.
+    let mut junk = vec![0u8; 100];
+    junk[0] = 1;
+    junk[1] = 1;
+    junk[4] = 9;
+    let r = sim.t[0].recv(t + 300 * MS, 0, "203.0.113.5:1".parse().unwrap(), &mut junk);
+    assert!(matches!(r, Received::Dropped(_)));
+    assert_eq!(sim.t[0].path(0).unwrap().remote, Some(new));
 }

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod ratelimit;
 pub mod replay;
 pub mod session;
+pub mod state;
 
 /// AEAD tag length in bytes (RFC 8439 §2.8, NIST SP 800-38D).
 pub const TAG_LEN: usize = 16;

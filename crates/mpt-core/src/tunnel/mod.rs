@@ -4,36 +4,42 @@
 //! `now` (monotonic nanoseconds):
 //!
 //! * [`Tunnel::send`] — an inner IP packet read from the TUN, already placed
-//!   at `buf[HEADER_LEN..]`; the header is written in place (no copy) and a
-//!   [`Transmit`] names the path and destination;
-//! * [`Tunnel::recv`] — a datagram from a path socket; in-order data is
-//!   delivered from the caller's buffer ([`Received::Deliver`]), early data is
-//!   copied into the reorder buffer and drained with [`Tunnel::poll_deliver`];
-//! * [`Tunnel::poll_transmit`] — control packets (probes, echoes) to send;
+//!   at `buf[HEADER_LEN..]`; the header is written (and the body sealed) in
+//!   place and a [`Transmit`] names the path and destination;
+//! * [`Tunnel::recv`] — a datagram from a path socket, opened in place;
+//!   in-order data is delivered from the caller's buffer
+//!   ([`Received::Deliver`]), early data is copied into the reorder buffer
+//!   and drained with [`Tunnel::poll_deliver`] (see `recv.rs`);
+//! * [`Tunnel::poll_transmit`] — handshake messages, probes and echoes;
 //! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers.
 //!
-//! Events (path up/down) are drained with [`Tunnel::poll_event`].
+//! Events (path up/down, sessions, address changes) are drained with
+//! [`Tunnel::poll_event`].
 //!
 //! Invariants:
 //! * every packet that is neither transmitted nor delivered is counted under
 //!   one [`DropReason`];
-//! * data is only sent on paths that are up; probes go on every path;
+//! * data is only sent on paths that are up; with security on, nothing but a
+//!   handshake initiation leaves without a session, and nothing is accepted
+//!   that did not authenticate;
 //! * nothing here blocks, allocates per in-order packet, or panics on input.
 
-use std::collections::{BTreeMap, VecDeque};
+mod recv;
+mod status;
+
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use serde::Serialize;
+pub use status::{ReorderStatus, TunnelStatus};
 
-use crate::path::{PathConfig, PathState, PathStatus};
-use crate::reorder::{
-    Accept, PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly,
-};
+use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
+use crate::crypto::TAG_LEN;
+use crate::path::{PathConfig, PathState};
+use crate::reorder::{PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly};
 use crate::sched::{Scheduler, Share, SmoothWrr};
 use crate::stats::{DropCounters, DropReason, TunnelCounters};
 use crate::wire::{
-    self, Header, HeaderFields, PacketType, ProbeBody, WireError, HEADER_LEN, PROBE_BODY_LEN,
-    PROBE_FLAG_HEARING,
+    self, HeaderFields, PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN, PROBE_FLAG_HEARING,
 };
 use crate::{Nanos, PathId};
 
@@ -57,6 +63,10 @@ pub struct TunnelConfig {
     pub release: ReleaseKind,
     /// Whether path weights share packets or bytes.
     pub share: Share,
+    /// `None`: plaintext (lab comparisons only).
+    pub security: Option<SecurityConfig>,
+    /// Seed for session indices and ephemeral keys (from the OS at start).
+    pub seed: [u8; 32],
 }
 
 /// A datagram to send: `buf[..len]` goes to `dst` over `path`'s socket.
@@ -83,9 +93,27 @@ pub enum Received {
 /// Something worth logging.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    PathUp { path: PathId },
-    PathDown { path: PathId, reason: &'static str },
+    PathUp {
+        path: PathId,
+    },
+    PathDown {
+        path: PathId,
+        reason: &'static str,
+    },
     AllPathsDown,
+    /// The peer's address on a path changed (NAT rebinding, roaming).
+    RemoteChanged {
+        path: PathId,
+        from: Option<SocketAddr>,
+        to: SocketAddr,
+    },
+    Security(CryptoEvent),
+    /// A handshake message failed on this path from this address.
+    HandshakeRejected {
+        path: PathId,
+        from: SocketAddr,
+        reason: DropReason,
+    },
 }
 
 /// The tunnel. See the module documentation.
@@ -102,7 +130,13 @@ pub struct Tunnel {
     drops: DropCounters,
     counters: TunnelCounters,
     events: VecDeque<Event>,
+    crypto: Option<CryptoState>,
+    /// Handshake responses waiting to be sent: (path, destination, bytes).
+    handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
 }
+
+/// Handshake responses queued at most (they are rate-limited anyway).
+const HANDSHAKE_OUT_MAX: usize = 8;
 
 impl Tunnel {
     pub fn new(cfg: TunnelConfig, now: Nanos) -> Self {
@@ -129,6 +163,8 @@ impl Tunnel {
             drops: DropCounters::default(),
             counters: TunnelCounters::default(),
             events: VecDeque::new(),
+            crypto: cfg.security.map(|s| CryptoState::new(s, cfg.seed)),
+            handshake_out: VecDeque::new(),
         }
     }
 
@@ -162,6 +198,10 @@ impl Tunnel {
     pub fn reorder_stats(&self) -> &ReorderStats {
         self.reorder.stats()
     }
+    /// Whether a session is established (always true in plaintext mode).
+    pub fn has_session(&self) -> bool {
+        self.crypto.as_ref().is_none_or(|c| c.has_session())
+    }
 
     /// Count a drop that happened outside the core (I/O errors).
     pub fn count_drop(&mut self, reason: DropReason) {
@@ -181,29 +221,59 @@ impl Tunnel {
         }
     }
 
-    fn next_fields(
+    /// Write the header for a packet of `ty` whose plaintext body occupies
+    /// `buf[HEADER_LEN..HEADER_LEN + body_len]`, seal the body when secure,
+    /// and return the datagram length. `None`: no session (counted).
+    fn emit(
         &mut self,
-        path: PathId,
         now: Nanos,
+        path: PathId,
+        ty: PacketType,
         class: u8,
         tunnel_seq: u64,
-        len: usize,
-    ) -> HeaderFields {
-        let path_seq = self.paths[path as usize].on_transmit(len);
-        let counter = self.counter;
-        self.counter += 1;
-        HeaderFields {
+        buf: &mut [u8],
+        body_len: usize,
+    ) -> Option<usize> {
+        let (session, counter) = match self.crypto.as_mut() {
+            Some(c) => match c.seal_session(now) {
+                Some((s, ctr)) => (s.remote_index, ctr),
+                None => {
+                    self.drops.add(DropReason::NoSession);
+                    return None;
+                }
+            },
+            None => {
+                self.counter += 1;
+                (0, self.counter - 1)
+            }
+        };
+        let secure = self.crypto.is_some();
+        let total = HEADER_LEN + body_len + if secure { TAG_LEN } else { 0 };
+        if buf.len() < total {
+            self.drops.add(DropReason::TooBig);
+            return None;
+        }
+        let path_seq = self.paths[path as usize].on_transmit(total);
+        let f = HeaderFields {
             path,
             class,
-            session: 0,
+            session,
             counter,
             path_seq,
             timestamp_ns: self.wall(now),
             tunnel_seq,
+        };
+        wire::write_header(buf, ty, &f);
+        if let Some(c) = self.crypto.as_ref() {
+            let mut aad = [0u8; HEADER_LEN];
+            aad.copy_from_slice(&buf[..HEADER_LEN]);
+            c.seal(counter, &aad, &mut buf[HEADER_LEN..], body_len)?;
         }
+        Some(total)
     }
 
     /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`.
+    /// `buf` needs `TAG_LEN` bytes of room after it when security is on.
     pub fn send(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
         if len > self.mtu || buf.len() < HEADER_LEN + len {
             self.drops.add(DropReason::TooBig);
@@ -215,131 +285,29 @@ impl Tunnel {
             return None;
         }
         let class = wire::inner_traffic_class(inner);
+        if !self.has_session() {
+            self.drops.add(DropReason::NoSession);
+            return None;
+        }
         let Some(path) = self.sched.pick(&self.up, len) else {
             self.drops.add(DropReason::NoPath);
             return None;
         };
+        let Some(dst) = self.paths[path as usize].remote else {
+            self.drops.add(DropReason::NoPath);
+            return None;
+        };
         let seq = self.next_tunnel_seq;
+        let total = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
         self.next_tunnel_seq += 1;
-        let total = HEADER_LEN + len;
-        let f = self.next_fields(path, now, class, seq, total);
-        wire::write_header(buf, PacketType::Data, &f);
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
-        let p = &self.paths[path as usize].cfg;
         Some(Transmit {
             path,
-            local_key: p.local_key,
-            dst: p.remote,
+            local_key: self.paths[path as usize].cfg.local_key,
+            dst,
             len: total,
         })
-    }
-
-    /// Handle a datagram that arrived on local socket `local_key` from
-    /// `from`. `buf` holds exactly the datagram.
-    pub fn recv(&mut self, now: Nanos, local_key: usize, from: SocketAddr, buf: &[u8]) -> Received {
-        let h = match Header::new_checked(buf) {
-            Ok(h) => h,
-            Err(e) => {
-                let r = match e {
-                    WireError::Truncated => DropReason::Truncated,
-                    WireError::BadVersion => DropReason::BadVersion,
-                    WireError::BadType => DropReason::BadType,
-                };
-                return self.drop(r);
-            }
-        };
-        let pid = h.path();
-        let Some(p) = self.paths.get(pid as usize) else {
-            return self.drop(DropReason::UnknownPath);
-        };
-        if p.cfg.local_key != local_key {
-            return self.drop(DropReason::UnknownPath);
-        }
-        if p.cfg.remote != from {
-            return self.drop(DropReason::UnknownSource);
-        }
-        if h.packet_type() == PacketType::Data && wire::inner_ip_version(h.body()).is_none() {
-            return self.drop(DropReason::BadInner);
-        }
-        let transit = (self.wall(now) as i64).wrapping_sub(h.timestamp_ns() as i64);
-        self.paths[pid as usize].on_receive(now, buf.len(), h.path_seq(), transit);
-        self.refresh_up(pid, now);
-        match h.packet_type() {
-            PacketType::Data => self.recv_data(now, pid, &h),
-            PacketType::Probe | PacketType::Echo => {
-                self.recv_control(now, pid, &h);
-                Received::Consumed
-            }
-        }
-    }
-
-    fn drop(&mut self, r: DropReason) -> Received {
-        self.drops.add(r);
-        Received::Dropped(r)
-    }
-
-    fn recv_data(&mut self, now: Nanos, pid: PathId, h: &Header<'_>) -> Received {
-        let seq = h.tunnel_seq();
-        let body = h.body();
-        let resyncs = self.reorder.stats().resyncs;
-        let accept = self.reorder.insert(seq, body, now);
-        if self.reorder.stats().resyncs != resyncs {
-            self.policy.reset();
-        }
-        self.policy.on_data(pid, seq);
-        let r = match accept {
-            Accept::DeliverNow => {
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += body.len() as u64;
-                Received::Deliver {
-                    offset: HEADER_LEN,
-                    len: body.len(),
-                }
-            }
-            Accept::Held => Received::Consumed,
-            Accept::Duplicate => return self.drop(DropReason::Duplicate),
-            Accept::Late => return self.drop(DropReason::Late),
-        };
-        self.apply_policy();
-        r
-    }
-
-    fn apply_policy(&mut self) {
-        if self.reorder.held() > 0 {
-            let floor = self.policy.lost_below(&self.up);
-            self.reorder.release_below(floor);
-        }
-    }
-
-    fn recv_control(&mut self, now: Nanos, pid: PathId, h: &Header<'_>) {
-        let Ok(body) = ProbeBody::parse(h.body()) else {
-            return;
-        };
-        let hearing = body.flags & PROBE_FLAG_HEARING != 0;
-        let p = &mut self.paths[pid as usize];
-        match h.packet_type() {
-            PacketType::Probe => {
-                p.echo_due = Some((h.timestamp_ns(), now));
-                p.on_peer_report(body.rx_packets, body.rx_path_seq, hearing);
-            }
-            PacketType::Echo => {
-                // The echo answers our probe: the peer hears us by definition.
-                p.on_peer_report(body.rx_packets, body.rx_path_seq, true);
-                let now_wall = (now as i64).wrapping_add(self.wall_offset) as u64;
-                let rtt = now_wall
-                    .wrapping_sub(body.echo_timestamp_ns)
-                    .saturating_sub(body.hold_ns);
-                // Ignore absurd samples (clock steps, forged echoes): > 60 s.
-                if rtt < 60_000 * crate::NANOS_PER_MS {
-                    p.on_rtt_sample(rtt);
-                }
-            }
-            PacketType::Data => {}
-        }
-        self.policy.on_frontier(pid, h.tunnel_seq());
-        self.refresh_up(pid, now);
-        self.apply_policy();
     }
 
     /// Re-evaluate whether path `pid` is up, emitting events on change.
@@ -357,7 +325,9 @@ impl Tunnel {
             self.events.push_back(Event::PathUp { path: pid });
         } else {
             p.downs += 1;
-            let reason = if hearing {
+            let reason = if p.send_blocked {
+                "send failed: network unreachable"
+            } else if hearing {
                 "peer stopped hearing us"
             } else {
                 "silent for dead interval"
@@ -382,15 +352,44 @@ impl Tunnel {
         self.reorder.recycle(buf);
     }
 
-    /// Write the next due control packet into `buf` (at least
-    /// `HEADER_LEN + PROBE_BODY_LEN` bytes).
+    /// Path on which the `attempt`-th handshake initiation goes: rotating
+    /// over the paths that are up, or over all paths with a known remote.
+    fn initiation_path(&self, attempt: u64) -> Option<PathId> {
+        let up: Vec<usize> = (0..self.paths.len()).filter(|i| self.up[*i]).collect();
+        let known: Vec<usize> = (0..self.paths.len())
+            .filter(|i| self.paths[*i].remote.is_some())
+            .collect();
+        let set = if up.is_empty() { known } else { up };
+        set.get((attempt as usize) % set.len().max(1))
+            .map(|i| *i as PathId)
+    }
+
+    /// Write the next due control packet into `buf` (at least 256 bytes):
+    /// handshake responses, then initiations, then echoes and probes.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if buf.len() < HEADER_LEN + PROBE_BODY_LEN {
+        if buf.len() < 256 {
+            return None;
+        }
+        if let Some((path, dst, bytes)) = self.handshake_out.pop_front() {
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            let local_key = self.paths[path as usize].cfg.local_key;
+            return Some(Transmit {
+                path,
+                local_key,
+                dst,
+                len: bytes.len(),
+            });
+        }
+        if let Some(t) = self.poll_initiation(now, buf) {
+            return Some(t);
+        }
+        if !self.has_session() {
             return None;
         }
         for i in 0..self.paths.len() {
             let pid = i as PathId;
             let p = &mut self.paths[i];
+            let Some(dst) = p.remote else { continue };
             let (ty, echo_ts, hold) = if let Some((ts, arrived)) = p.echo_due.take() {
                 (PacketType::Echo, ts, now.saturating_sub(arrived))
             } else if p.probe_due {
@@ -405,9 +404,6 @@ impl Tunnel {
             } else {
                 0
             };
-            let len = HEADER_LEN + PROBE_BODY_LEN;
-            let f = self.next_fields(pid, now, 0, self.next_tunnel_seq, len);
-            wire::write_header(buf, ty, &f);
             ProbeBody {
                 echo_timestamp_ns: echo_ts,
                 hold_ns: hold,
@@ -416,26 +412,62 @@ impl Tunnel {
                 flags,
             }
             .write(&mut buf[HEADER_LEN..]);
-            let c = &self.paths[i].cfg;
+            let seq = self.next_tunnel_seq;
+            let Some(len) = self.emit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN) else {
+                continue;
+            };
+            let local_key = self.paths[i].cfg.local_key;
             return Some(Transmit {
                 path: pid,
-                local_key: c.local_key,
-                dst: c.remote,
+                local_key,
+                dst,
                 len,
             });
         }
         None
     }
 
+    fn poll_initiation(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        let wall = self.wall(now);
+        let c = self.crypto.as_mut()?;
+        if !c.wants_initiation(now) {
+            return None;
+        }
+        let (body_len, attempt) = c.poll_initiation(now, wall, &mut buf[HEADER_LEN..])?;
+        let path = self.initiation_path(attempt)?;
+        let dst = self.paths[path as usize].remote?;
+        let total = HEADER_LEN + body_len;
+        let path_seq = self.paths[path as usize].on_transmit(total);
+        let f = HeaderFields {
+            path,
+            path_seq,
+            timestamp_ns: wall,
+            ..Default::default()
+        };
+        wire::write_header(buf, PacketType::HandshakeInit, &f);
+        let local_key = self.paths[path as usize].cfg.local_key;
+        Some(Transmit {
+            path,
+            local_key,
+            dst,
+            len: total,
+        })
+    }
+
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         let mut t = self.reorder.poll_timeout();
+        let mut min = |x: Nanos| t = Some(t.map_or(x, |y: Nanos| y.min(x)));
         for p in &self.paths {
-            let mut cand = p.next_probe_at;
+            min(p.next_probe_at);
             if let (true, Some(rx)) = (p.up, p.last_rx) {
-                cand = cand.min(rx.saturating_add(p.cfg.dead));
+                min(rx.saturating_add(p.cfg.dead));
             }
-            t = Some(t.map_or(cand, |x| x.min(cand)));
+        }
+        if let Some(c) = &self.crypto {
+            if let Some(x) = c.poll_timeout() {
+                min(x);
+            }
         }
         t
     }
@@ -451,53 +483,23 @@ impl Tunnel {
             self.refresh_up(i as PathId, now);
         }
         self.reorder.handle_timeout(now);
+        if let Some(c) = self.crypto.as_mut() {
+            c.handle_timeout(now);
+        }
     }
 
     /// Next event for the log.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    /// Snapshot for `mpt status`.
-    pub fn status(&self, now: Nanos) -> TunnelStatus {
-        TunnelStatus {
-            paths: self.paths.iter().map(|p| p.status(now)).collect(),
-            paths_up: self.up.iter().filter(|u| **u).count(),
-            scheduler: self.sched.name(),
-            release_policy: self.policy.name(),
-            mtu: self.mtu,
-            counters: self.counters.clone(),
-            reorder: ReorderStatus {
-                window: self.reorder.capacity(),
-                held_now: self.reorder.held(),
-                next_seq: self.reorder.next_seq(),
-                stats: self.reorder.stats().clone(),
-            },
-            drops: self.drops.iter().collect(),
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
         }
+        self.crypto.as_mut()?.poll_event().map(Event::Security)
     }
-}
 
-/// Reorder buffer part of the status.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReorderStatus {
-    pub window: u64,
-    pub held_now: usize,
-    pub next_seq: u64,
-    #[serde(flatten)]
-    pub stats: ReorderStats,
-}
-
-/// Whole-tunnel status (the core's part of `mpt status --json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct TunnelStatus {
-    pub paths: Vec<PathStatus>,
-    pub paths_up: usize,
-    pub scheduler: &'static str,
-    pub release_policy: &'static str,
-    pub mtu: usize,
-    pub counters: TunnelCounters,
-    pub reorder: ReorderStatus,
-    /// Drop counters by reason.
-    pub drops: BTreeMap<&'static str, u64>,
+    /// Whether this side starts handshakes (client) — for logs.
+    pub fn is_initiator(&self) -> bool {
+        self.crypto
+            .as_ref()
+            .is_some_and(|c| c.role() == HandshakeRole::Initiator)
+    }
 }

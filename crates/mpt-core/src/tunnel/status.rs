@@ -1,0 +1,63 @@
+//! The tunnel's status document (the core's part of `mpt status --json`).
+//!
+//! Invariant: the status holds counters and measurements only — never key
+//! material (security status shows mode, cipher, session age and counts).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::Tunnel;
+use crate::crypto::state::SecurityStatus;
+use crate::path::PathStatus;
+use crate::reorder::ReorderStats;
+use crate::stats::TunnelCounters;
+use crate::Nanos;
+
+/// Reorder buffer part of the status.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReorderStatus {
+    pub window: u64,
+    pub held_now: usize,
+    pub next_seq: u64,
+    #[serde(flatten)]
+    pub stats: ReorderStats,
+}
+
+/// Whole-tunnel status.
+#[derive(Debug, Clone, Serialize)]
+pub struct TunnelStatus {
+    pub paths: Vec<PathStatus>,
+    pub paths_up: usize,
+    pub scheduler: &'static str,
+    pub release_policy: &'static str,
+    pub mtu: usize,
+    pub counters: TunnelCounters,
+    pub reorder: ReorderStatus,
+    /// `None` in plaintext mode.
+    pub security: Option<SecurityStatus>,
+    /// Drop counters by reason.
+    pub drops: BTreeMap<&'static str, u64>,
+}
+
+impl Tunnel {
+    /// Snapshot for `mpt status`.
+    pub fn status(&self, now: Nanos) -> TunnelStatus {
+        TunnelStatus {
+            paths: self.paths.iter().map(|p| p.status(now)).collect(),
+            paths_up: self.up.iter().filter(|u| **u).count(),
+            scheduler: self.sched.name(),
+            release_policy: self.policy.name(),
+            mtu: self.mtu,
+            counters: self.counters.clone(),
+            reorder: ReorderStatus {
+                window: self.reorder.capacity(),
+                held_now: self.reorder.held(),
+                next_seq: self.reorder.next_seq(),
+                stats: self.reorder.stats().clone(),
+            },
+            security: self.crypto.as_ref().map(|c| c.status(now)),
+            drops: self.drops.iter().collect(),
+        }
+    }
+}
