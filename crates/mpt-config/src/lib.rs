@@ -13,6 +13,7 @@
 //! * every default is filled in, so consumers never guess.
 
 mod reader;
+mod security;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use mpt_core::wire::{
 pub use mpt_core::MAX_PATHS;
 pub use reader::ConfigError;
 use reader::{suggest, Ctx, TableReader};
+pub use security::{check_private_mode, Keys, Security};
 use toml_edit::{Document, Item};
 
 /// Tuning defaults (not spec constants).
@@ -72,7 +74,8 @@ pub struct TunnelSection {
 pub struct PathSection {
     pub name: String,
     pub local: SocketAddr,
-    pub remote: SocketAddr,
+    /// `None` only on a server with encryption, which learns it.
+    pub remote: Option<SocketAddr>,
     pub interface: Option<String>,
     pub weight: u32,
     pub keepalive_ms: u64,
@@ -105,11 +108,12 @@ pub struct Config {
     pub routes: Vec<RouteSection>,
     /// What `weight` divides: bytes (default) or packets.
     pub share: Share,
+    pub security: Security,
 }
 
 /// Bytes that encapsulation adds on a path of the given IP family.
-pub fn overhead(remote: &SocketAddr) -> u32 {
-    let ip = if remote.is_ipv4() {
+pub fn overhead(addr: &SocketAddr) -> u32 {
+    let ip = if addr.is_ipv4() {
         IPV4_HEADER_LEN
     } else {
         IPV6_HEADER_LEN
@@ -117,7 +121,15 @@ pub fn overhead(remote: &SocketAddr) -> u32 {
     (ip + UDP_HEADER_LEN + HEADER_LEN + TAG_RESERVE_LEN) as u32
 }
 
-const TOP_KEYS: &[&str] = &["tunnel", "peer", "path", "reorder", "route", "scheduler"];
+const TOP_KEYS: &[&str] = &[
+    "tunnel",
+    "peer",
+    "path",
+    "reorder",
+    "route",
+    "scheduler",
+    "security",
+];
 const SCHEDULER_KEYS: &[&str] = &["share"];
 const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket"];
 const PEER_KEYS: &[&str] = &["role"];
@@ -196,7 +208,20 @@ impl Config {
                 message: format!("cannot read: {e}"),
             }]
         })?;
-        Self::parse(&text, path)
+        let cfg = Self::parse(&text, path)?;
+        if let Security::Encrypted(k) = &cfg.security {
+            if k.inline_secret {
+                check_private_mode(path, "a secret key").map_err(|m| {
+                    vec![ConfigError {
+                        file: path.display().to_string(),
+                        line: None,
+                        key: "security".into(),
+                        message: m,
+                    }]
+                })?;
+            }
+        }
+        Ok(cfg)
     }
 
     /// Validate `text` as if it were the file `path`.
@@ -298,6 +323,11 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     });
     pr.finish(ctx);
 
+    // [security]
+    let sec_table = table(ctx, root, "security");
+    let security = security::read(ctx, sec_table, file);
+    let learns = role == Some(Role::Server) && matches!(security, Some(Security::Encrypted(_)));
+
     // [[path]]
     let path_tables = tables(ctx, root, "path");
     if path_tables.is_empty() && !root.contains_key("path") {
@@ -316,7 +346,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let mut paths: Vec<PathSection> = vec![];
     for (i, pt) in path_tables.iter().enumerate() {
         let pr = TableReader::new(pt, format!("path[{}]", i + 1), PATH_KEYS);
-        if let Some(p) = read_path(ctx, &pr, i) {
+        if let Some(p) = read_path(ctx, &pr, i, learns) {
             if let Some(o) = paths.iter().find(|o| o.name == p.name) {
                 ctx.error(
                     pr.span("name"),
@@ -392,12 +422,12 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     // Cross-checks: MTU.
     let derived = paths
         .iter()
-        .map(|p| p.mtu.saturating_sub(overhead(&p.remote)))
+        .map(|p| p.mtu.saturating_sub(overhead(&p.local)))
         .min();
     let has_v6 = addresses.iter().any(|a| matches!(a, IpNet::V6(_)));
     let eff_mtu = mtu.or(derived).unwrap_or(1400);
     if let Some(m) = mtu {
-        if let Some(worst) = paths.iter().find(|p| m + overhead(&p.remote) > p.mtu) {
+        if let Some(worst) = paths.iter().find(|p| m + overhead(&p.local) > p.mtu) {
             ctx.error(
                 tr.span("mtu"),
                 "tunnel.mtu",
@@ -405,8 +435,8 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
                     "{m} does not fit path '{}': its link MTU {} minus {} bytes of encapsulation leaves {}",
                     worst.name,
                     worst.mtu,
-                    overhead(&worst.remote),
-                    worst.mtu.saturating_sub(overhead(&worst.remote))
+                    overhead(&worst.local),
+                    worst.mtu.saturating_sub(overhead(&worst.local))
                 ),
             );
         }
@@ -427,6 +457,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             control_socket,
         },
         role: role?,
+        security: security?,
         share,
         paths,
         reorder: ReorderSection {
@@ -438,7 +469,12 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     })
 }
 
-fn read_path(ctx: &mut Ctx<'_>, pr: &TableReader<'_>, i: usize) -> Option<PathSection> {
+fn read_path(
+    ctx: &mut Ctx<'_>,
+    pr: &TableReader<'_>,
+    i: usize,
+    learns: bool,
+) -> Option<PathSection> {
     let name = pr
         .string(ctx, "name")
         .unwrap_or_else(|| format!("path{}", i + 1));
@@ -450,7 +486,13 @@ fn read_path(ctx: &mut Ctx<'_>, pr: &TableReader<'_>, i: usize) -> Option<PathSe
     let local = pr.parsed(ctx, "local", SOCK, sock);
     let local = pr.required(ctx, "local", local);
     let remote = pr.parsed(ctx, "remote", SOCK, sock);
-    let remote = pr.required(ctx, "remote", remote);
+    if remote.is_none() && !learns && pr.span("remote").is_none() {
+        ctx.error(
+            pr.table_span(),
+            &pr.key("remote"),
+            "missing (only an encrypted server may leave it out and learn the client's address)",
+        );
+    }
     if let Some(r) = remote {
         if r.port() == 0 {
             ctx.error(
@@ -508,7 +550,7 @@ fn read_path(ctx: &mut Ctx<'_>, pr: &TableReader<'_>, i: usize) -> Option<PathSe
     Some(PathSection {
         name,
         local: local?,
-        remote: remote?,
+        remote,
         interface,
         weight,
         keepalive_ms,

@@ -3,7 +3,30 @@
 
 use std::path::Path;
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use mpt_core::crypto::keys;
+
 use super::*;
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mpt-config-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write_private(p: &Path, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(p)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
 
 fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
     Config::parse(text, Path::new("t.toml"))
@@ -23,6 +46,8 @@ name = "mpt0"
 addresses = ["10.0.0.1/24"]
 [peer]
 role = "server"
+[security]
+insecure_no_encryption = true
 [[path]]
 local = "192.168.1.1:5000"
 remote = "192.168.1.2:5000"
@@ -31,11 +56,28 @@ remote = "192.168.1.2:5000"
 #[test]
 fn examples_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let dir = tmpdir("examples");
+    let mut loaded = vec![];
     for f in ["client.toml", "server.toml"] {
-        let c = Config::load(&root.join(f)).unwrap_or_else(|e| panic!("{f}: {e:?}"));
+        // The examples name key files under /etc/mpt; point them at keys
+        // written here with the mode the loader demands.
+        let key = dir.join(f.replace(".toml", ".key"));
+        write_private(&key, &keys::encode(&[9u8; 32]));
+        let text = std::fs::read_to_string(root.join(f)).unwrap();
+        let text = text.replace(
+            &format!("/etc/mpt/{}", f.replace(".toml", ".key")),
+            key.to_str().unwrap(),
+        );
+        let path = dir.join(f);
+        std::fs::write(&path, text).unwrap();
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{f}: {e:?}"));
         assert_eq!(c.paths.len(), 3);
+        assert!(matches!(c.security, Security::Encrypted(_)));
+        loaded.push(c);
     }
-    let c = Config::load(&root.join("client.toml")).unwrap();
+    // The server learns the LTE client's address.
+    assert_eq!(loaded[1].paths[2].remote, None);
+    let c = loaded.remove(0);
     assert_eq!(c.role, Role::Client);
     assert_eq!(c.paths[0].weight, 10);
     assert_eq!(c.paths[2].dead_ms, 900);
@@ -76,7 +118,7 @@ fn unknown_key_suggests_nearest() {
     let e = errors(&text);
     assert_eq!(
         e,
-        vec!["t.toml:10: path[1].wieght: unknown key; did you mean 'weight'?"]
+        vec!["t.toml:12: path[1].wieght: unknown key; did you mean 'weight'?"]
     );
     let e = errors(&format!("{MINIMAL}\n[reordr]\nwindow = 5\n"));
     assert!(
@@ -95,12 +137,12 @@ fn wrong_types_and_ranges_name_the_key_and_line() {
     let text = format!("{MINIMAL}weight = \"two\"\n");
     assert_eq!(
         errors(&text),
-        vec!["t.toml:10: path[1].weight: expected an integer, found a string"]
+        vec!["t.toml:12: path[1].weight: expected an integer, found a string"]
     );
     let text = format!("{MINIMAL}weight = 0\n");
     assert_eq!(
         errors(&text),
-        vec!["t.toml:10: path[1].weight: 0 is out of range (allowed: 1 to 1000)"]
+        vec!["t.toml:12: path[1].weight: 0 is out of range (allowed: 1 to 1000)"]
     );
 }
 
@@ -145,7 +187,7 @@ fn semantic_checks() {
         .map(|i| format!("[[path]]\nlocal = \"10.1.{i}.1:1\"\nremote = \"10.1.{i}.2:1\"\n"))
         .collect();
     let many = format!(
-        "[tunnel]\nname=\"m\"\naddresses=[\"10.0.0.1/24\"]\n[peer]\nrole=\"client\"\n{paths}"
+        "[tunnel]\nname=\"m\"\naddresses=[\"10.0.0.1/24\"]\n[peer]\nrole=\"client\"\n[security]\ninsecure_no_encryption = true\n{paths}"
     );
     assert!(errors(&many)[0].contains("33 paths configured; at most 32"));
 }
@@ -168,6 +210,8 @@ name = "t"
 addresses = ["fd00::1/64", "10.0.0.1/24"]
 [peer]
 role = "client"
+[security]
+insecure_no_encryption = true
 [[path]]
 local = "[fd01::1]:1"
 remote = "[fd01::2]:1"
@@ -177,4 +221,111 @@ remote = "10.1.0.2:1"
 "#;
     let c = parse(text).unwrap();
     assert_eq!(c.tunnel.mtu, 1400);
+}
+
+const SECURE_CLIENT: &str = r#"
+[tunnel]
+name = "t"
+addresses = ["10.0.0.2/24"]
+[peer]
+role = "client"
+[security]
+private_key = "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk="
+peer_public_key = "PEER"
+[[path]]
+local = "10.1.0.2:1"
+remote = "10.1.0.1:1"
+"#;
+
+fn peer_pub() -> String {
+    keys::encode(&mpt_core::crypto::keys::PrivateKey([5u8; 32]).public().0)
+}
+
+#[test]
+fn security_section_is_required_and_checked() {
+    let no_sec = MINIMAL.replace("[security]\ninsecure_no_encryption = true\n", "");
+    assert!(errors(&no_sec)
+        .join("\n")
+        .contains("missing section [security]"));
+    let text = SECURE_CLIENT.replace("PEER", &peer_pub());
+    let c = parse(&text).unwrap();
+    let Security::Encrypted(k) = &c.security else {
+        panic!()
+    };
+    assert!(k.inline_secret && k.psk.is_none());
+    assert_eq!(format!("{:?}", k.private), "PrivateKey(<secret>)");
+    // Own public key as the peer's.
+    let own = keys::encode(&mpt_core::crypto::keys::PrivateKey([9u8; 32]).public().0);
+    assert!(errors(&SECURE_CLIENT.replace("PEER", &own))
+        .join("")
+        .contains("this peer's own public key"));
+    assert!(errors(&SECURE_CLIENT.replace("PEER", "abc"))
+        .join("")
+        .contains("security.peer_public_key: the key"));
+    let both = text.replace("[security]", "[security]\ninsecure_no_encryption = true");
+    assert!(errors(&both)
+        .join("")
+        .contains("cannot be combined with keys"));
+    let typo = text.replace("private_key =", "privat_key =");
+    assert!(
+        errors(&typo)
+            .join("")
+            .contains("did you mean 'private_key'"),
+        "{:?}",
+        errors(&typo)
+    );
+}
+
+#[test]
+fn only_an_encrypted_server_may_leave_remote_out() {
+    let text = SECURE_CLIENT
+        .replace("PEER", &peer_pub())
+        .replace("remote = \"10.1.0.1:1\"\n", "");
+    assert!(errors(&text)
+        .join("")
+        .contains("path[1].remote: missing (only an encrypted server"));
+    let server = text.replace("role = \"client\"", "role = \"server\"");
+    assert_eq!(parse(&server).unwrap().paths[0].remote, None);
+    let plain_server = MINIMAL.replace("remote = \"192.168.1.2:5000\"\n", "");
+    assert!(errors(&plain_server)
+        .join("")
+        .contains("only an encrypted server"));
+}
+
+#[test]
+fn secrets_must_not_be_readable_by_others() {
+    let d = tmpdir("perm");
+    let text = SECURE_CLIENT.replace("PEER", &peer_pub());
+    let cfg = d.join("inline.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let e = Config::load(&cfg).unwrap_err()[0].to_string();
+    assert!(
+        e.contains("readable by others (mode 644); run: chmod 600"),
+        "{e}"
+    );
+    std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert!(Config::load(&cfg).is_ok());
+    // A key file, relative to the configuration's directory.
+    let key = d.join("k");
+    std::fs::write(&key, keys::encode(&[9u8; 32])).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let with_file = text.replace(
+        "private_key = \"CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\"",
+        "private_key_file = \"k\"",
+    );
+    let cfg2 = d.join("file.toml");
+    std::fs::write(&cfg2, &with_file).unwrap();
+    let e = Config::load(&cfg2).unwrap_err()[0].to_string();
+    assert!(
+        e.contains("security.private_key_file") && e.contains("chmod 600"),
+        "{e}"
+    );
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let c = Config::load(&cfg2).unwrap();
+    let Security::Encrypted(k) = c.security else {
+        panic!()
+    };
+    assert!(!k.inline_secret);
+    let _ = std::fs::remove_dir_all(d);
 }

@@ -24,14 +24,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use mio::net::UnixStream as MioUnixStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
+use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{Event, Received, Tunnel};
+use mpt_core::tunnel::{Received, Tunnel};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::control::Request;
+use crate::events::EventLog;
 use crate::tun::Tun;
 use crate::udp::PathSocket;
 
@@ -97,7 +99,7 @@ pub struct Driver {
     _signal_rx: MioUnixStream,
     control_rx: mpsc::Receiver<Request>,
     started: Instant,
-    path_names: Vec<String>,
+    event_log: EventLog,
 }
 
 /// What the control thread needs to hand requests to the loop.
@@ -138,14 +140,7 @@ impl Driver {
         let waker = Arc::new(Waker::new(reg, TOKEN_WAKER)?);
         let (tx, control_rx) = mpsc::channel();
         tunnel.set_wall_offset(clock.wall_offset());
-        let path_names = (0..tunnel.path_count())
-            .map(|i| {
-                tunnel
-                    .path(i as u8)
-                    .map(|p| p.cfg.name.clone())
-                    .unwrap_or_default()
-            })
-            .collect();
+
         let hook = ControlHook {
             tx,
             wake: Arc::new(move || {
@@ -163,7 +158,7 @@ impl Driver {
                 _signal_rx: signal_rx,
                 control_rx,
                 started: Instant::now(),
-                path_names,
+                event_log: EventLog::default(),
             },
             hook,
         ))
@@ -234,7 +229,8 @@ impl Driver {
     /// may still have packets.
     fn pump_tun(&mut self, buf: &mut [u8]) -> bool {
         for _ in 0..BATCH_PACKETS {
-            let n = match self.tun.read(&mut buf[HEADER_LEN..]) {
+            let end = buf.len() - TAG_LEN;
+            let n = match self.tun.read(&mut buf[HEADER_LEN..end]) {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -273,7 +269,8 @@ impl Driver {
             };
             let from = normalize(from);
             let now = self.clock.now();
-            if let Received::Deliver { offset, len } = self.tunnel.recv(now, i, from, &buf[..n]) {
+            if let Received::Deliver { offset, len } = self.tunnel.recv(now, i, from, &mut buf[..n])
+            {
                 if self.tun.write(&buf[offset..offset + len]).is_err() {
                     self.tunnel.count_drop(DropReason::TunWriteFailed);
                 }
@@ -300,24 +297,7 @@ impl Driver {
 
     fn log_events(&mut self) {
         while let Some(e) = self.tunnel.poll_event() {
-            let name = |p: u8| self.path_names.get(p as usize).cloned().unwrap_or_default();
-            let peer = |p: u8| {
-                self.tunnel
-                    .path(p)
-                    .map(|s| s.cfg.remote.to_string())
-                    .unwrap_or_default()
-            };
-            match e {
-                Event::PathUp { path } => {
-                    info!(tunnel = %self.identity.name, path = %name(path), peer = %peer(path), "path up")
-                }
-                Event::PathDown { path, reason } => {
-                    warn!(tunnel = %self.identity.name, path = %name(path), peer = %peer(path), reason, "path down")
-                }
-                Event::AllPathsDown => {
-                    warn!(tunnel = %self.identity.name, "all paths down: packets are dropped until one returns")
-                }
-            }
+            self.event_log.log(&self.identity.name, &self.tunnel, e);
         }
     }
 

@@ -17,6 +17,7 @@
 
 pub mod control;
 pub mod driver;
+pub mod events;
 pub mod netcfg;
 pub mod packet;
 pub mod tun;

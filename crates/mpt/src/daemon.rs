@@ -10,7 +10,10 @@
 use std::io;
 use std::sync::Arc;
 
-use mpt_config::{Config, Release, Role, Share};
+use mpt_config::{Config, Release, Role, Security, Share};
+use mpt_core::crypto::handshake::Identity as KeyIdentity;
+use mpt_core::crypto::keys::PresharedKey;
+use mpt_core::crypto::state::{HandshakeRole, SecurityConfig};
 use mpt_core::path::PathConfig;
 use mpt_core::sched;
 use mpt_core::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
@@ -36,7 +39,7 @@ pub fn init_logging(level: Option<&str>) {
         .init();
 }
 
-fn core_config(cfg: &Config, keys: &[usize]) -> TunnelConfig {
+fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
     TunnelConfig {
         paths: cfg
             .paths
@@ -63,6 +66,25 @@ fn core_config(cfg: &Config, keys: &[usize]) -> TunnelConfig {
             Share::Bytes => sched::Share::Bytes,
             Share::Packets => sched::Share::Packets,
         },
+        security: match &cfg.security {
+            Security::InsecurePlaintext => None,
+            Security::Encrypted(k) => Some(SecurityConfig {
+                identity: KeyIdentity {
+                    private: k.private.clone(),
+                    peer_public: k.peer_public,
+                    // Without a configured PSK, Noise IKpsk2 uses zeros (as WireGuard).
+                    psk: k.psk.clone().unwrap_or(PresharedKey([0; 32])),
+                },
+                role: match cfg.role {
+                    Role::Client => HandshakeRole::Initiator,
+                    Role::Server => HandshakeRole::Responder,
+                },
+                cipher: k.cipher,
+                rekey_after: k.rekey_after_s * 1_000 * NANOS_PER_MS,
+                rekey_after_packets: k.rekey_after_packets,
+            }),
+        },
+        seed,
     }
 }
 
@@ -85,7 +107,14 @@ pub fn run(cfg: Config) -> io::Result<()> {
     let routes = Routes::install(&cfg.tunnel.name, &route_list)?;
 
     let clock = Clock::new();
-    let tunnel = Tunnel::new(core_config(&cfg, &keys), clock.now());
+    if cfg.security == Security::InsecurePlaintext {
+        warn!(
+            tunnel = %cfg.tunnel.name,
+            "INSECURE: encryption is off (insecure_no_encryption = true): anyone on a path can read and inject traffic; use only in a lab"
+        );
+    }
+    let seed = crate::keys::random32()?;
+    let tunnel = Tunnel::new(core_config(&cfg, &keys, seed), clock.now());
     let identity = Identity {
         name: cfg.tunnel.name.clone(),
         role: match cfg.role {
@@ -105,7 +134,11 @@ pub fn run(cfg: Config) -> io::Result<()> {
         "tunnel up"
     );
     for p in &cfg.paths {
-        info!(tunnel = %cfg.tunnel.name, path = %p.name, local = %p.local, peer = %p.remote, weight = p.weight, "path configured");
+        let peer = p.remote.map_or_else(
+            || "(learned from the client)".to_string(),
+            |r| r.to_string(),
+        );
+        info!(tunnel = %cfg.tunnel.name, path = %p.name, local = %p.local, peer = %peer, weight = p.weight, "path configured");
     }
     let res = driver.run();
     drop(routes);

@@ -5,6 +5,7 @@
 //! configuration errors); nothing here panics on user input.
 
 mod daemon;
+mod keys;
 mod status;
 
 use std::path::PathBuf;
@@ -41,6 +42,17 @@ enum Cmd {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Write a new private key (base64) to stdout, or to a new file with
+    /// mode 0600.
+    Genkey {
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+    },
+    /// Print the public key of a private key read from stdin or a file.
+    Pubkey {
+        #[arg(short, long)]
+        input: Option<PathBuf>,
+    },
     /// Show the state of a running tunnel.
     Status {
         /// Configuration file of the tunnel (to find its control socket).
@@ -65,6 +77,16 @@ fn load(path: &PathBuf) -> Result<Config, ExitCode> {
     })
 }
 
+fn done(r: std::io::Result<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -75,6 +97,8 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
+        Cmd::Genkey { out } => done(keys::genkey(out.as_deref())),
+        Cmd::Pubkey { input } => done(keys::pubkey(input.as_deref())),
         Cmd::Up { config, log } => {
             daemon::init_logging(log.as_deref());
             let cfg = match load(&config) {

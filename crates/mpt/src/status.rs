@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use mpt_config::{overhead, Config, Role};
+use mpt_config::{overhead, Config, Role, Security};
+use mpt_core::crypto::aead::Cipher;
+use mpt_core::crypto::state::CipherPref;
 use serde_json::Value;
 
 /// The control socket to use when none was named: the only one in the
@@ -197,6 +199,25 @@ pub fn render(v: &Value) -> String {
         num(&r, "overflow_releases"),
         num(&r, "max_held"),
     );
+    match v.get("security").filter(|s| !s.is_null()) {
+        Some(sec) => {
+            let _ = writeln!(
+                o,
+                "security: {} ({}), cipher {}, session age {} s, handshakes {} ok / {} failed, rekeys {}, rate-limited initiations {}",
+                sec.get("mode").and_then(Value::as_str).unwrap_or("-"),
+                sec.get("role").and_then(Value::as_str).unwrap_or("-"),
+                sec.get("cipher").and_then(Value::as_str).unwrap_or("none yet"),
+                sec.get("session_age_s").and_then(Value::as_f64).map_or("-".into(), |x| format!("{x:.0}")),
+                num(sec, "handshakes_completed"),
+                num(sec, "handshake_failures"),
+                num(sec, "rekeys"),
+                num(sec, "initiations_rate_limited"),
+            );
+        }
+        None => {
+            let _ = writeln!(o, "security: NONE — plaintext (insecure_no_encryption)");
+        }
+    }
     let drops: Vec<String> = v
         .get("drops")
         .and_then(Value::as_object)
@@ -238,13 +259,29 @@ pub fn describe_config(c: &Config) -> String {
             "  path {}: {} -> {} (IPv{}), weight {}, keepalive {} ms, dead {} ms, overhead {} B",
             p.name,
             p.local,
-            p.remote,
-            if p.remote.is_ipv4() { 4 } else { 6 },
+            p.remote
+                .map_or_else(|| "(learned)".to_string(), |r| r.to_string()),
+            if p.local.is_ipv4() { 4 } else { 6 },
             p.weight,
             p.keepalive_ms,
             p.dead_ms,
-            overhead(&p.remote)
+            overhead(&p.local)
         );
     }
+    let _ = match &c.security {
+        Security::Encrypted(k) => writeln!(
+            o,
+            "  security: encrypted (Noise IKpsk2, {}), pre-shared key {}, rekey after {} s or {} packets",
+            match k.cipher {
+                CipherPref::Auto => "cipher auto",
+                CipherPref::Only(Cipher::ChaCha20Poly1305) => "ChaCha20-Poly1305",
+                CipherPref::Only(Cipher::Aes256Gcm) => "AES-256-GCM",
+            },
+            if k.psk.is_some() { "yes" } else { "no" },
+            k.rekey_after_s,
+            k.rekey_after_packets
+        ),
+        Security::InsecurePlaintext => writeln!(o, "  security: NONE (insecure_no_encryption = true) — lab use only"),
+    };
     o
 }

@@ -1,0 +1,80 @@
+//! Logging of tunnel events, naming the tunnel, the path and the peer.
+//!
+//! Invariant: events that an attacker can trigger at will (rejected
+//! handshakes) are logged at most once per [`NOISY_LOG_INTERVAL`] per kind,
+//! with the number suppressed in between, so a flood cannot flood the log.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use mpt_core::crypto::state::CryptoEvent;
+use mpt_core::tunnel::{Event, Tunnel};
+use tracing::{info, warn};
+
+/// Shortest interval between two log lines of one noisy kind.
+pub const NOISY_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub struct EventLog {
+    last: HashMap<&'static str, (Instant, u64)>,
+}
+
+impl EventLog {
+    /// Whether a noisy event of `kind` may be logged now; returns how many
+    /// were suppressed since the last one.
+    fn allow(&mut self, kind: &'static str) -> Option<u64> {
+        let now = Instant::now();
+        let e = self
+            .last
+            .entry(kind)
+            .or_insert((now - NOISY_LOG_INTERVAL, 0));
+        if now.duration_since(e.0) >= NOISY_LOG_INTERVAL {
+            let suppressed = e.1;
+            *e = (now, 0);
+            Some(suppressed)
+        } else {
+            e.1 += 1;
+            None
+        }
+    }
+
+    pub fn log(&mut self, tunnel_name: &str, t: &Tunnel, e: Event) {
+        let name = |p: u8| t.path(p).map(|s| s.cfg.name.clone()).unwrap_or_default();
+        let peer = |p: u8| {
+            t.path(p)
+                .and_then(|s| s.remote)
+                .map_or_else(|| "(not yet known)".to_string(), |r| r.to_string())
+        };
+        match e {
+            Event::PathUp { path } => {
+                info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), "path up")
+            }
+            Event::PathDown { path, reason } => {
+                warn!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), reason, "path down")
+            }
+            Event::AllPathsDown => {
+                warn!(tunnel = %tunnel_name, "all paths down: packets are dropped until one returns")
+            }
+            Event::RemoteChanged { path, from, to } => {
+                let from = from.map_or_else(|| "(none)".to_string(), |f| f.to_string());
+                info!(tunnel = %tunnel_name, path = %name(path), from = %from, to = %to, "peer address changed (authenticated)")
+            }
+            Event::Security(CryptoEvent::Established { cipher, rekey }) => {
+                info!(tunnel = %tunnel_name, cipher, rekey, "session established")
+            }
+            Event::Security(CryptoEvent::Failed { reason }) => {
+                if let Some(suppressed) = self.allow("handshake-failed") {
+                    warn!(tunnel = %tunnel_name, reason, suppressed, "handshake failed")
+                }
+            }
+            Event::Security(CryptoEvent::Expired) => {
+                warn!(tunnel = %tunnel_name, "session expired without rekey; waiting for a new handshake")
+            }
+            Event::HandshakeRejected { path, from, reason } => {
+                if let Some(suppressed) = self.allow("handshake-rejected") {
+                    warn!(tunnel = %tunnel_name, path = %name(path), from = %from, reason = reason.as_str(), suppressed, "handshake message rejected")
+                }
+            }
+        }
+    }
+}
