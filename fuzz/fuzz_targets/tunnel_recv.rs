@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
             name: format!("p{i}"),
             local_key: 0,
             local,
-            remote,
+            remote: Some(remote),
             weight: 1,
             keepalive: 100_000_000,
             dead: 500_000_000,
@@ -30,14 +30,17 @@ fuzz_target!(|data: &[u8]| {
             reorder_max_delay: 10_000_000,
             release: ReleaseKind::PathFrontier,
             share: Share::Bytes,
+            security: None,
+            seed: [0; 32],
         },
         0,
     );
     let mut now = 0u64;
-    let mut buf = [0u8; 128];
+    let mut buf = [0u8; 512];
     for chunk in data.split(|b| *b == 0xa5) {
         now += 1_000_000;
-        let _ = t.recv(now, 0, remote, chunk);
+        let mut d = chunk.to_vec();
+        let _ = t.recv(now, 0, remote, &mut d);
         t.handle_timeout(now);
         while let Some(p) = t.poll_deliver() {
             t.recycle(p);

@@ -40,13 +40,37 @@ class TunnelOpts:
     keepalive_ms: int | None = None
     dead_ms: int | None = None
     extra: str = ""
+    # "keys": encrypted with fresh keys per run; "insecure": plaintext.
+    security: str = "keys"
+    # Extra lines for the [security] section (cipher, rekey, psk ...).
+    security_extra: str = ""
+    # Server paths without `remote` (the server learns the client's address).
+    server_learns: bool = False
 
 
 def _sock(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 
 
-def config_text(topo: Topology, side: str, opts: TunnelOpts, control: Path) -> str:
+def make_keys(workdir: Path) -> dict[str, str]:
+    """Private key files (mode 0600) and public keys for both sides."""
+    pubs = {}
+    for side in ("a", "b"):
+        key = workdir / f"{side}.key"
+        if key.exists():
+            key.unlink()
+        run([str(mpt_binary()), "genkey", "-o", str(key)])
+        pubs[side] = run([str(mpt_binary()), "pubkey", "-i", str(key)]).stdout.strip()
+    return pubs
+
+
+def config_text(
+    topo: Topology,
+    side: str,
+    opts: TunnelOpts,
+    control: Path,
+    pubs: dict[str, str] | None = None,
+) -> str:
     other = "b" if side == "a" else "a"
     addrs = []
     if opts.tunnel_v4:
@@ -61,7 +85,18 @@ def config_text(topo: Topology, side: str, opts: TunnelOpts, control: Path) -> s
         "",
         "[peer]",
         f'role = "{"server" if side == "a" else "client"}"',
+        "",
+        "[security]",
     ]
+    if opts.security == "insecure" or pubs is None:
+        lines.append("insecure_no_encryption = true")
+    else:
+        lines += [
+            f'private_key_file = "{control.parent / f"{side}.key"}"',
+            f'peer_public_key = "{pubs[other]}"',
+        ]
+        if opts.security_extra:
+            lines.append(opts.security_extra)
     for i, p in enumerate(opts.paths):
         port = BASE_PORT + i
         lines += [
@@ -69,9 +104,10 @@ def config_text(topo: Topology, side: str, opts: TunnelOpts, control: Path) -> s
             "[[path]]",
             f'name = "link{p.link}v{p.ipv}"',
             f'local = "{_sock(link_addr(p.link, side, p.ipv), port)}"',
-            f'remote = "{_sock(link_addr(p.link, other, p.ipv), port)}"',
-            f"weight = {p.weight}",
         ]
+        if not (opts.server_learns and side == "a"):
+            lines.append(f'remote = "{_sock(link_addr(p.link, other, p.ipv), port)}"')
+        lines += [f"weight = {p.weight}"]
         if opts.keepalive_ms:
             lines.append(f"keepalive_ms = {opts.keepalive_ms}")
         if opts.dead_ms:
@@ -138,11 +174,12 @@ def start_pair(
 ) -> tuple[Peer, Peer]:
     """Write both configurations, start both daemons, wait for all paths."""
     workdir.mkdir(parents=True, exist_ok=True)
+    pubs = make_keys(workdir) if opts.security == "keys" else None
     peers = []
     for side in ("a", "b"):
         control = workdir / f"{side}.sock"
         cfg = workdir / f"{side}.toml"
-        cfg.write_text(config_text(topo, side, opts, control))
+        cfg.write_text(config_text(topo, side, opts, control, pubs))
         cfg.chmod(0o600)
         peers.append(Peer(topo, side, cfg, control, workdir / f"{side}.log").start())
     if wait:
