@@ -30,6 +30,7 @@ from .scenario import Scenario
 from .traffic import http_download, iperf3
 
 MPT_HEADER = 36
+AEAD_TAG = 16
 UDP_IP = {4: 28, 6: 48}
 ETHERNET = 14
 FAILOVER_INTERVAL_S = 0.2
@@ -64,7 +65,7 @@ def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int
     """Bytes one UDP datagram of `payload` costs on a shaped veth link."""
     inner = payload + UDP_IP[tunnel_v if system == "mpt" else path_v]
     if system == "mpt":
-        return inner + MPT_HEADER + UDP_IP[path_v] + ETHERNET
+        return inner + MPT_HEADER + AEAD_TAG + UDP_IP[path_v] + ETHERNET
     return inner + ETHERNET
 
 

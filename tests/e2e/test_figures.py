@@ -8,7 +8,7 @@ are loose floors that catch a broken data plane, not the targets themselves
 UDP uses 1400-byte datagrams (1392 bytes of payload), which fill the 1420-byte
 tunnel MTU of IPv4 paths exactly. Each such packet costs 1498 bytes on a
 shaped veth link (14 Ethernet + 20 IP + 8 UDP + 36 mpt + 1420), against 1434
-bytes for the same datagram sent plainly; the offered rate is set just below
+bytes for the same datagram sent plainly (plus a 16-byte AEAD tag when encrypted); the offered rate is set just below
 what the links can carry with that overhead.
 """
 
@@ -24,7 +24,7 @@ RATE = 100
 N = 4
 PAYLOAD = 1392
 WIRE_PLAIN = PAYLOAD + 8 + 20 + 14
-WIRE_TUNNEL = WIRE_PLAIN + 36 + 8 + 20
+WIRE_TUNNEL = WIRE_PLAIN + 36 + 16 + 8 + 20
 
 
 def test_four_by_100mbit_figures(workdir: Path) -> None:

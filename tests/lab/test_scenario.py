@@ -78,7 +78,8 @@ def test_weights_follow_rates_and_wire_sizes() -> None:
     assert weights_for([100, 20]) == [5, 1]
     assert weights_for([100, 100, 100]) == [1, 1, 1]
     assert weights_for([0, 0]) == [1, 1]
-    # 1392-byte payload: plain IPv4 1434 bytes on the wire; mpt over IPv4 adds 64.
+    # 1392-byte payload: plain IPv4 1434 bytes on the wire; encrypted mpt
+    # over IPv4 adds 80 (IP 20, UDP 8, header 36, tag 16).
     assert udp_wire_bytes(1392, "plain", 0, 4) == 1434
-    assert udp_wire_bytes(1392, "mpt", 4, 4) == 1498
-    assert udp_wire_bytes(1392, "mpt", 6, 6) == 1392 + 48 + 36 + 48 + 14
+    assert udp_wire_bytes(1392, "mpt", 4, 4) == 1514
+    assert udp_wire_bytes(1392, "mpt", 6, 6) == 1392 + 48 + 36 + 16 + 48 + 14
