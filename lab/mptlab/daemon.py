@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,16 +171,22 @@ class Peer:
 
 
 def start_pair(
-    topo: Topology, opts: TunnelOpts, workdir: Path, wait: bool = True
+    topo: Topology,
+    opts: TunnelOpts,
+    workdir: Path,
+    wait: bool = True,
+    edit: Callable[[str, str], str] | None = None,
 ) -> tuple[Peer, Peer]:
-    """Write both configurations, start both daemons, wait for all paths."""
+    """Write both configurations, start both daemons, wait for all paths.
+    `edit(side, text)` may change a configuration before it is written."""
     workdir.mkdir(parents=True, exist_ok=True)
     pubs = make_keys(workdir) if opts.security == "keys" else None
     peers = []
     for side in ("a", "b"):
         control = workdir / f"{side}.sock"
         cfg = workdir / f"{side}.toml"
-        cfg.write_text(config_text(topo, side, opts, control, pubs))
+        text = config_text(topo, side, opts, control, pubs)
+        cfg.write_text(edit(side, text) if edit else text)
         cfg.chmod(0o600)
         peers.append(Peer(topo, side, cfg, control, workdir / f"{side}.log").start())
     if wait:

@@ -78,10 +78,12 @@ class Shape:
     loss: float = 0.0
     loss_burst: float = 1.0
     limit: int = 10_000
+    duplicate: float = 0.0
+    corrupt: float = 0.0
     reverse: Shape | None = None
 
     def impaired(self) -> bool:
-        own = bool(self.delay_ms or self.jitter_ms or self.loss)
+        own = bool(self.delay_ms or self.jitter_ms or self.loss or self.duplicate or self.corrupt)
         return own or bool(self.reverse and self.reverse.impaired())
 
     def back(self) -> Shape:
@@ -94,6 +96,8 @@ class Shape:
             "loss": self.loss,
             "loss_burst": self.loss_burst,
             "limit": self.limit,
+            "duplicate": self.duplicate,
+            "corrupt": self.corrupt,
         }
 
     def tbf_args(self) -> list[str]:
@@ -159,7 +163,7 @@ def _no_offloads(ns: str, dev: str) -> None:
 
 def _qdisc(ns: str, dev: str, s: Shape, netem: bool) -> None:
     """Install tbf for the rate and, if `netem`, netem for impairments."""
-    use_netem = netem and bool(s.delay_ms or s.jitter_ms or s.loss)
+    use_netem = netem and s.impaired()
     if use_netem:
         args = [
             "tc",
@@ -182,6 +186,10 @@ def _qdisc(ns: str, dev: str, s: Shape, netem: bool) -> None:
             args += ["loss", "gemodel", f"{p * 100}%", f"{r * 100}%", "100%", "0%"]
         elif s.loss:
             args += ["loss", "random", f"{s.loss * 100}%"]
+        if s.duplicate:
+            args += ["duplicate", f"{s.duplicate * 100}%"]
+        if s.corrupt:
+            args += ["corrupt", f"{s.corrupt * 100}%"]
         run(args, ns=ns)
         if s.rate_mbit:
             run(

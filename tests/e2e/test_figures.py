@@ -6,10 +6,10 @@ are loose floors that catch a broken data plane, not the targets themselves
 (those are reported in the closing note and docs/results.md).
 
 UDP uses 1400-byte datagrams (1392 bytes of payload), which fill the 1420-byte
-tunnel MTU of IPv4 paths exactly. Each such packet costs 1498 bytes on a
-shaped veth link (14 Ethernet + 20 IP + 8 UDP + 36 mpt + 1420), against 1434
-bytes for the same datagram sent plainly (plus a 16-byte AEAD tag when encrypted); the offered rate is set just below
-what the links can carry with that overhead.
+tunnel MTU of IPv4 paths exactly. Each such packet costs 1514 bytes on a
+shaped veth link (14 Ethernet + 20 IP + 8 UDP + 36 mpt header + 1420 + 16 AEAD
+tag), against 1434 bytes for the same datagram sent plainly; the offered rate
+is set just below what the links can carry with that overhead.
 """
 
 from __future__ import annotations

@@ -67,6 +67,9 @@ impl EventLog {
                     warn!(tunnel = %tunnel_name, reason, suppressed, "handshake failed")
                 }
             }
+            Event::Security(CryptoEvent::Unanswered { attempts }) => {
+                warn!(tunnel = %tunnel_name, attempts, "no handshake response yet (peer down, unreachable, or it does not accept our key?)")
+            }
             Event::Security(CryptoEvent::Expired) => {
                 warn!(tunnel = %tunnel_name, "session expired without rekey; waiting for a new handshake")
             }

@@ -8,6 +8,12 @@
 //! rate p/(p+r) equals π). Jitter is normal with standard deviation
 //! `jitter_ms`, truncated so that no frame leaves before it arrived.
 //!
+//! `duplicate` sends an exact second copy of a frame (a replay, as far as
+//! the receiver can tell); `corrupt` flips one random bit in the UDP payload
+//! of an IPv4/UDP frame and clears its UDP checksum, so the damaged datagram
+//! reaches the application (the test of authenticated encryption) instead
+//! of being discarded by the kernel.
+//!
 //! Invariants:
 //! * without `reorder`, frames leave in arrival order (release times are
 //!   made monotonic, as a real link's FIFO does);
@@ -35,6 +41,10 @@ pub struct DirSpec {
     pub limit: usize,
     /// Let jitter reorder frames (netem's default) instead of keeping FIFO.
     pub reorder: bool,
+    /// Probability of sending a frame twice.
+    pub duplicate: f64,
+    /// Probability of flipping one bit of an IPv4/UDP frame's payload.
+    pub corrupt: f64,
 }
 
 impl Default for DirSpec {
@@ -46,6 +56,8 @@ impl Default for DirSpec {
             loss_burst: 1.0,
             limit: 10_000,
             reorder: false,
+            duplicate: 0.0,
+            corrupt: 0.0,
         }
     }
 }
@@ -76,6 +88,11 @@ impl DirSpec {
         if self.loss_burst < 1.0 {
             return Err("loss_burst (mean burst length in packets) must be at least 1".into());
         }
+        for (v, n) in [(self.duplicate, "duplicate"), (self.corrupt, "corrupt")] {
+            if !(0.0..=1.0).contains(&v) || !v.is_finite() {
+                return Err(format!("{n} must be a probability within 0..1"));
+            }
+        }
         if self.limit == 0 {
             return Err("limit must be at least 1 packet".into());
         }
@@ -91,6 +108,8 @@ pub struct DirStats {
     pub lost: u64,
     pub dropped_queue: u64,
     pub max_held: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
     /// Sum of scheduled added delay of passed frames, ns.
     pub added_delay_ns_sum: u64,
 }
@@ -118,6 +137,28 @@ impl Ord for Held {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (o.release, o.order).cmp(&(self.release, self.order))
     }
+}
+
+/// Flip one bit (chosen by `r`) in the UDP payload of an Ethernet/IPv4/UDP
+/// frame and clear the UDP checksum (optional in IPv4, RFC 768). Returns
+/// whether the frame was such a frame with a payload.
+pub fn corrupt_udp4(frame: &mut [u8], r: u64) -> bool {
+    const ETH: usize = 14;
+    if frame.len() < ETH + 20 + 8 || frame[12..14] != [0x08, 0x00] || frame[ETH + 9] != 17 {
+        return false;
+    }
+    let ihl = usize::from(frame[ETH] & 0x0f) * 4;
+    let udp = ETH + ihl;
+    let payload = udp + 8;
+    if ihl < 20 || frame.len() <= payload {
+        return false;
+    }
+    let bits = (frame.len() - payload) as u64 * 8;
+    let bit = r % bits;
+    frame[payload + (bit / 8) as usize] ^= 1 << (bit % 8);
+    frame[udp + 6] = 0;
+    frame[udp + 7] = 0;
+    true
 }
 
 /// One emulated direction.
@@ -179,12 +220,26 @@ impl Direction {
     }
 
     /// A frame arrived at `now` (ns).
-    pub fn on_frame(&mut self, now: u64, frame: Vec<u8>) {
+    pub fn on_frame(&mut self, now: u64, mut frame: Vec<u8>) {
         self.stats.received += 1;
         if self.is_lost() {
             self.stats.lost += 1;
             return;
         }
+        if self.spec.corrupt > 0.0 && self.rng.chance(self.spec.corrupt) {
+            let r = self.rng.next_u64();
+            if corrupt_udp4(&mut frame, r) {
+                self.stats.corrupted += 1;
+            }
+        }
+        if self.spec.duplicate > 0.0 && self.rng.chance(self.spec.duplicate) {
+            self.stats.duplicated += 1;
+            self.enqueue(now, frame.clone());
+        }
+        self.enqueue(now, frame);
+    }
+
+    fn enqueue(&mut self, now: u64, frame: Vec<u8>) {
         if self.held() >= self.spec.limit {
             self.stats.dropped_queue += 1;
             return;
@@ -351,6 +406,28 @@ mod tests {
         assert_eq!(out.len(), 10);
         assert_eq!(d.stats.dropped_queue, 90);
         assert_eq!(d.stats.max_held, 10);
+    }
+
+    #[test]
+    fn duplicate_and_corrupt() {
+        let spec = DirSpec { duplicate: 0.1, ..Default::default() };
+        let (d, out) = run(spec, 10_000, 1000);
+        assert_eq!(out.len() as u64, 10_000 + d.stats.duplicated);
+        assert!((800..1200).contains(&d.stats.duplicated), "{}", d.stats.duplicated);
+        // An Ethernet/IPv4/UDP frame: one payload bit flips, checksum cleared.
+        let mut f = vec![0u8; 14 + 20 + 8 + 10];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[14 + 9] = 17;
+        f[14 + 20 + 6] = 0xab;
+        let orig = f.clone();
+        assert!(corrupt_udp4(&mut f, 12345));
+        let diff: u32 = f.iter().zip(&orig).skip(42).map(|(a, b)| (a ^ b).count_ones()).sum();
+        assert_eq!(diff, 1);
+        assert_eq!(&f[14 + 20 + 6..14 + 20 + 8], &[0, 0]);
+        let mut not_udp = orig.clone();
+        not_udp[14 + 9] = 6;
+        assert!(!corrupt_udp4(&mut not_udp, 1));
     }
 
     #[test]

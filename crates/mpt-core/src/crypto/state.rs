@@ -71,6 +71,8 @@ pub struct CryptoStats {
 pub enum CryptoEvent {
     Established { cipher: &'static str, rekey: bool },
     Failed { reason: &'static str },
+    /// Initiations went unanswered (logged at 2, 4, 8, ... attempts).
+    Unanswered { attempts: u64 },
     Expired,
 }
 
@@ -338,6 +340,9 @@ impl CryptoState {
             .is_some_and(|p| now >= p.sent_at + knobs::HANDSHAKE_RETRY);
         if !(self.want_handshake && self.pending.is_none()) && !retry_due {
             return None;
+        }
+        if retry_due && self.attempts.is_power_of_two() && self.attempts >= 2 {
+            self.events.push_back(CryptoEvent::Unanswered { attempts: self.attempts });
         }
         let seed = self.seed();
         let index = self.new_index();
