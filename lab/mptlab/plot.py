@@ -27,6 +27,7 @@ STYLE = {
     "mptcp": ("tab:orange", "s"),
     "plain": ("tab:gray", "^"),
     "hook": ("tab:green", "d"),
+    "mpt-insecure": ("tab:purple", "v"),
 }
 
 

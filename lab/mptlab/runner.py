@@ -63,9 +63,11 @@ def _ip(combo: str) -> tuple[int, int]:
 
 def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int:
     """Bytes one UDP datagram of `payload` costs on a shaped veth link."""
-    inner = payload + UDP_IP[tunnel_v if system == "mpt" else path_v]
-    if system == "mpt":
-        return inner + MPT_HEADER + AEAD_TAG + UDP_IP[path_v] + ETHERNET
+    tunnelled = system.startswith("mpt") and system != "mptcp"
+    inner = payload + UDP_IP[tunnel_v if tunnelled else path_v]
+    if tunnelled:
+        tag = 0 if system == "mpt-insecure" else AEAD_TAG
+        return inner + MPT_HEADER + tag + UDP_IP[path_v] + ETHERNET
     return inner + ETHERNET
 
 
@@ -83,6 +85,7 @@ class Runner:
         for combo in sc.ip:
             tv, pv = _ip(combo)
             for _ in sc.link_counts:
+                n += len(sc.traffic) * len([s for s in sc.systems if s.startswith("mpt-")])
                 if "mpt" in sc.systems:
                     n += len(sc.traffic)
                 if "hook" in sc.systems:
@@ -287,6 +290,18 @@ class Runner:
                         self._run_system(
                             topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic
                         )
+                    if "mpt-insecure" in sc.systems:
+                        cm = systems.mpt(
+                            topo,
+                            tv,
+                            pv,
+                            rates,
+                            work / f"{combo}-{n}-insecure",
+                            sc.mpt_extra,
+                            security="insecure",
+                        )
+                        proto = Point(**{**asdict(base), "system": "mpt-insecure"})
+                        self._run_system(topo, cm, proto, sc.traffic)
                     if "mptcp" in sc.systems and tv == pv:
                         tr = [t for t in sc.traffic if t in ("tcp", "http")]
                         self._run_system(

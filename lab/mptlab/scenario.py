@@ -15,7 +15,7 @@ A scenario file::
     # delay_ms = 5
 
     [run]
-    systems = ["plain", "mpt", "mptcp"]   # and "hook" (see [hook])
+    systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure" (plaintext), "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
     traffic = ["tcp", "udp", "http", "voip"]
     seconds = 5
@@ -49,7 +49,7 @@ from .netns import Shape
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 IP_COMBOS = ("4in4", "6in4", "4in6", "6in6")
-SYSTEMS = ("plain", "mpt", "mptcp", "hook")
+SYSTEMS = ("plain", "mpt", "mpt-insecure", "mptcp", "hook")
 TRAFFIC = ("tcp", "udp", "http", "voip")
 LINK_KEYS = {"rate_mbit", "delay_ms", "jitter_ms", "loss", "loss_burst", "queue_ms", "limit"}
 TOP_KEYS = {"name", "description", "topology", "run", "event", "hook", "mpt"}

@@ -58,14 +58,22 @@ def plain(topo: Topology, path_v: int) -> Iterator[Target]:
 
 @contextmanager
 def mpt(
-    topo: Topology, tunnel_v: int, path_v: int, rates: list[float], workdir: Path, extra: str = ""
+    topo: Topology,
+    tunnel_v: int,
+    path_v: int,
+    rates: list[float],
+    workdir: Path,
+    extra: str = "",
+    security: str = "keys",
 ) -> Iterator[Target]:
+    """mpt over every link; `security` "keys" (encrypted) or "insecure"."""
     w = weights_for(rates)
     opts = TunnelOpts(
         paths=[PathOpts(i + 1, path_v, weight=w[i]) for i in range(topo.n)],
         tunnel_v4=tunnel_v == 4,
         tunnel_v6=tunnel_v == 6,
         extra=extra,
+        security=security,
     )
     a, b = start_pair(topo, opts, workdir)
     try:
