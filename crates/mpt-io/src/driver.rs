@@ -32,6 +32,7 @@ use mpt_core::Nanos;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use crate::batch::{RecvBatch, SendBatch};
 use crate::control::Request;
 use crate::events::EventLog;
 use crate::tun::Tun;
@@ -100,6 +101,23 @@ pub struct Driver {
     control_rx: mpsc::Receiver<Request>,
     started: Instant,
     event_log: EventLog,
+    recv_batch: RecvBatch,
+    /// One send batch per path socket.
+    send_batches: Vec<SendBatch>,
+    io: IoStats,
+}
+
+/// Data-plane I/O counters (batching effectiveness), in `mpt status`.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct IoStats {
+    pub tun_reads: u64,
+    pub tun_writes: u64,
+    pub udp_recv_calls: u64,
+    pub udp_datagrams_received: u64,
+    pub udp_send_calls: u64,
+    pub udp_datagrams_sent: u64,
+    pub max_recv_batch: u64,
+    pub max_send_batch: u64,
 }
 
 /// What the control thread needs to hand requests to the loop.
@@ -116,6 +134,7 @@ impl Driver {
         clock: Clock,
         identity: Identity,
     ) -> io::Result<(Driver, ControlHook)> {
+        let n_sockets = sockets.len();
         let poll = Poll::new()?;
         let reg = poll.registry();
         reg.register(
@@ -159,6 +178,11 @@ impl Driver {
                 control_rx,
                 started: Instant::now(),
                 event_log: EventLog::default(),
+                recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
+                send_batches: (0..n_sockets)
+                    .map(|_| SendBatch::new(BATCH_PACKETS, BUF_BYTES))
+                    .collect(),
+                io: IoStats::default(),
             },
             hook,
         ))
@@ -208,7 +232,7 @@ impl Driver {
             }
             for (i, ready) in sock_ready.iter_mut().enumerate() {
                 if *ready {
-                    *ready = self.pump_socket(i, &mut buf);
+                    *ready = self.pump_socket(i);
                 }
             }
             let now = self.clock.now();
@@ -225,26 +249,61 @@ impl Driver {
         }
     }
 
-    /// Read up to a batch from the TUN and send it. Returns whether the TUN
-    /// may still have packets.
+    /// Read up to a batch from the TUN, encapsulate each packet into the
+    /// send batch of its path's socket, then send every batch with one
+    /// `sendmmsg` each. Returns whether the TUN may still have packets.
     fn pump_tun(&mut self, buf: &mut [u8]) -> bool {
+        let mut more = true;
         for _ in 0..BATCH_PACKETS {
             let end = buf.len() - TAG_LEN;
             let n = match self.tun.read(&mut buf[HEADER_LEN..end]) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    more = false;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     warn!(tunnel = %self.identity.name, "TUN read failed: {e}");
-                    return false;
+                    more = false;
+                    break;
                 }
             };
+            self.io.tun_reads += 1;
             let now = self.clock.now();
             if let Some(tx) = self.tunnel.send(now, buf, n) {
-                self.send(tx.path, tx.local_key, &buf[..tx.len], tx.dst, now);
+                let Some(batch) = self.send_batches.get_mut(tx.local_key) else {
+                    continue;
+                };
+                if let Some(slot) = batch.slot() {
+                    slot[..tx.len].copy_from_slice(&buf[..tx.len]);
+                    batch.commit(tx.len, tx.dst, tx.path);
+                }
+                if batch.is_full() {
+                    self.flush_sends(tx.local_key);
+                }
             }
         }
-        true
+        for k in 0..self.send_batches.len() {
+            self.flush_sends(k);
+        }
+        more
+    }
+
+    fn flush_sends(&mut self, key: usize) {
+        let batch = &mut self.send_batches[key];
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len() as u64;
+        let failures = batch.flush(&self.sockets[key].socket);
+        self.io.udp_send_calls += 1;
+        self.io.udp_datagrams_sent += n - failures.len() as u64;
+        self.io.max_send_batch = self.io.max_send_batch.max(n);
+        let now = self.clock.now();
+        for (path, e) in failures {
+            self.tunnel.on_send_error(path, is_hard(&e), now);
+        }
     }
 
     fn send(&mut self, path: u8, key: usize, data: &[u8], dst: SocketAddr, now: Nanos) {
@@ -256,32 +315,39 @@ impl Driver {
         }
     }
 
-    /// Receive up to a batch from socket `i`. Returns whether it may still
-    /// have datagrams.
-    fn pump_socket(&mut self, i: usize, buf: &mut [u8]) -> bool {
-        for _ in 0..BATCH_PACKETS {
-            let (n, from) = match self.sockets[i].socket.recv_from(buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // ICMP errors from earlier sends surface here; ignore them.
-                Err(_) => continue,
-            };
-            let from = normalize(from);
+    /// Receive a batch from socket `i` with one `recvmmsg`, decapsulate and
+    /// deliver. Returns whether the socket may still have datagrams.
+    fn pump_socket(&mut self, i: usize) -> bool {
+        let n = match self.recv_batch.recv(&self.sockets[i].socket) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            // ICMP errors from earlier sends surface here; try again.
+            Err(_) => return true,
+        };
+        self.io.udp_recv_calls += 1;
+        self.io.udp_datagrams_received += n as u64;
+        self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
+        for k in 0..n {
             let now = self.clock.now();
-            if let Received::Deliver { offset, len } = self.tunnel.recv(now, i, from, &mut buf[..n])
-            {
-                if self.tun.write(&buf[offset..offset + len]).is_err() {
+            let (data, from) = self.recv_batch.get(k);
+            let Some(from) = from.map(normalize) else {
+                continue;
+            };
+            if let Received::Deliver { offset, len } = self.tunnel.recv(now, i, from, data) {
+                self.io.tun_writes += 1;
+                if self.tun.write(&data[offset..offset + len]).is_err() {
                     self.tunnel.count_drop(DropReason::TunWriteFailed);
                 }
             }
             self.deliver_ready();
         }
-        true
+        n == self.recv_batch.capacity()
     }
 
     fn deliver_ready(&mut self) {
         while let Some(p) = self.tunnel.poll_deliver() {
+            self.io.tun_writes += 1;
             if self.tun.write(&p).is_err() {
                 self.tunnel.count_drop(DropReason::TunWriteFailed);
             }
@@ -331,6 +397,10 @@ impl Driver {
                 .map(|s| json!({ "local": s.local.to_string(), "paths": s.paths }))
                 .collect();
             m.insert("sockets".into(), Value::Array(socks));
+            m.insert(
+                "io".into(),
+                serde_json::to_value(&self.io).unwrap_or(Value::Null),
+            );
         }
         v
     }

@@ -5,6 +5,7 @@
 //! `// SAFETY:` note):
 //!
 //! * [`tun`] — create the TUN device, read and write packets;
+//! * [`batch`] — recvmmsg/sendmmsg batches of datagrams;
 //! * [`udp`] — bind the path sockets;
 //! * [`netcfg`] — addresses, MTU, link state, routes;
 //! * [`control`] — the control socket for `mpt status`;
@@ -15,6 +16,7 @@
 //! Invariant: this crate decides nothing about packets; every policy lives
 //! in `mpt-core`, which this crate calls with the current time and bytes.
 
+pub mod batch;
 pub mod control;
 pub mod driver;
 pub mod events;

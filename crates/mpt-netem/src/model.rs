@@ -410,10 +410,17 @@ mod tests {
 
     #[test]
     fn duplicate_and_corrupt() {
-        let spec = DirSpec { duplicate: 0.1, ..Default::default() };
+        let spec = DirSpec {
+            duplicate: 0.1,
+            ..Default::default()
+        };
         let (d, out) = run(spec, 10_000, 1000);
         assert_eq!(out.len() as u64, 10_000 + d.stats.duplicated);
-        assert!((800..1200).contains(&d.stats.duplicated), "{}", d.stats.duplicated);
+        assert!(
+            (800..1200).contains(&d.stats.duplicated),
+            "{}",
+            d.stats.duplicated
+        );
         // An Ethernet/IPv4/UDP frame: one payload bit flips, checksum cleared.
         let mut f = vec![0u8; 14 + 20 + 8 + 10];
         f[12] = 0x08;
@@ -422,7 +429,12 @@ mod tests {
         f[14 + 20 + 6] = 0xab;
         let orig = f.clone();
         assert!(corrupt_udp4(&mut f, 12345));
-        let diff: u32 = f.iter().zip(&orig).skip(42).map(|(a, b)| (a ^ b).count_ones()).sum();
+        let diff: u32 = f
+            .iter()
+            .zip(&orig)
+            .skip(42)
+            .map(|(a, b)| (a ^ b).count_ones())
+            .sum();
         assert_eq!(diff, 1);
         assert_eq!(&f[14 + 20 + 6..14 + 20 + 8], &[0, 0]);
         let mut not_udp = orig.clone();

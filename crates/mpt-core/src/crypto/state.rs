@@ -69,10 +69,17 @@ pub struct CryptoStats {
 /// Something for the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CryptoEvent {
-    Established { cipher: &'static str, rekey: bool },
-    Failed { reason: &'static str },
+    Established {
+        cipher: &'static str,
+        rekey: bool,
+    },
+    Failed {
+        reason: &'static str,
+    },
     /// Initiations went unanswered (logged at 2, 4, 8, ... attempts).
-    Unanswered { attempts: u64 },
+    Unanswered {
+        attempts: u64,
+    },
     Expired,
 }
 
@@ -342,7 +349,9 @@ impl CryptoState {
             return None;
         }
         if retry_due && self.attempts.is_power_of_two() && self.attempts >= 2 {
-            self.events.push_back(CryptoEvent::Unanswered { attempts: self.attempts });
+            self.events.push_back(CryptoEvent::Unanswered {
+                attempts: self.attempts,
+            });
         }
         let seed = self.seed();
         let index = self.new_index();
