@@ -68,6 +68,8 @@ pub struct TunnelSection {
     pub mtu: u32,
     pub mtu_configured: bool,
     pub control_socket: PathBuf,
+    /// Use TUN offloads (TSO in, GRO out) when the kernel has them.
+    pub offload: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -131,7 +133,7 @@ const TOP_KEYS: &[&str] = &[
     "security",
 ];
 const SCHEDULER_KEYS: &[&str] = &["share"];
-const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket"];
+const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket", "offload"];
 const PEER_KEYS: &[&str] = &["role"];
 const PATH_KEYS: &[&str] = &[
     "name",
@@ -301,6 +303,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     }
     let mtu = tr.int(ctx, "mtu", (576, 65535)).map(|v| v as u32);
     let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
+    let offload = tr.boolean(ctx, "offload").unwrap_or(true);
     tr.finish(ctx);
 
     // [peer]
@@ -455,6 +458,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             mtu: eff_mtu,
             mtu_configured: mtu.is_some(),
             control_socket,
+            offload,
         },
         role: role?,
         security: security?,

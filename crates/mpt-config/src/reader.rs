@@ -184,6 +184,17 @@ impl<'t> TableReader<'t> {
         }
     }
 
+    pub fn boolean(&self, ctx: &mut Ctx<'_>, k: &str) -> Option<bool> {
+        let item = self.item(k)?;
+        match item.as_bool() {
+            Some(b) => Some(b),
+            None => {
+                self.wrong_type(ctx, k, "true or false", item);
+                None
+            }
+        }
+    }
+
     /// An array of strings.
     pub fn strings(&self, ctx: &mut Ctx<'_>, k: &str) -> Option<Vec<String>> {
         let item = self.item(k)?;

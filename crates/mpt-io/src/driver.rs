@@ -35,6 +35,9 @@ use tracing::{info, warn};
 use crate::batch::{RecvBatch, SendBatch};
 use crate::control::Request;
 use crate::events::EventLog;
+use crate::offload::{
+    self, Coalescer, VnetHdr, GSO_NONE, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
+};
 use crate::tun::Tun;
 use crate::udp::PathSocket;
 
@@ -105,6 +108,10 @@ pub struct Driver {
     /// One send batch per path socket.
     send_batches: Vec<SendBatch>,
     io: IoStats,
+    /// GRO for TUN writes (offload mode only).
+    coalescer: Option<Coalescer>,
+    /// Scratch buffer for segments cut from TSO super-packets.
+    seg_buf: Vec<u8>,
 }
 
 /// Data-plane I/O counters (batching effectiveness), in `mpt status`.
@@ -118,6 +125,16 @@ pub struct IoStats {
     pub udp_datagrams_sent: u64,
     pub max_recv_batch: u64,
     pub max_send_batch: u64,
+    /// TUN offloads active (TSO reads, GRO writes).
+    pub tun_offload: bool,
+    /// TCP super-packets read and the segments cut from them.
+    pub tso_super_packets: u64,
+    pub tso_segments: u64,
+    /// Super-packets written after coalescing, and the segments merged.
+    pub gro_super_packets: u64,
+    pub gro_segments: u64,
+    /// Super-packets that could not be segmented (dropped).
+    pub offload_errors: u64,
 }
 
 /// What the control thread needs to hand requests to the loop.
@@ -135,6 +152,7 @@ impl Driver {
         identity: Identity,
     ) -> io::Result<(Driver, ControlHook)> {
         let n_sockets = sockets.len();
+        let tun_offload = tun.offload();
         let poll = Poll::new()?;
         let reg = poll.registry();
         reg.register(
@@ -182,10 +200,20 @@ impl Driver {
                 send_batches: (0..n_sockets)
                     .map(|_| SendBatch::new(BATCH_PACKETS, BUF_BYTES))
                     .collect(),
-                io: IoStats::default(),
+                io: IoStats {
+                    tun_offload,
+                    ..IoStats::default()
+                },
+                coalescer: tun_offload.then(Coalescer::default),
+                seg_buf: vec![0u8; BUF_BYTES],
             },
             hook,
         ))
+    }
+
+    /// Whether TUN offloads are active.
+    pub fn offload(&self) -> bool {
+        self.io.tun_offload
     }
 
     /// Run until SIGINT or SIGTERM.
@@ -239,6 +267,7 @@ impl Driver {
             if self.tunnel.poll_timeout().is_some_and(|t| t <= now) {
                 self.tunnel.handle_timeout(now);
                 self.deliver_ready();
+                self.flush_coalescer();
             }
             if last_wall.elapsed() >= WALL_REFRESH {
                 last_wall = Instant::now();
@@ -251,13 +280,16 @@ impl Driver {
 
     /// Read up to a batch from the TUN, encapsulate each packet into the
     /// send batch of its path's socket, then send every batch with one
-    /// `sendmmsg` each. Returns whether the TUN may still have packets.
+    /// `sendmmsg` each. TSO super-packets are segmented first. Returns
+    /// whether the TUN may still have packets.
     fn pump_tun(&mut self, buf: &mut [u8]) -> bool {
+        let vnet = if self.io.tun_offload { VNET_HDR_LEN } else { 0 };
         let mut more = true;
         for _ in 0..BATCH_PACKETS {
             let end = buf.len() - TAG_LEN;
-            let n = match self.tun.read(&mut buf[HEADER_LEN..end]) {
-                Ok(n) => n,
+            let n = match self.tun.read(&mut buf[HEADER_LEN - vnet..end]) {
+                Ok(n) if n >= vnet => n - vnet,
+                Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     more = false;
                     break;
@@ -270,24 +302,70 @@ impl Driver {
                 }
             };
             self.io.tun_reads += 1;
-            let now = self.clock.now();
-            if let Some(tx) = self.tunnel.send(now, buf, n) {
-                let Some(batch) = self.send_batches.get_mut(tx.local_key) else {
-                    continue;
-                };
-                if let Some(slot) = batch.slot() {
-                    slot[..tx.len].copy_from_slice(&buf[..tx.len]);
-                    batch.commit(tx.len, tx.dst, tx.path);
-                }
-                if batch.is_full() {
-                    self.flush_sends(tx.local_key);
-                }
+            if vnet == 0 {
+                self.encapsulate(buf, n);
+                continue;
             }
+            let h = VnetHdr::parse(&buf[HEADER_LEN - vnet..HEADER_LEN]).unwrap_or_default();
+            if h.gso_type == GSO_NONE {
+                if h.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0
+                    && offload::finish_checksum(&mut buf[HEADER_LEN..HEADER_LEN + n], &h).is_err()
+                {
+                    self.io.offload_errors += 1;
+                    continue;
+                }
+                self.encapsulate(buf, n);
+                continue;
+            }
+            self.segment_and_send(&buf[HEADER_LEN..HEADER_LEN + n], &h);
         }
         for k in 0..self.send_batches.len() {
             self.flush_sends(k);
         }
         more
+    }
+
+    /// Cut a TSO super-packet into MSS-sized segments and send each.
+    fn segment_and_send(&mut self, pkt: &[u8], h: &VnetHdr) {
+        let Ok((_, _, _, count)) = offload::segments(pkt, h) else {
+            self.io.offload_errors += 1;
+            return;
+        };
+        self.io.tso_super_packets += 1;
+        let mut seg = std::mem::take(&mut self.seg_buf);
+        for i in 0..count {
+            let end = seg.len() - TAG_LEN;
+            match offload::segment_at(pkt, h, i, &mut seg[HEADER_LEN..end]) {
+                Ok(len) => {
+                    self.io.tso_segments += 1;
+                    self.encapsulate(&mut seg, len);
+                }
+                Err(_) => {
+                    self.io.offload_errors += 1;
+                    break;
+                }
+            }
+        }
+        self.seg_buf = seg;
+    }
+
+    /// Hand the inner packet at `buf[HEADER_LEN..HEADER_LEN + n]` to the
+    /// core and queue the datagram in its socket's send batch.
+    fn encapsulate(&mut self, buf: &mut [u8], n: usize) {
+        let now = self.clock.now();
+        let Some(tx) = self.tunnel.send(now, buf, n) else {
+            return;
+        };
+        let Some(batch) = self.send_batches.get_mut(tx.local_key) else {
+            return;
+        };
+        if let Some(slot) = batch.slot() {
+            slot[..tx.len].copy_from_slice(&buf[..tx.len]);
+            batch.commit(tx.len, tx.dst, tx.path);
+        }
+        if batch.is_full() {
+            self.flush_sends(tx.local_key);
+        }
     }
 
     fn flush_sends(&mut self, key: usize) {
@@ -330,28 +408,50 @@ impl Driver {
         self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
         for k in 0..n {
             let now = self.clock.now();
-            let (data, from) = self.recv_batch.get(k);
+            let Driver {
+                recv_batch,
+                tunnel,
+                tun,
+                coalescer,
+                io,
+                ..
+            } = self;
+            let (data, from) = recv_batch.get(k);
             let Some(from) = from.map(normalize) else {
                 continue;
             };
-            if let Received::Deliver { offset, len } = self.tunnel.recv(now, i, from, data) {
-                self.io.tun_writes += 1;
-                if self.tun.write(&data[offset..offset + len]).is_err() {
-                    self.tunnel.count_drop(DropReason::TunWriteFailed);
+            if let Received::Deliver { offset, len } = tunnel.recv(now, i, from, data) {
+                if !write_tun(tun, coalescer, io, &data[offset..offset + len]) {
+                    tunnel.count_drop(DropReason::TunWriteFailed);
                 }
             }
             self.deliver_ready();
         }
+        self.flush_coalescer();
         n == self.recv_batch.capacity()
     }
 
     fn deliver_ready(&mut self) {
         while let Some(p) = self.tunnel.poll_deliver() {
-            self.io.tun_writes += 1;
-            if self.tun.write(&p).is_err() {
+            if !write_tun(&self.tun, &mut self.coalescer, &mut self.io, &p) {
                 self.tunnel.count_drop(DropReason::TunWriteFailed);
             }
             self.tunnel.recycle(p);
+        }
+    }
+
+    fn flush_coalescer(&mut self) {
+        if let Some(c) = self.coalescer.as_mut() {
+            if let Some(bytes) = c.take() {
+                let merged = VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE);
+                self.io.tun_writes += 1;
+                if merged {
+                    self.io.gro_super_packets += 1;
+                }
+                if self.tun.write(bytes).is_err() {
+                    self.tunnel.count_drop(DropReason::TunWriteFailed);
+                }
+            }
         }
     }
 
@@ -404,6 +504,34 @@ impl Driver {
         }
         v
     }
+}
+
+/// Write one inner packet to the TUN: through the coalescer in offload mode
+/// (flushing it when the packet cannot join), else directly. Returns
+/// whether the write (if any happened) succeeded.
+fn write_tun(tun: &Tun, coalescer: &mut Option<Coalescer>, io: &mut IoStats, pkt: &[u8]) -> bool {
+    let Some(c) = coalescer.as_mut() else {
+        io.tun_writes += 1;
+        return tun.write(pkt).is_ok();
+    };
+    if c.push(pkt) {
+        io.gro_segments += 1;
+        return true;
+    }
+    let mut ok = true;
+    if let Some(bytes) = c.take() {
+        if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
+            io.gro_super_packets += 1;
+        }
+        io.tun_writes += 1;
+        ok &= tun.write(bytes).is_ok();
+    }
+    if c.push(pkt) {
+        io.gro_segments += 1;
+        return ok;
+    }
+    io.tun_writes += 1;
+    ok & tun.write_vectored(&[0u8; VNET_HDR_LEN], pkt).is_ok()
 }
 
 /// Errors that mean the path cannot deliver at all right now (as opposed to

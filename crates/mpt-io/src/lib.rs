@@ -21,6 +21,7 @@ pub mod control;
 pub mod driver;
 pub mod events;
 pub mod netcfg;
+pub mod offload;
 pub mod packet;
 pub mod tun;
 pub mod udp;

@@ -7,7 +7,11 @@
 //!   descriptor closes and the kernel removes the interface together with its
 //!   addresses and routes, so no state outlives the daemon;
 //! * the descriptor is non-blocking; reads and writes move exactly one packet
-//!   without the 4-byte packet-information prefix (`IFF_NO_PI`).
+//!   without the 4-byte packet-information prefix (`IFF_NO_PI`);
+//! * with offloads (`IFF_VNET_HDR` and `TUNSETOFFLOAD` accepted), every read
+//!   and write carries a 10-byte virtio-net header first (see `offload`);
+//!   when the kernel refuses them, the device is reopened without, and
+//!   [`Tun::offload`] says which mode is active.
 
 use std::ffi::CString;
 use std::io;
@@ -15,6 +19,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// `_IOW('T', 202, int)` from `<linux/if_tun.h>`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+/// `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUN_F_CSUM: libc::c_uint = 0x01;
+const TUN_F_TSO4: libc::c_uint = 0x02;
+const TUN_F_TSO6: libc::c_uint = 0x04;
 
 /// `struct ifreq` as TUNSETIFF reads it: name then flags, padded to 40 bytes.
 #[repr(C)]
@@ -29,6 +38,7 @@ struct IfReq {
 pub struct Tun {
     fd: OwnedFd,
     name: String,
+    offload: bool,
 }
 
 /// Errors creating a TUN device, worded for the operator.
@@ -62,8 +72,9 @@ pub fn interface_exists(name: &str) -> bool {
 }
 
 impl Tun {
-    /// Create the TUN device `name` (non-blocking, no packet info).
-    pub fn create(name: &str) -> io::Result<Tun> {
+    /// Create the TUN device `name` (non-blocking, no packet info), with
+    /// TSO/checksum offloads if `offload` and the kernel supports them.
+    pub fn create(name: &str, offload: bool) -> io::Result<Tun> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -73,6 +84,22 @@ impl Tun {
         if interface_exists(name) {
             return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
         }
+        if offload {
+            if let Ok(t) = Self::open(name, true) {
+                let flags = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+                // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
+                let rc =
+                    unsafe { libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
+                if rc == 0 {
+                    return Ok(t);
+                }
+                // Dropping `t` removes the device; fall back below.
+            }
+        }
+        Self::open(name, false)
+    }
+
+    fn open(name: &str, vnet: bool) -> io::Result<Tun> {
         let path = c"/dev/net/tun";
         // SAFETY: `path` is a valid C string; open has no other preconditions.
         let raw = unsafe {
@@ -94,7 +121,11 @@ impl Tun {
         for (d, s) in req.name.iter_mut().zip(name.bytes()) {
             *d = s as libc::c_char;
         }
-        req.flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL) as libc::c_short;
+        let mut flags = libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL;
+        if vnet {
+            flags |= libc::IFF_VNET_HDR;
+        }
+        req.flags = flags as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes a `struct ifreq`; `req` is a
         // properly sized and aligned repr(C) equivalent that lives for the call.
         let rc = unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) };
@@ -104,7 +135,35 @@ impl Tun {
         Ok(Tun {
             fd,
             name: name.to_string(),
+            offload: vnet,
         })
+    }
+
+    /// Whether reads and writes carry a virtio-net header (offloads on).
+    pub fn offload(&self) -> bool {
+        self.offload
+    }
+
+    /// Write `hdr` followed by `pkt` as one packet (offload mode).
+    pub fn write_vectored(&self, hdr: &[u8], pkt: &[u8]) -> io::Result<usize> {
+        let iov = [
+            libc::iovec {
+                iov_base: hdr.as_ptr() as *mut libc::c_void,
+                iov_len: hdr.len(),
+            },
+            libc::iovec {
+                iov_base: pkt.as_ptr() as *mut libc::c_void,
+                iov_len: pkt.len(),
+            },
+        ];
+        // SAFETY: both iovecs point at live, readable buffers of the given
+        // lengths for the duration of the call; writev does not write them.
+        let n = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), 2) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
     }
 
     pub fn name(&self) -> &str {

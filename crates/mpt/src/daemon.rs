@@ -101,7 +101,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
         .collect();
     let (sockets, keys) = bind_path_sockets(&binds)?;
     let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
-    let tun = Tun::create(&cfg.tunnel.name)?;
+    let tun = Tun::create(&cfg.tunnel.name, cfg.tunnel.offload)?;
     netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
     let route_list: Vec<_> = cfg.routes.iter().map(|r| (r.network, r.metric)).collect();
     let routes = Routes::install(&cfg.tunnel.name, &route_list)?;
@@ -130,6 +130,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
         tunnel = %cfg.tunnel.name,
         paths = cfg.paths.len(),
         mtu = cfg.tunnel.mtu,
+        tun_offload = driver.offload(),
         control = %cfg.tunnel.control_socket.display(),
         "tunnel up"
     );
