@@ -32,7 +32,7 @@ use mpt_core::Nanos;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::batch::{RecvBatch, SendBatch};
+use crate::batch::{self, RecvBatch, SendBatch};
 use crate::control::Request;
 use crate::events::EventLog;
 use crate::offload::{
@@ -127,6 +127,10 @@ pub struct IoStats {
     pub max_send_batch: u64,
     /// TUN offloads active (TSO reads, GRO writes).
     pub tun_offload: bool,
+    /// UDP segmentation offload on every path socket.
+    pub udp_gso: bool,
+    /// UDP receive coalescing on every path socket.
+    pub udp_gro: bool,
     /// TCP super-packets read and the segments cut from them.
     pub tso_super_packets: u64,
     pub tso_segments: u64,
@@ -151,8 +155,17 @@ impl Driver {
         clock: Clock,
         identity: Identity,
     ) -> io::Result<(Driver, ControlHook)> {
-        let n_sockets = sockets.len();
         let tun_offload = tun.offload();
+        let gso: Vec<bool> = sockets
+            .iter()
+            .map(|s| batch::gso_supported(&s.socket))
+            .collect();
+        let gro = sockets
+            .iter()
+            .filter(|s| batch::enable_gro(&s.socket))
+            .count()
+            == sockets.len();
+        let max_datagram = tunnel.mtu() + HEADER_LEN + TAG_LEN;
         let poll = Poll::new()?;
         let reg = poll.registry();
         reg.register(
@@ -197,11 +210,14 @@ impl Driver {
                 started: Instant::now(),
                 event_log: EventLog::default(),
                 recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
-                send_batches: (0..n_sockets)
-                    .map(|_| SendBatch::new(BATCH_PACKETS, BUF_BYTES))
+                send_batches: gso
+                    .iter()
+                    .map(|g| SendBatch::new(BATCH_PACKETS, max_datagram, *g))
                     .collect(),
                 io: IoStats {
                     tun_offload,
+                    udp_gso: gso.iter().all(|g| *g),
+                    udp_gro: gro,
                     ..IoStats::default()
                 },
                 coalescer: tun_offload.then(Coalescer::default),
@@ -332,6 +348,7 @@ impl Driver {
             return;
         };
         self.io.tso_super_packets += 1;
+        self.tunnel.begin_burst(pkt.len(), count);
         let mut seg = std::mem::take(&mut self.seg_buf);
         for i in 0..count {
             let end = seg.len() - TAG_LEN;
@@ -347,6 +364,7 @@ impl Driver {
             }
         }
         self.seg_buf = seg;
+        self.tunnel.end_burst();
     }
 
     /// Hand the inner packet at `buf[HEADER_LEN..HEADER_LEN + n]` to the
@@ -376,11 +394,14 @@ impl Driver {
         let n = batch.len() as u64;
         let failures = batch.flush(&self.sockets[key].socket);
         self.io.udp_send_calls += 1;
-        self.io.udp_datagrams_sent += n - failures.len() as u64;
+        let failed: u64 = failures.iter().map(|f| f.1 as u64).sum();
+        self.io.udp_datagrams_sent += n - failed;
         self.io.max_send_batch = self.io.max_send_batch.max(n);
         let now = self.clock.now();
-        for (path, e) in failures {
-            self.tunnel.on_send_error(path, is_hard(&e), now);
+        for (path, count, e) in failures {
+            for _ in 0..count {
+                self.tunnel.on_send_error(path, is_hard(&e), now);
+            }
         }
     }
 
@@ -407,25 +428,30 @@ impl Driver {
         self.io.udp_datagrams_received += n as u64;
         self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
         for k in 0..n {
-            let now = self.clock.now();
-            let Driver {
-                recv_batch,
-                tunnel,
-                tun,
-                coalescer,
-                io,
-                ..
-            } = self;
-            let (data, from) = recv_batch.get(k);
+            let (from, parts) = self.recv_batch.datagrams(k);
             let Some(from) = from.map(normalize) else {
                 continue;
             };
-            if let Received::Deliver { offset, len } = tunnel.recv(now, i, from, data) {
-                if !write_tun(tun, coalescer, io, &data[offset..offset + len]) {
-                    tunnel.count_drop(DropReason::TunWriteFailed);
+            let parts: ArrayParts = parts.collect();
+            self.io.udp_datagrams_received += parts.len().saturating_sub(1) as u64;
+            for (off, len) in parts {
+                let now = self.clock.now();
+                let Driver {
+                    recv_batch,
+                    tunnel,
+                    tun,
+                    coalescer,
+                    io,
+                    ..
+                } = self;
+                let data = recv_batch.slice_mut(k, off, len);
+                if let Received::Deliver { offset, len } = tunnel.recv(now, i, from, data) {
+                    if !write_tun(tun, coalescer, io, &data[offset..offset + len]) {
+                        tunnel.count_drop(DropReason::TunWriteFailed);
+                    }
                 }
+                self.deliver_ready();
             }
-            self.deliver_ready();
         }
         self.flush_coalescer();
         n == self.recv_batch.capacity()
@@ -505,6 +531,9 @@ impl Driver {
         v
     }
 }
+
+/// Datagrams of one GRO buffer (offset, length); at most 64 in practice.
+type ArrayParts = Vec<(usize, usize)>;
 
 /// Write one inner packet to the TUN: through the coalescer in offload mode
 /// (flushing it when the packet cannot join), else directly. Returns

@@ -133,6 +133,8 @@ pub struct Tunnel {
     crypto: Option<CryptoState>,
     /// Handshake responses waiting to be sent: (path, destination, bytes).
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
+    /// Path chosen for the current burst (see [`Tunnel::begin_burst`]).
+    burst_path: Option<PathId>,
 }
 
 /// Handshake responses queued at most (they are rate-limited anyway).
@@ -165,6 +167,7 @@ impl Tunnel {
             events: VecDeque::new(),
             crypto: cfg.security.map(|s| CryptoState::new(s, cfg.seed)),
             handshake_out: VecDeque::new(),
+            burst_path: None,
         }
     }
 
@@ -181,6 +184,11 @@ impl Tunnel {
 
     fn wall(&self, now: Nanos) -> u64 {
         (now as i64).wrapping_add(self.wall_offset) as u64
+    }
+
+    /// Largest inner packet accepted.
+    pub fn mtu(&self) -> usize {
+        self.mtu
     }
 
     pub fn path_count(&self) -> usize {
@@ -289,7 +297,8 @@ impl Tunnel {
             self.drops.add(DropReason::NoSession);
             return None;
         }
-        let Some(path) = self.sched.pick(&self.up, len) else {
+        let burst = self.burst_path.filter(|p| self.up[*p as usize]);
+        let Some(path) = burst.or_else(|| self.sched.pick(&self.up, len)) else {
             self.drops.add(DropReason::NoPath);
             return None;
         };
@@ -308,6 +317,18 @@ impl Tunnel {
             dst,
             len: total,
         })
+    }
+
+    /// Send the next `packets` packets (`bytes` in all, the segments of one
+    /// TSO super-packet) on one path, so that the I/O layer can batch them
+    /// (sendmmsg, UDP GSO). The scheduler charges the burst as a whole.
+    pub fn begin_burst(&mut self, bytes: usize, packets: usize) {
+        self.burst_path = self.sched.pick_burst(&self.up, bytes, packets);
+    }
+
+    /// End the burst started by [`Tunnel::begin_burst`].
+    pub fn end_burst(&mut self) {
+        self.burst_path = None;
     }
 
     /// Re-evaluate whether path `pid` is up, emitting events on change.
