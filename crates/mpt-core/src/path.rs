@@ -162,10 +162,11 @@ impl PathState {
             self.rx_out_of_order += 1;
         }
         if let Some(prev) = self.owd_last {
-            let d = (transit_ns - prev).unsigned_abs();
-            // J += (|D| - J) / 16, in integer nanoseconds.
-            let j = self.jitter as i64 + ((d as i64 - self.jitter as i64) >> JITTER_GAIN_SHIFT);
-            self.jitter = j.max(0) as u64;
+            // J += (|D| - J) / 16, in integer nanoseconds; i128 because the
+            // timestamps come from the network and may be anything.
+            let d = (i128::from(transit_ns) - i128::from(prev)).abs();
+            let j = i128::from(self.jitter) + ((d - i128::from(self.jitter)) >> JITTER_GAIN_SHIFT);
+            self.jitter = j.clamp(0, i128::from(u64::MAX)) as u64;
         }
         self.owd_last = Some(transit_ns);
         self.owd_min = Some(self.owd_min.map_or(transit_ns, |m| m.min(transit_ns)));
@@ -205,14 +206,18 @@ impl PathState {
     pub fn rx_lost(&self) -> u64 {
         match self.rx_first_seq {
             None => 0,
-            Some(first) => (self.rx_highest_seq - first + 1).saturating_sub(self.rx_packets),
+            Some(first) => self
+                .rx_highest_seq
+                .saturating_sub(first)
+                .saturating_add(1)
+                .saturating_sub(self.rx_packets),
         }
     }
 
     /// Snapshot for status output.
     pub fn status(&self, now: Nanos) -> PathStatus {
         let ms = |n: Nanos| n as f64 / NANOS_PER_MS as f64;
-        let rx_expected = self.rx_packets + self.rx_lost();
+        let rx_expected = self.rx_packets.saturating_add(self.rx_lost());
         let peer_expected = u64::from(self.peer_rx_seq) + 1;
         PathStatus {
             name: self.cfg.name.clone(),
@@ -352,6 +357,18 @@ mod tests {
         assert_eq!(p.jitter, 100);
         let s = p.status(0);
         assert_eq!(s.jitter_ms, Some(0.0001));
+    }
+
+    #[test]
+    fn extreme_timestamps_and_sequences_do_not_overflow() {
+        // Found by fuzzing: transit times from hostile timestamps.
+        let mut p = path();
+        p.on_receive(0, 1, 0, i64::MIN);
+        p.on_receive(0, 1, u32::MAX, i64::MAX);
+        p.on_receive(0, 1, 5, i64::MIN);
+        let s = p.status(0);
+        assert!(s.jitter_ms.unwrap() > 0.0);
+        assert!(p.rx_lost() < u64::MAX);
     }
 
     #[test]

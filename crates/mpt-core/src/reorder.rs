@@ -19,6 +19,8 @@
 //!   `seq ∈ [next, next + capacity)`;
 //! * every operation is O(1) amortised or O(capacity) at worst; no input,
 //!   however large a sequence jump, makes it loop longer;
+//! * sequence numbers at or above [`SEQ_LIMIT`] are refused, so no sum of a
+//!   sequence number and the capacity can overflow;
 //! * held buffers come from and return to a bounded pool; memory is bounded
 //!   by `capacity × MTU`.
 
@@ -27,6 +29,10 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::{Nanos, PathId};
+
+/// Sequence numbers at or above this are refused (as `Late`): no sender
+/// reaches 2^62 packets, and the bound keeps every sum below u64::MAX.
+pub const SEQ_LIMIT: u64 = 1 << 62;
 
 /// How far behind `next` (in multiples of capacity) a sequence number must
 /// be to be taken as a restart of the sender rather than a late packet.
@@ -146,6 +152,9 @@ impl ReorderBuffer {
 
     /// Offer packet `seq` with inner payload `payload` that arrived at `now`.
     pub fn insert(&mut self, seq: u64, payload: &[u8], now: Nanos) -> Accept {
+        if seq >= SEQ_LIMIT {
+            return Accept::Late;
+        }
         if !self.started {
             self.started = true;
             self.next = seq;
@@ -357,12 +366,20 @@ impl PathFrontier {
 
 impl ReleasePolicy for PathFrontier {
     fn on_data(&mut self, path: PathId, seq: u64) {
-        if let Some(f) = self.frontier.get_mut(path as usize) {
+        if let Some(f) = self
+            .frontier
+            .get_mut(path as usize)
+            .filter(|_| seq < SEQ_LIMIT)
+        {
             *f = (*f).max(seq + 1);
         }
     }
     fn on_frontier(&mut self, path: PathId, next_seq: u64) {
-        if let Some(f) = self.frontier.get_mut(path as usize) {
+        if let Some(f) = self
+            .frontier
+            .get_mut(path as usize)
+            .filter(|_| next_seq <= SEQ_LIMIT)
+        {
             *f = (*f).max(next_seq);
         }
     }

@@ -98,17 +98,32 @@ fn huge_jumps_are_bounded_and_restart_resyncs() {
     let mut rb = ReorderBuffer::new(8, 1_000);
     let mut out = vec![];
     deliver(&mut rb, 0, 0, &mut out);
-    deliver(&mut rb, u64::MAX / 2, 0, &mut out);
+    deliver(&mut rb, SEQ_LIMIT - 1, 0, &mut out);
     assert_eq!(out, vec![0]);
-    assert_eq!(rb.next_seq(), u64::MAX / 2 - 7);
+    assert_eq!(rb.next_seq(), SEQ_LIMIT - 8);
     rb.handle_timeout(1_000);
     drain(&mut rb, &mut out);
-    assert_eq!(out, vec![0, u64::MAX / 2]);
+    assert_eq!(out, vec![0, SEQ_LIMIT - 1]);
     // A restarted sender starting at 0 again is resynchronised.
     deliver(&mut rb, 0, 0, &mut out);
     deliver(&mut rb, 1, 0, &mut out);
     assert_eq!(out[2..], [0, 1]);
     assert_eq!(rb.stats().resyncs, 1);
+}
+
+#[test]
+fn sequence_numbers_near_the_top_are_refused() {
+    let mut rb = ReorderBuffer::new(8, 1_000);
+    let mut out = vec![];
+    for s in [u64::MAX, u64::MAX - 1, SEQ_LIMIT] {
+        assert_eq!(deliver(&mut rb, s, 0, &mut out), Accept::Late);
+    }
+    deliver(&mut rb, SEQ_LIMIT - 1, 0, &mut out);
+    assert_eq!(out, vec![SEQ_LIMIT - 1]);
+    let mut p = PathFrontier::new(1);
+    p.on_data(0, u64::MAX);
+    p.on_frontier(0, u64::MAX);
+    assert_eq!(p.lost_below(&[true]), 0);
 }
 
 #[test]
