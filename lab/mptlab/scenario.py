@@ -30,7 +30,7 @@ A scenario file::
     link = 2
 
     [hook]                    # optional: any other tunnel, for "hook"
-    up = "/path/up.sh"        # prints the address to send to
+    up = "/path/up.sh"        # prints the address to send to (example: tests/e2e/tools/vxlan-up.sh)
     down = "/path/down.sh"
 
 Invariants: loading validates every key and value and raises ScenarioError

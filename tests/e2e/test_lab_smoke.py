@@ -45,3 +45,30 @@ def test_smoke_scenario(tmp_path: Path) -> None:
     ):
         assert (out / f).exists(), f
     print("\n" + p.stderr)
+
+
+def test_hook_system_runs_a_user_tunnel(tmp_path: Path) -> None:
+    """A user-supplied up/down script pair (here VXLAN over link 1) is
+    measured beside the plain link."""
+    tools = ROOT / "tests" / "e2e" / "tools"
+    sc = tmp_path / "hook.toml"
+    sc.write_text(
+        'name = "hook"\ndescription = """\nipip beside plain\n  +--+ |\n"""\n'
+        "[topology]\nlinks = [1]\nrate_mbit = 50\n"
+        '[run]\nsystems = ["plain", "hook"]\nip = ["4in4"]\ntraffic = ["tcp"]\nseconds = 2\n'
+        f'[hook]\nup = "{tools / "vxlan-up.sh"}"\ndown = "{tools / "vxlan-down.sh"}"\n'
+    )
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [sys.executable, "-m", "mptlab.cli", "run", str(sc), "--json", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "lab"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
+    assert p.returncode == 0, p.stderr
+    pts = json.loads(p.stdout.strip().splitlines()[-1])["points"]
+    hook = [x for x in pts if x["system"] == "hook"]
+    assert hook and hook[0]["error"] is None and hook[0]["mbps"] > 30, pts
