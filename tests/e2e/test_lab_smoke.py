@@ -11,10 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_smoke_scenario(tmp_path: Path) -> None:
-    out = tmp_path / "smoke"
+def run_lab(scenario: str, out: Path) -> tuple[list[dict], str]:
+    """`mptlab run SCENARIO --json`; returns the summary points and stderr."""
     p = subprocess.run(
-        [sys.executable, "-m", "mptlab.cli", "run", "smoke", "--json", "--out", str(out)],
+        [sys.executable, "-m", "mptlab.cli", "run", scenario, "--json", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -23,8 +23,12 @@ def test_smoke_scenario(tmp_path: Path) -> None:
         env={"PYTHONPATH": str(ROOT / "lab"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
     )
     assert p.returncode == 0, p.stderr
-    summary = json.loads(p.stdout.strip().splitlines()[-1])
-    pts = summary["points"]
+    return json.loads(p.stdout.strip().splitlines()[-1])["points"], p.stderr
+
+
+def test_smoke_scenario(tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    pts, stderr = run_lab("smoke", out)
     assert {(x["system"], x["paths"], x["traffic"]) for x in pts} == {
         ("plain", 1, "tcp"),
         ("plain", 1, "udp"),
@@ -44,7 +48,7 @@ def test_smoke_scenario(tmp_path: Path) -> None:
         "cpu-tcp-4in4.png",
     ):
         assert (out / f).exists(), f
-    print("\n" + p.stderr)
+    print("\n" + stderr)
 
 
 def test_hook_system_runs_a_user_tunnel(tmp_path: Path) -> None:
@@ -58,17 +62,6 @@ def test_hook_system_runs_a_user_tunnel(tmp_path: Path) -> None:
         '[run]\nsystems = ["plain", "hook"]\nip = ["4in4"]\ntraffic = ["tcp"]\nseconds = 2\n'
         f'[hook]\nup = "{tools / "vxlan-up.sh"}"\ndown = "{tools / "vxlan-down.sh"}"\n'
     )
-    out = tmp_path / "out"
-    p = subprocess.run(
-        [sys.executable, "-m", "mptlab.cli", "run", str(sc), "--json", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT / "lab"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-    )
-    assert p.returncode == 0, p.stderr
-    pts = json.loads(p.stdout.strip().splitlines()[-1])["points"]
+    pts, _ = run_lab(str(sc), tmp_path / "out")
     hook = [x for x in pts if x["system"] == "hook"]
     assert hook and hook[0]["error"] is None and hook[0]["mbps"] > 30, pts

@@ -27,21 +27,26 @@ def _replace_peer_key(text: str, key: str) -> str:
     return re.sub(r'peer_public_key = ".*"', f'peer_public_key = "{key}"', text)
 
 
-def test_wrong_server_key_never_gets_a_session(workdir: Path) -> None:
+def _start_with_stranger_key(topo: Topology, workdir: Path, side: str) -> tuple:
+    """Start both peers, `side` believing in a key the other does not hold;
+    wait until the server refused two initiations."""
     wrong = _other_key()
+    a, b = start_pair(
+        topo,
+        TunnelOpts(paths=[PathOpts(1)]),
+        workdir,
+        wait=False,
+        edit=lambda s, t: _replace_peer_key(t, wrong) if s == side else t,
+    )
+    wait_for(
+        "refused initiations", lambda: a.status()["drops"]["handshake_failed"] >= 2, timeout=10
+    )
+    return a, b
+
+
+def test_wrong_server_key_never_gets_a_session(workdir: Path) -> None:
     with Topology(1) as topo:
-        a, b = start_pair(
-            topo,
-            TunnelOpts(paths=[PathOpts(1)]),
-            workdir,
-            wait=False,
-            edit=lambda side, t: _replace_peer_key(t, wrong) if side == "b" else t,
-        )
-        wait_for(
-            "two refused initiations",
-            lambda: a.status()["drops"]["handshake_failed"] >= 2,
-            timeout=10,
-        )
+        a, b = _start_with_stranger_key(topo, workdir, "b")
         sb, sa = b.status(), a.status()
         assert sb["security"]["cipher"] is None and sb["paths_up"] == 0
         assert sa["security"]["cipher"] is None
@@ -52,18 +57,8 @@ def test_wrong_server_key_never_gets_a_session(workdir: Path) -> None:
 
 
 def test_unknown_client_key_is_refused_and_logged(workdir: Path) -> None:
-    stranger = _other_key()
     with Topology(1) as topo:
-        a, b = start_pair(
-            topo,
-            TunnelOpts(paths=[PathOpts(1)]),
-            workdir,
-            wait=False,
-            edit=lambda side, t: _replace_peer_key(t, stranger) if side == "a" else t,
-        )
-        wait_for(
-            "refused initiations", lambda: a.status()["drops"]["handshake_failed"] >= 2, timeout=10
-        )
+        a, b = _start_with_stranger_key(topo, workdir, "a")
         assert b.status()["paths_up"] == 0
         assert "initiation from an unknown static key" in a.log_text()
         # Keys never appear in logs or status.
