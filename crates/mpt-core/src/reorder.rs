@@ -237,14 +237,14 @@ impl ReorderBuffer {
                 }
                 other => {
                     self.slots[i] = other;
-                    self.stats.lost += 1;
+                    self.stats.lost = self.stats.lost.saturating_add(1);
                     self.set_delivered(seq, false);
                 }
             }
         }
         if end > walk_end {
             // A jump beyond the window: nothing can be held there.
-            self.stats.lost += end - walk_end;
+            self.stats.lost = self.stats.lost.saturating_add(end - walk_end);
             self.delivered.iter_mut().for_each(|w| *w = 0);
         }
         self.next = end;

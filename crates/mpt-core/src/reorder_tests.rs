@@ -120,6 +120,12 @@ fn sequence_numbers_near_the_top_are_refused() {
     }
     deliver(&mut rb, SEQ_LIMIT - 1, 0, &mut out);
     assert_eq!(out, vec![SEQ_LIMIT - 1]);
+    // Found by fuzzing: repeated jumps near the limit saturate the lost count.
+    for k in 1..8 {
+        deliver(&mut rb, SEQ_LIMIT - 1 - (8 - k), 0, &mut out);
+        deliver(&mut rb, k, 0, &mut out);
+    }
+    assert!(rb.stats().lost > 0);
     let mut p = PathFrontier::new(1);
     p.on_data(0, u64::MAX);
     p.on_frontier(0, u64::MAX);
