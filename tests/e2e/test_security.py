@@ -298,3 +298,25 @@ def test_client_address_change_behind_nat(workdir: Path) -> None:
                     p.kill()
         for n in names:
             run(["ip", "netns", "del", n], check=False)
+
+
+def test_rekey_under_load_does_not_interrupt_traffic(workdir: Path) -> None:
+    from mptlab.traffic import iperf3
+
+    with Topology(2) as topo:
+        opts = TunnelOpts(
+            paths=[PathOpts(1), PathOpts(2)],
+            tunnel_v6=False,
+            security_extra="rekey_after_packets = 20000",
+        )
+        a, b = start_pair(topo, opts, workdir)
+        # The client (b) sends: it starts a rekey every 20,000 packets.
+        r = iperf3(topo, TUNNEL_V4["b"], seconds=4, reverse=True)
+        sa = a.status()["security"]
+        print(
+            f"\nrekeys during transfer: {sa['rekeys']}, {r.mbps:.0f} Mbit/s, "
+            f"retransmits {r.retransmits}; drops {a.status()['drops']}"
+        )
+        assert sa["rekeys"] >= 3
+        assert r.mbps > 200
+        assert a.status()["drops"]["bad_tag"] == 0
