@@ -179,6 +179,7 @@ def start_pair(
 ) -> tuple[Peer, Peer]:
     """Write both configurations, start both daemons, wait for all paths.
     `edit(side, text)` may change a configuration before it is written."""
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     pubs = make_keys(workdir) if opts.security == "keys" else None
     peers = []
