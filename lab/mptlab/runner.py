@@ -61,6 +61,18 @@ def _ip(combo: str) -> tuple[int, int]:
     return int(t), int(p)
 
 
+def udp_payload_for(wanted: int, system: str, tunnel_v: int, path_v: int) -> int:
+    """The scenario's UDP payload, reduced so that one datagram fits the
+    tunnel MTU (1500 minus the encapsulation of the path's IP version) or
+    the plain link's 1500 bytes: no IP fragmentation in any combination."""
+    tunnelled = system.startswith("mpt") and system != "mptcp"
+    if tunnelled:
+        tag = 0 if system == "mpt-insecure" else AEAD_TAG
+        mtu = 1500 - (UDP_IP[path_v] + MPT_HEADER + tag)
+        return min(wanted, mtu - UDP_IP[tunnel_v])
+    return min(wanted, 1500 - UDP_IP[path_v])
+
+
 def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int:
     """Bytes one UDP datagram of `payload` costs on a shaped veth link."""
     tunnelled = system.startswith("mpt") and system != "mptcp"
@@ -122,18 +134,17 @@ class Runner:
                         )
                         mbps, d = r.mbps, {"retransmits": r.retransmits}
                 elif point.traffic == "udp":
-                    wire = udp_wire_bytes(
+                    payload = udp_payload_for(
                         sc.udp_payload, point.system, point.tunnel_v, point.path_v
                     )
-                    rate = (
-                        f"{total_rate * sc.udp_payload / wire * 0.98:.2f}M" if total_rate else "0"
-                    )
+                    wire = udp_wire_bytes(payload, point.system, point.tunnel_v, point.path_v)
+                    rate = f"{total_rate * payload / wire * 0.98:.2f}M" if total_rate else "0"
                     r = iperf3(
                         topo,
                         target.addr,
                         udp=True,
                         rate=rate,
-                        length=sc.udp_payload,
+                        length=payload,
                         seconds=sc.seconds,
                     )
                     mbps, d = r.mbps, {"lost_percent": r.lost_percent, "offered": rate}

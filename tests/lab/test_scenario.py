@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lab"))
 
 from mptlab import scenario  # noqa: E402
-from mptlab.runner import udp_wire_bytes  # noqa: E402
+from mptlab.runner import udp_payload_for, udp_wire_bytes  # noqa: E402
 from mptlab.systems import weights_for  # noqa: E402
 
 
@@ -83,3 +83,15 @@ def test_weights_follow_rates_and_wire_sizes() -> None:
     assert udp_wire_bytes(1392, "plain", 0, 4) == 1434
     assert udp_wire_bytes(1392, "mpt", 4, 4) == 1514
     assert udp_wire_bytes(1392, "mpt", 6, 6) == 1392 + 48 + 36 + 16 + 48 + 14
+
+
+def test_udp_payload_never_fragments() -> None:
+    # Inner IP packet = payload + UDP + IP of the tunnel version must fit
+    # the tunnel MTU (1500 - outer IP - UDP - 36 - 16).
+    assert udp_payload_for(1392, "mpt", 4, 4) == 1392
+    assert udp_payload_for(1392, "mpt", 6, 4) == 1372
+    assert udp_payload_for(1392, "mpt", 4, 6) == 1372
+    assert udp_payload_for(1392, "mpt", 6, 6) == 1352
+    assert udp_payload_for(1392, "mpt-insecure", 4, 4) == 1392
+    assert udp_payload_for(1392, "plain", 0, 6) == 1392
+    assert udp_payload_for(1000, "mpt", 6, 6) == 1000
