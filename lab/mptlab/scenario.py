@@ -13,6 +13,8 @@ A scenario file::
     # [[topology.link]]
     # rate_mbit = 100
     # delay_ms = 5
+    # [topology.link.reverse]  # optional: the B-to-A direction differs
+    # rate_mbit = 20
 
     [run]
     systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure" (plaintext), "hook"
@@ -51,7 +53,17 @@ SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 IP_COMBOS = ("4in4", "6in4", "4in6", "6in6")
 SYSTEMS = ("plain", "mpt", "mpt-insecure", "mptcp", "hook")
 TRAFFIC = ("tcp", "udp", "http", "voip")
-LINK_KEYS = {"rate_mbit", "delay_ms", "jitter_ms", "loss", "loss_burst", "queue_ms", "limit"}
+LINK_KEYS = {
+    "rate_mbit",
+    "delay_ms",
+    "jitter_ms",
+    "loss",
+    "loss_burst",
+    "queue_ms",
+    "limit",
+    "duplicate",
+    "corrupt",
+}
 TOP_KEYS = {"name", "description", "topology", "run", "event", "hook", "mpt"}
 TOPO_KEYS = LINK_KEYS | {"links", "link"}
 RUN_KEYS = {
@@ -112,12 +124,18 @@ def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
 
 
 def _shape(where: str, d: dict[str, Any]) -> Shape:
-    _check_keys(where, d, LINK_KEYS)
+    _check_keys(where, d, LINK_KEYS | {"reverse"})
+    reverse = None
+    if "reverse" in d:
+        if not isinstance(d["reverse"], dict):
+            raise ScenarioError(f"{where}.reverse: must be a table of link settings")
+        reverse = _shape(f"{where}.reverse", d["reverse"])
+        d = {k: v for k, v in d.items() if k != "reverse"}
     try:
         kw = {k: float(v) if k != "limit" else int(v) for k, v in d.items()}
     except (TypeError, ValueError) as e:
         raise ScenarioError(f"{where}: {e}") from e
-    s = Shape(**kw)  # type: ignore[arg-type]
+    s = Shape(**kw, reverse=reverse)  # type: ignore[arg-type]
     if s.rate_mbit is not None and s.rate_mbit <= 0:
         raise ScenarioError(f"{where}.rate_mbit: must be positive")
     if not 0 <= s.loss < 1:

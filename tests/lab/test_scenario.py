@@ -95,3 +95,20 @@ def test_udp_payload_never_fragments() -> None:
     assert udp_payload_for(1392, "mpt-insecure", 4, 4) == 1392
     assert udp_payload_for(1392, "plain", 0, 6) == 1392
     assert udp_payload_for(1000, "mpt", 6, 6) == 1000
+
+
+def test_a_link_direction_can_differ() -> None:
+    data = {
+        "topology": {
+            "link": [
+                {"rate_mbit": 100, "delay_ms": 5, "reverse": {"rate_mbit": 20, "delay_ms": 30}}
+            ]
+        }
+    }
+    sc = scenario.parse(data, "x.toml")
+    s = sc.shapes_for(1)[0]
+    assert (s.rate_mbit, s.delay_ms) == (100.0, 5.0)
+    assert (s.back().rate_mbit, s.back().delay_ms) == (20.0, 30.0)
+    bad = {"topology": {"link": [{"reverse": {"speed": 1}}]}}
+    with pytest.raises(scenario.ScenarioError, match="reverse: unknown key 'speed'"):
+        scenario.parse(bad, "x.toml")
