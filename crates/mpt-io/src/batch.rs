@@ -130,6 +130,8 @@ fn write_cmsg(buf: &mut [u64; CMSG_BYTES / 8], ty: libc::c_int, value: u16) -> u
 }
 
 /// Read the `UDP_GRO` segment size from a received control buffer.
+// `cmsg_len` and `msg_controllen` are `usize` on glibc but not on every libc.
+#[allow(clippy::unnecessary_cast)]
 fn read_gro(buf: &[u64; CMSG_BYTES / 8], controllen: usize) -> Option<usize> {
     let hdr_len = std::mem::size_of::<libc::cmsghdr>();
     if controllen < hdr_len + 2 {
@@ -180,6 +182,7 @@ impl RecvBatch {
 
     /// Receive up to `capacity` buffers without blocking. Returns how many;
     /// `WouldBlock` when none is queued.
+    #[allow(clippy::unnecessary_cast)] // msg_controllen differs across libcs
     pub fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
         let n = self.bufs.len();
         let mut iovs: Vec<libc::iovec> = self

@@ -123,7 +123,7 @@ fn handle(
     stream.set_read_timeout(Some(CONTROL_TIMEOUT))?;
     stream.set_write_timeout(Some(CONTROL_TIMEOUT))?;
     let mut line = String::new();
-    BufReader::new((&stream).take_limited()).read_line(&mut line)?;
+    BufReader::new(io::Read::take(&stream, MAX_REQUEST_BYTES)).read_line(&mut line)?;
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
     tx.send(Request {
         command: line.trim().to_string(),
@@ -140,18 +140,6 @@ fn handle(
 fn recv_reply(rx: &Receiver<String>) -> io::Result<String> {
     rx.recv_timeout(CONTROL_TIMEOUT)
         .map_err(|_| io::Error::other("daemon did not answer"))
-}
-
-trait TakeLimited {
-    fn take_limited(self) -> io::Take<Self>
-    where
-        Self: Sized;
-}
-
-impl<'a> TakeLimited for &'a UnixStream {
-    fn take_limited(self) -> io::Take<Self> {
-        io::Read::take(self, MAX_REQUEST_BYTES)
-    }
 }
 
 impl Drop for ControlSocket {

@@ -74,7 +74,7 @@ fn send(
     size: usize,
     train: u64,
 ) -> std::io::Result<()> {
-    if size < PROBE_HEADER_LEN || size > 65_507 {
+    if !(PROBE_HEADER_LEN..=65_507).contains(&size) {
         return Err(std::io::Error::other(format!(
             "--size must be {PROBE_HEADER_LEN}..=65507"
         )));

@@ -67,7 +67,7 @@ enum Cmd {
     },
 }
 
-fn load(path: &PathBuf) -> Result<Config, ExitCode> {
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|errs| {
         for e in &errs {
             eprintln!("error: {e}");

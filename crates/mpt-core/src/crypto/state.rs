@@ -345,7 +345,8 @@ impl CryptoState {
             .pending
             .as_ref()
             .is_some_and(|p| now >= p.sent_at + knobs::HANDSHAKE_RETRY);
-        if !(self.want_handshake && self.pending.is_none()) && !retry_due {
+        let first = self.want_handshake && self.pending.is_none();
+        if !first && !retry_due {
             return None;
         }
         if retry_due && self.attempts.is_power_of_two() && self.attempts >= 2 {

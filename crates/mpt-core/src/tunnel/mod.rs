@@ -232,6 +232,7 @@ impl Tunnel {
     /// Write the header for a packet of `ty` whose plaintext body occupies
     /// `buf[HEADER_LEN..HEADER_LEN + body_len]`, seal the body when secure,
     /// and return the datagram length. `None`: no session (counted).
+    #[allow(clippy::too_many_arguments)] // the header's fields, passed as they are
     fn emit(
         &mut self,
         now: Nanos,
