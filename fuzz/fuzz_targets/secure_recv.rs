@@ -46,6 +46,7 @@ fuzz_target!(|data: &[u8]| {
             share: Share::Bytes,
             security: Some(security),
             seed: [3; 32],
+            adapt_to_loss: true,
         },
         0,
     );

@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
             share: Share::Bytes,
             security: None,
             seed: [0; 32],
+            adapt_to_loss: true,
         },
         0,
     );

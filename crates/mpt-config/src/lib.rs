@@ -110,6 +110,9 @@ pub struct Config {
     pub routes: Vec<RouteSection>,
     /// What `weight` divides: bytes (default) or packets.
     pub share: Share,
+    /// Lower the weight of paths that lose more packets than the best path
+    /// (experimental, default off).
+    pub adapt_to_loss: bool,
     pub security: Security,
 }
 
@@ -132,7 +135,7 @@ const TOP_KEYS: &[&str] = &[
     "scheduler",
     "security",
 ];
-const SCHEDULER_KEYS: &[&str] = &["share"];
+const SCHEDULER_KEYS: &[&str] = &["share", "adapt_to_loss"];
 const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket", "offload"];
 const PEER_KEYS: &[&str] = &["role"];
 const PATH_KEYS: &[&str] = &[
@@ -393,6 +396,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         Some("packets") => Share::Packets,
         _ => Share::Bytes,
     };
+    let adapt_to_loss = sr.boolean(ctx, "adapt_to_loss").unwrap_or(false);
     sr.finish(ctx);
 
     // [[route]]
@@ -463,6 +467,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         role: role?,
         security: security?,
         share,
+        adapt_to_loss,
         paths,
         reorder: ReorderSection {
             window,

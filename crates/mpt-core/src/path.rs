@@ -28,6 +28,12 @@ const RTT_ALPHA_SHIFT: u32 = 3;
 const RTT_BETA_SHIFT: u32 = 2;
 /// RFC 3550 §6.4.1 jitter gain.
 const JITTER_GAIN_SHIFT: u32 = 4;
+/// Packets per loss measurement interval (tuning knob).
+const LOSS_INTERVAL_PACKETS: u64 = 200;
+/// Longest loss interval when few packets flow (tuning knob).
+const LOSS_INTERVAL_MAX: Nanos = 1_000 * NANOS_PER_MS;
+/// Gain of the smoothed loss estimate per interval (tuning knob).
+const LOSS_EWMA_GAIN: f64 = 0.25;
 
 /// Static configuration of one path, as the core needs it.
 #[derive(Debug, Clone)]
@@ -82,6 +88,12 @@ pub struct PathState {
     jitter: u64,
     peer_rx_packets: u64,
     peer_rx_seq: u32,
+    /// Report at the start of the current loss interval: (packets, seq, time).
+    loss_mark: Option<(u64, u32, Nanos)>,
+    /// Smoothed fraction of our packets lost on this path (from reports).
+    tx_loss_ewma: f64,
+    /// Factor applied to the configured weight by loss adaptation (1 = none).
+    pub weight_factor: f64,
     pub ups: u64,
     pub downs: u64,
 }
@@ -115,6 +127,9 @@ impl PathState {
             jitter: 0,
             peer_rx_packets: 0,
             peer_rx_seq: 0,
+            loss_mark: None,
+            tx_loss_ewma: 0.0,
+            weight_factor: 1.0,
             ups: 0,
             downs: 0,
         }
@@ -191,10 +206,51 @@ impl PathState {
     }
 
     /// The peer's receiver report about our packets on this path.
-    pub fn on_peer_report(&mut self, rx_packets: u64, rx_path_seq: u32, hearing: bool) {
+    /// Returns whether the smoothed loss estimate changed. An interval
+    /// ends after [`LOSS_INTERVAL_PACKETS`] packets, or after
+    /// [`LOSS_INTERVAL_MAX`] with at least a few, so that a path carrying
+    /// little traffic still gets fresh estimates.
+    pub fn on_peer_report(
+        &mut self,
+        now: Nanos,
+        rx_packets: u64,
+        rx_path_seq: u32,
+        hearing: bool,
+    ) -> bool {
         self.peer_rx_packets = rx_packets;
         self.peer_rx_seq = rx_path_seq;
         self.peer_hears_us = hearing;
+        let Some((p0, s0, t0)) = self.loss_mark else {
+            self.loss_mark = Some((rx_packets, rx_path_seq, now));
+            return false;
+        };
+        let expected = u64::from(rx_path_seq.wrapping_sub(s0));
+        if expected > u64::from(u32::MAX / 2) {
+            // The peer restarted or reports went backwards: start over.
+            self.loss_mark = Some((rx_packets, rx_path_seq, now));
+            return false;
+        }
+        let long = now.saturating_sub(t0) >= LOSS_INTERVAL_MAX && expected >= 5;
+        if expected < LOSS_INTERVAL_PACKETS && !long {
+            return false;
+        }
+        let received = rx_packets.saturating_sub(p0).min(expected);
+        let interval = 1.0 - received as f64 / expected as f64;
+        self.tx_loss_ewma += LOSS_EWMA_GAIN * (interval - self.tx_loss_ewma);
+        self.loss_mark = Some((rx_packets, rx_path_seq, now));
+        true
+    }
+
+    /// Forget the loss history (the path just came back up: what was lost
+    /// while it was down says nothing about it now).
+    pub fn reset_loss(&mut self) {
+        self.tx_loss_ewma = 0.0;
+        self.loss_mark = None;
+    }
+
+    /// Smoothed loss of our packets on this path (0..1).
+    pub fn tx_loss_recent(&self) -> f64 {
+        self.tx_loss_ewma
     }
 
     /// Receiver report for the peer: (packets received, highest path seq).
@@ -227,6 +283,7 @@ impl PathState {
                 .remote
                 .map_or_else(|| "(learning)".to_string(), |r| r.to_string()),
             weight: self.cfg.weight,
+            weight_factor: self.weight_factor,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             rx_packets: self.rx_packets,
@@ -249,6 +306,7 @@ impl PathState {
             } else {
                 0.0
             },
+            tx_loss_recent: self.tx_loss_ewma,
             rx_reordered: self.rx_out_of_order,
             last_heard_ms: self.last_rx.map(|t| ms(now.saturating_sub(t))),
             peer_hears_us: self.peer_hears_us,
@@ -266,6 +324,8 @@ pub struct PathStatus {
     pub local: String,
     pub remote: String,
     pub weight: u32,
+    /// Share of `weight` in use after loss adaptation (1 = all of it).
+    pub weight_factor: f64,
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub rx_packets: u64,
@@ -284,8 +344,10 @@ pub struct PathStatus {
     pub rx_lost: u64,
     /// Fraction lost peer → us.
     pub rx_loss: f64,
-    /// Fraction lost us → peer (from the peer's reports).
+    /// Fraction lost us → peer (from the peer's reports), since start.
     pub tx_loss: f64,
+    /// Smoothed recent loss us → peer (drives loss-adaptive weights).
+    pub tx_loss_recent: f64,
     /// Packets that arrived below the highest per-path sequence.
     pub rx_reordered: u64,
     /// Time since anything was heard on the path.
@@ -369,6 +431,34 @@ mod tests {
         let s = p.status(0);
         assert!(s.jitter_ms.unwrap() > 0.0);
         assert!(p.rx_lost() < u64::MAX);
+    }
+
+    #[test]
+    fn recent_loss_from_peer_reports() {
+        let mut p = path();
+        assert!(!p.on_peer_report(0, 0, 0, true));
+        // 1000 sent, 900 received, over several reports.
+        let mut changed = false;
+        for k in 1..=10u32 {
+            changed |= p.on_peer_report(0, u64::from(k) * 90, k * 100, true);
+        }
+        assert!(changed);
+        let l = p.tx_loss_recent();
+        assert!(l > 0.05 && l <= 0.1, "{l}");
+        // A clean stretch brings it down again.
+        for k in 11..=60u32 {
+            p.on_peer_report(0, 900 + u64::from(k - 10) * 100, k * 100, true);
+        }
+        assert!(p.tx_loss_recent() < 0.01, "{}", p.tx_loss_recent());
+        // Few packets: the interval closes after a second anyway.
+        let s = 6000;
+        let mut q = path();
+        q.on_peer_report(0, 0, s, true);
+        assert!(!q.on_peer_report(500 * NANOS_PER_MS, 5, s + 10, true));
+        assert!(q.on_peer_report(1_000 * NANOS_PER_MS, 5, s + 10, true));
+        assert!(q.tx_loss_recent() > 0.1);
+        q.reset_loss();
+        assert_eq!(q.tx_loss_recent(), 0.0);
     }
 
     #[test]

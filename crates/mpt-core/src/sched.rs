@@ -35,6 +35,11 @@ pub trait Scheduler: Send {
         let _ = packets;
         self.pick(up, bytes)
     }
+    /// Replace the relative weights (loss adaptation); schedulers without
+    /// weights ignore it.
+    fn set_weights(&mut self, weights: &[u32]) {
+        let _ = weights;
+    }
     /// Short name for status output.
     fn name(&self) -> &'static str;
 }
@@ -105,6 +110,12 @@ impl Scheduler for SmoothWrr {
             Share::Bytes => bytes.clamp(1, 1 << 17) as i64,
         };
         self.pick_cost(up, cost)
+    }
+
+    fn set_weights(&mut self, weights: &[u32]) {
+        for (w, n) in self.weights.iter_mut().zip(weights) {
+            *w = i64::from((*n).max(1));
+        }
     }
 
     fn name(&self) -> &'static str {

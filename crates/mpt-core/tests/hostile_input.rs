@@ -37,6 +37,7 @@ fn tunnel() -> Tunnel {
             share: Share::Bytes,
             security: None,
             seed: [0; 32],
+            adapt_to_loss: true,
         },
         0,
     )

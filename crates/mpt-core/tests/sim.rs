@@ -105,6 +105,7 @@ fn tunnel_with(side: u8, n: usize, release: ReleaseKind, sec: Option<SecurityCon
             share: mpt_core::sched::Share::Bytes,
             security: sec,
             seed: [side; 32],
+            adapt_to_loss: true,
         },
         0,
     )
@@ -325,10 +326,10 @@ fn different_delays_and_loss_deliver_everything_in_order() {
         assert_in_order_exactly_once(&sim.delivered[1], 20_000, &sim.lost_data);
         assert!(!sim.lost_data.is_empty());
         assert!(sim.drops_seen.is_empty(), "{:?}", sim.drops_seen);
-        // Equal weights: every path carried a third of the data.
-        for n in &sim.sent_on_path {
-            assert!((*n as i64 - 6_667).abs() < 10, "{:?}", sim.sent_on_path);
-        }
+        // Equal weights, but loss adaptation favours the paths that lose less.
+        let s = &sim.sent_on_path;
+        assert!(s[0] > s[1] && s[1] > s[2], "{s:?}");
+        assert_eq!(s.iter().sum::<u64>(), 20_000);
     }
 }
 
@@ -584,4 +585,31 @@ fn server_follows_the_client_to_a_new_address() {
     let r = sim.t[0].recv(t + 300 * MS, 0, "203.0.113.5:1".parse().unwrap(), &mut junk);
     assert!(matches!(r, Received::Dropped(_)));
     assert_eq!(sim.t[0].path(0).unwrap().remote, Some(new));
+}
+
+#[test]
+fn loss_adaptation_moves_traffic_off_a_lossy_path() {
+    let mut sim = Sim::new(
+        links(&[(5, 0, 0.0), (5, 0, 0.05)]),
+        ReleaseKind::PathFrontier,
+        31,
+    );
+    sim.deliver_until(1_000 * MS);
+    let t = sim.run_traffic(1_000 * MS, 20_000, 100_000, 0);
+    let before = sim.sent_on_path.clone();
+    sim.run_traffic(t, 10_000, 100_000, 20_000);
+    let late: Vec<u64> = sim
+        .sent_on_path
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a - b)
+        .collect();
+    let share = late[1] as f64 / (late[0] + late[1]) as f64;
+    assert!(
+        share < 0.1,
+        "lossy path still carries {share:.2} of the traffic"
+    );
+    let f = sim.t[0].path(1).unwrap().weight_factor;
+    assert!(f < 0.2, "{f}");
+    assert!(sim.t[0].path(0).unwrap().weight_factor > 0.9);
 }

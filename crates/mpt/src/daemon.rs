@@ -85,6 +85,7 @@ fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
             }),
         },
         seed,
+        adapt_to_loss: cfg.adapt_to_loss,
     }
 }
 

@@ -67,6 +67,24 @@ pub struct TunnelConfig {
     pub security: Option<SecurityConfig>,
     /// Seed for session indices and ephemeral keys (from the OS at start).
     pub seed: [u8; 32],
+    /// Lower a path's weight while its packets get lost (see
+    /// [`loss_weight_factor`]).
+    pub adapt_to_loss: bool,
+}
+
+/// Excess loss (over the best path's) below which weights do not move: the
+/// noise of a 200-packet estimate at congestion-level loss (tuning knob).
+pub const LOSS_DEAD_ZONE: f64 = 0.005;
+
+/// Weight factor for a path losing `excess` more of its packets than the
+/// best path: 1 / (1 + 100·excess)², at least 1 %. A TCP flow through the
+/// tunnel sees the share-weighted mean loss of the paths; this moves traffic
+/// off a lossy path fast enough that the mean stays low (2 % excess → 1/9).
+/// Loss that all paths share (congestion at their bottlenecks) is not
+/// excess and changes no share.
+pub fn loss_weight_factor(excess: f64) -> f64 {
+    let e = (excess - LOSS_DEAD_ZONE).clamp(0.0, 1.0);
+    (1.0 / (1.0 + 100.0 * e).powi(2)).max(0.01)
 }
 
 /// A datagram to send: `buf[..len]` goes to `dst` over `path`'s socket.
@@ -135,6 +153,7 @@ pub struct Tunnel {
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
     /// Path chosen for the current burst (see [`Tunnel::begin_burst`]).
     burst_path: Option<PathId>,
+    adapt_to_loss: bool,
 }
 
 /// Handshake responses queued at most (they are rate-limited anyway).
@@ -168,6 +187,7 @@ impl Tunnel {
             crypto: cfg.security.map(|s| CryptoState::new(s, cfg.seed)),
             handshake_out: VecDeque::new(),
             burst_path: None,
+            adapt_to_loss: cfg.adapt_to_loss,
         }
     }
 
@@ -320,6 +340,39 @@ impl Tunnel {
         })
     }
 
+    /// Recompute the scheduler's weights from the paths' recent loss.
+    pub(super) fn adapt_weights(&mut self) {
+        if !self.adapt_to_loss {
+            return;
+        }
+        let best = self
+            .paths
+            .iter()
+            .filter(|p| p.up)
+            .map(|p| p.tx_loss_recent())
+            .fold(f64::INFINITY, f64::min);
+        let best = if best.is_finite() { best } else { 0.0 };
+        let mut changed = false;
+        for p in &mut self.paths {
+            let f = loss_weight_factor(p.tx_loss_recent() - best);
+            if (f - p.weight_factor).abs() > 0.02 * p.weight_factor.max(f) {
+                p.weight_factor = f;
+                changed = true;
+            }
+        }
+        if changed {
+            // Integer weights in hundredths keep the factor's resolution.
+            let w: Vec<u32> = self
+                .paths
+                .iter()
+                .map(|p| {
+                    ((f64::from(p.cfg.weight) * 100.0 * p.weight_factor).round() as u32).max(1)
+                })
+                .collect();
+            self.sched.set_weights(&w);
+        }
+    }
+
     /// Send the next `packets` packets (`bytes` in all, the segments of one
     /// TSO super-packet) on one path, so that the I/O layer can batch them
     /// (sendmmsg, UDP GSO). The scheduler charges the burst as a whole.
@@ -344,7 +397,9 @@ impl Tunnel {
         self.up[pid as usize] = up;
         if up {
             p.ups += 1;
+            p.reset_loss();
             self.events.push_back(Event::PathUp { path: pid });
+            self.adapt_weights();
         } else {
             p.downs += 1;
             let reason = if p.send_blocked {

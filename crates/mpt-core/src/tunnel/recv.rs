@@ -229,15 +229,20 @@ impl Tunnel {
         };
         let hearing = b.flags & PROBE_FLAG_HEARING != 0;
         let wall_now = self.wall(now);
+        let mut adapt = false;
         let p = &mut self.paths[pid as usize];
         match ty {
             PacketType::Probe => {
                 p.echo_due = Some((f.timestamp_ns, now));
-                p.on_peer_report(b.rx_packets, b.rx_path_seq, hearing);
+                if p.on_peer_report(now, b.rx_packets, b.rx_path_seq, hearing) {
+                    adapt = true;
+                }
             }
             PacketType::Echo => {
                 // The echo answers our probe: the peer hears us by definition.
-                p.on_peer_report(b.rx_packets, b.rx_path_seq, true);
+                if p.on_peer_report(now, b.rx_packets, b.rx_path_seq, true) {
+                    adapt = true;
+                }
                 let rtt = wall_now
                     .wrapping_sub(b.echo_timestamp_ns)
                     .saturating_sub(b.hold_ns);
@@ -247,6 +252,9 @@ impl Tunnel {
                 }
             }
             _ => {}
+        }
+        if adapt {
+            self.adapt_weights();
         }
         self.policy.on_frontier(pid, f.tunnel_seq);
         self.refresh_up(pid, now);
