@@ -225,22 +225,32 @@ impl RecvBatch {
         Ok(r as usize)
     }
 
-    /// Buffer `i` of the last `recv`: its source and the (offset, length)
-    /// of each datagram in it (several when the kernel coalesced them).
-    pub fn datagrams(
-        &self,
-        i: usize,
-    ) -> (Option<SocketAddr>, impl Iterator<Item = (usize, usize)>) {
+    /// Buffer `i` of the last `recv`: its source, its length, and the size
+    /// of the datagrams in it (several when the kernel coalesced them; the
+    /// last may be shorter). Datagram `j` starts at `j * seg`.
+    pub fn meta(&self, i: usize) -> (Option<SocketAddr>, usize, usize) {
         let len = self.lens[i];
         let seg = if self.segs[i] == 0 {
             len.max(1)
         } else {
             self.segs[i]
         };
-        let it = (0..len)
-            .step_by(seg)
-            .map(move |off| (off, seg.min(len - off)));
-        (from_sockaddr(&self.addrs[i]), it)
+        (from_sockaddr(&self.addrs[i]), len, seg)
+    }
+
+    /// Buffer `i` of the last `recv`: its source and the (offset, length)
+    /// of each datagram in it.
+    pub fn datagrams(
+        &self,
+        i: usize,
+    ) -> (Option<SocketAddr>, impl Iterator<Item = (usize, usize)>) {
+        let (from, len, seg) = self.meta(i);
+        (
+            from,
+            (0..len)
+                .step_by(seg)
+                .map(move |off| (off, seg.min(len - off))),
+        )
     }
 
     /// Bytes of datagram `(off, len)` in buffer `i`, for in-place processing.

@@ -428,13 +428,14 @@ impl Driver {
         self.io.udp_datagrams_received += n as u64;
         self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
         for k in 0..n {
-            let (from, parts) = self.recv_batch.datagrams(k);
+            let (from, total, seg) = self.recv_batch.meta(k);
             let Some(from) = from.map(normalize) else {
                 continue;
             };
-            let parts: ArrayParts = parts.collect();
-            self.io.udp_datagrams_received += parts.len().saturating_sub(1) as u64;
-            for (off, len) in parts {
+            self.io.udp_datagrams_received += (total.div_ceil(seg) as u64).saturating_sub(1);
+            let mut off = 0;
+            while off < total {
+                let len = seg.min(total - off);
                 let now = self.clock.now();
                 let Driver {
                     recv_batch,
@@ -450,6 +451,7 @@ impl Driver {
                         tunnel.count_drop(DropReason::TunWriteFailed);
                     }
                 }
+                off += seg;
                 self.deliver_ready();
             }
         }
@@ -531,9 +533,6 @@ impl Driver {
         v
     }
 }
-
-/// Datagrams of one GRO buffer (offset, length); at most 64 in practice.
-type ArrayParts = Vec<(usize, usize)>;
 
 /// Write one inner packet to the TUN: through the coalescer in offload mode
 /// (flushing it when the packet cannot join), else directly. Returns
