@@ -218,6 +218,34 @@ pub fn render(v: &Value) -> String {
             let _ = writeln!(o, "security: NONE — plaintext (insecure_no_encryption)");
         }
     }
+    if let Some(io) = v.get("io").filter(|x| x.is_object()) {
+        let on = |k: &str| {
+            if io.get(k).and_then(Value::as_bool).unwrap_or(false) {
+                "on"
+            } else {
+                "off"
+            }
+        };
+        let ratio = |a: &str, b: &str| {
+            let (x, y) = (num(io, a), num(io, b));
+            if y == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}", x as f64 / y as f64)
+            }
+        };
+        let _ = writeln!(
+            o,
+            "io: tun offload {}, udp gso {}, udp gro {}; datagrams per sendmmsg {}, per recvmmsg {}; segments per TSO read {}, per GRO write {}",
+            on("tun_offload"),
+            on("udp_gso"),
+            on("udp_gro"),
+            ratio("udp_datagrams_sent", "udp_send_calls"),
+            ratio("udp_datagrams_received", "udp_recv_calls"),
+            ratio("tso_segments", "tso_super_packets"),
+            ratio("gro_segments", "tun_writes"),
+        );
+    }
     let drops: Vec<String> = v
         .get("drops")
         .and_then(Value::as_object)
