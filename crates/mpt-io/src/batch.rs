@@ -161,6 +161,10 @@ pub struct RecvBatch {
     ctrl: Vec<[u64; CMSG_BYTES / 8]>,
     lens: Vec<usize>,
     segs: Vec<usize>,
+    /// Scratch headers, rebuilt on every call inside their capacity (no
+    /// allocation after construction).
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
 }
 
 impl RecvBatch {
@@ -173,6 +177,8 @@ impl RecvBatch {
             ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
             lens: vec![0; capacity],
             segs: vec![0; capacity],
+            iovs: Vec::with_capacity(capacity),
+            msgs: Vec::with_capacity(capacity),
         }
     }
 
@@ -185,16 +191,15 @@ impl RecvBatch {
     #[allow(clippy::unnecessary_cast)] // msg_controllen differs across libcs
     pub fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
         let n = self.bufs.len();
-        let mut iovs: Vec<libc::iovec> = self
-            .bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
+        let (iovs, msgs) = (&mut self.iovs, &mut self.msgs);
+        iovs.clear();
+        iovs.extend(self.bufs.iter_mut().map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }));
+        msgs.clear();
         // SAFETY: an all-zero mmsghdr is valid; fields are set below.
-        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        msgs.extend((0..n).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }));
         for i in 0..n {
             let h = &mut msgs[i].msg_hdr;
             h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
@@ -279,11 +284,19 @@ pub struct SendBatch {
     entries: Vec<Entry>,
     max_entries: usize,
     gso: bool,
+    /// Scratch for `flush`, reused within its capacity (no allocation after
+    /// construction).
+    addrs: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<[u64; CMSG_BYTES / 8]>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
 }
 
 impl SendBatch {
     /// Room for `capacity` datagrams of up to `max_datagram` bytes.
     pub fn new(capacity: usize, max_datagram: usize, gso: bool) -> Self {
+        // SAFETY: an all-zero sockaddr_storage is a valid value.
+        let zero: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         Self {
             arena: vec![0u8; capacity * max_datagram],
             used: 0,
@@ -291,6 +304,10 @@ impl SendBatch {
             entries: Vec::with_capacity(capacity),
             max_entries: capacity,
             gso,
+            addrs: vec![zero; capacity],
+            ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
+            iovs: Vec::with_capacity(capacity),
+            msgs: Vec::with_capacity(capacity),
         }
     }
 
@@ -356,21 +373,24 @@ impl SendBatch {
     pub fn flush(&mut self, sock: &UdpSocket) -> Vec<(u8, usize, io::Error)> {
         let mut failures = vec![];
         let n = self.entries.len();
-        // SAFETY: an all-zero sockaddr_storage is a valid value.
-        let mut addrs: Vec<libc::sockaddr_storage> =
-            (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let mut ctrl = vec![[0u64; CMSG_BYTES / 8]; n];
-        let mut iovs: Vec<libc::iovec> = self
-            .entries
-            .iter()
-            .map(|e| libc::iovec {
-                iov_base: self.arena[e.start..].as_mut_ptr().cast(),
-                iov_len: e.len,
-            })
-            .collect();
+        let Self {
+            arena,
+            entries,
+            addrs,
+            ctrl,
+            iovs,
+            msgs,
+            ..
+        } = self;
+        iovs.clear();
+        iovs.extend(entries.iter().map(|e| libc::iovec {
+            iov_base: arena[e.start..].as_mut_ptr().cast(),
+            iov_len: e.len,
+        }));
+        msgs.clear();
         // SAFETY: an all-zero mmsghdr is valid; fields are set below.
-        let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (k, e) in self.entries.iter().enumerate() {
+        msgs.extend((0..n).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }));
+        for (k, e) in entries.iter().enumerate() {
             let h = &mut msgs[k].msg_hdr;
             h.msg_namelen = to_sockaddr(&e.dst, &mut addrs[k]);
             h.msg_name = (&mut addrs[k] as *mut libc::sockaddr_storage).cast();
