@@ -1,14 +1,18 @@
 """CPU use of processes, sampled with timestamps.
 
 The original MPT measurements logged CPU without timestamps; here every
-sample carries its time. Invariant: sampling runs on its own thread, is
-stopped by `stop()`, and a process that exits mid-run simply stops
-contributing samples.
+sample carries its time. Besides the processes named by PID, every process
+in the given namespaces is found at each tick (`ip netns pids`) and counted
+under `side:command` (for example `a:iperf3`, `b:mpt`, `b:nginx`), so the
+traffic tools are measured as well as the tunnel. Invariant: sampling runs
+on its own thread, is stopped by `stop()`, and a process that exits mid-run
+simply stops contributing samples.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from typing import Any
@@ -25,6 +29,21 @@ def _proc_ticks(pid: int) -> int | None:
         return None
 
 
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def _ns_pids(ns: str) -> list[int]:
+    p = subprocess.run(
+        ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False, timeout=5
+    )
+    return [int(x) for x in p.stdout.split() if x.isdigit()]
+
+
 def _system_ticks() -> tuple[int, int]:
     with open("/proc/stat") as f:
         vals = [int(x) for x in f.readline().split()[1:]]
@@ -35,15 +54,30 @@ def _system_ticks() -> tuple[int, int]:
 class CpuSampler:
     """Samples CPU % (of one core) per labelled PID, and whole-machine busy %."""
 
-    def __init__(self, pids: dict[str, int], interval: float = 0.25):
+    def __init__(
+        self, pids: dict[str, int], interval: float = 0.25, namespaces: dict[str, str] | None = None
+    ):
         self.pids = pids
+        self.namespaces = namespaces or {}
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
+    def _ns_ticks(self) -> dict[int, tuple[str, int]]:
+        """pid -> (side:command, ticks) for every process in the namespaces."""
+        out: dict[int, tuple[str, int]] = {}
+        named = set(self.pids.values())
+        for side, ns in self.namespaces.items():
+            for pid in _ns_pids(ns):
+                t = _proc_ticks(pid)
+                if t is not None and pid not in named:
+                    out[pid] = (f"{side}:{_comm(pid)}", t)
+        return out
+
     def _loop(self) -> None:
         last = {k: _proc_ticks(p) for k, p in self.pids.items()}
+        last_ns = self._ns_ticks()
         last_sys = _system_ticks()
         t0 = last_t = time.monotonic()
         while not self._stop.wait(self.interval):
@@ -56,6 +90,13 @@ class CpuSampler:
                 if cur is not None and prev is not None and dt > 0:
                     row[k] = round((cur - prev) / TICKS / dt * 100, 1)
                 last[k] = cur
+            cur_ns = self._ns_ticks()
+            for pid, (label, ticks) in cur_ns.items():
+                prev_ns = last_ns.get(pid)
+                if prev_ns is not None and dt > 0:
+                    pct = (ticks - prev_ns[1]) / TICKS / dt * 100
+                    row[label] = round(row.get(label, 0.0) + pct, 1)
+            last_ns = cur_ns
             tot, idle = _system_ticks()
             dtot, didle = tot - last_sys[0], idle - last_sys[1]
             if dtot > 0:
@@ -73,7 +114,8 @@ class CpuSampler:
         self._thread.join(timeout=5)
         means: dict[str, float] = {}
         keys = {k for s in self.samples for k in s if k != "t"}
+        n = max(len(self.samples), 1)
         for k in keys:
-            vals = [s[k] for s in self.samples if k in s]
-            means[k] = round(sum(vals) / len(vals), 1) if vals else 0.0
+            # Over the whole run: a process absent from a sample used nothing.
+            means[k] = round(sum(s.get(k, 0.0) for s in self.samples) / n, 1)
         return {"mean_pct": means, "samples": self.samples}

@@ -119,7 +119,8 @@ class Runner:
             rates = rates[:1]
         total_rate = sum(rates)
         for _ in range(sc.repeats):
-            sampler = CpuSampler(target.pids).start()
+            sides = {"a": topo.a, "b": topo.b}
+            sampler = CpuSampler(target.pids, namespaces=sides).start()
             try:
                 if point.traffic == "tcp":
                     if sc.events and point.system != "plain":
