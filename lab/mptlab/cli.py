@@ -7,6 +7,7 @@ Subcommands:
     run     -- run a scenario (with key=value overrides), write raw JSON,
                summary CSV and plots;
     plot    -- draw the plots of a results directory again;
+    bench   -- run the core microbenchmarks (criterion) for the report;
     report  -- write docs/results.md from results directories.
 
 Invariant: every subcommand tears down what it created, also on Ctrl-C
@@ -23,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import plot, results, runner, scenario
+from . import bench, plot, results, runner, scenario
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from .netns import Shape, Topology
 from .traffic import iperf3, ping
@@ -123,6 +124,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    doc = bench.run(Path(args.out))
+    for b in doc["benchmarks"]:
+        print(f"{b['id']:<40} {b['ns']:>10.1f} ns")
+    print(f"wrote {args.out}/bench.json")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     img_root = out.parent / "results"
@@ -132,7 +141,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         doc = results.load(d)
         dest = img_root / d.name
         dest.mkdir(parents=True, exist_ok=True)
-        for f in [*d.glob("*.png"), *d.glob("*.svg"), d / "summary.csv", d / "raw.json"]:
+        files = [*d.glob("*.png"), *d.glob("*.svg")]
+        for f in [*files, d / "summary.csv", d / "raw.json", d / "bench.json"]:
             if f.exists():
                 shutil.copy(f, dest / f.name)
         docs.append((dest, doc))
@@ -163,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     pl = sub.add_parser("plot", help="draw the plots of a results directory")
     pl.add_argument("results")
     pl.set_defaults(func=cmd_plot)
+    bn = sub.add_parser("bench", help="run the core microbenchmarks (criterion)")
+    bn.add_argument("--out", default="results/bench")
+    bn.set_defaults(func=cmd_bench)
     rp = sub.add_parser("report", help="write docs/results.md from results directories")
     rp.add_argument("results", nargs="+")
     rp.add_argument("--out", default="docs/results.md")

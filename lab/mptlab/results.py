@@ -97,7 +97,9 @@ def write(
 
 
 def load(outdir: Path) -> dict[str, Any]:
-    return json.loads((outdir / "raw.json").read_text())
+    """raw.json of a scenario run, or bench.json of `mptlab bench`."""
+    raw = outdir / "raw.json"
+    return json.loads((raw if raw.exists() else outdir / "bench.json").read_text())
 
 
 def summary_line(doc: dict[str, Any]) -> str:
@@ -133,6 +135,11 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
         "",
     ]
     for d, doc in docs:
+        if "benchmarks" in doc:
+            from .bench import markdown as bench_markdown
+
+            out += bench_markdown(doc)
+            continue
         m = doc["machine"]
         out += [
             f"## {doc['scenario']}",
