@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .results import machine
+from .results import machine, run_header
 from .util import repo_root
 
 COMMAND = [
@@ -68,15 +68,8 @@ def run(out: Path) -> dict[str, Any]:
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:
-    m = doc["machine"]
     lines = [
-        f"## {doc['scenario']}",
-        "",
-        f"* run: {doc['started']} → {doc['finished']}",
-        f"* machine: {m['cpus']} CPUs ({m['cpu_model']}), Linux {m['kernel']}, "
-        f"commit {m['commit']}",
-        f"* command: `{doc['command']}`",
-        "",
+        *run_header(doc),
         "| benchmark | time per iteration | throughput |",
         "|---|---|---|",
     ]

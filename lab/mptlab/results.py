@@ -120,6 +120,20 @@ def summary_line(doc: dict[str, Any]) -> str:
     return json.dumps({"scenario": doc["scenario"], "points": pts})
 
 
+def run_header(doc: dict[str, Any]) -> list[str]:
+    """Title, date, machine and command of one run, for the report."""
+    m = doc["machine"]
+    return [
+        f"## {doc['scenario']}",
+        "",
+        f"* run: {doc['started']} → {doc['finished']}",
+        f"* machine: {m['cpus']} CPUs ({m['cpu_model']}), Linux {m['kernel']}, "
+        f"commit {m['commit']}",
+        f"* command: `{doc['command']}`",
+        "",
+    ]
+
+
 def _fmt(v: float | None, pct: bool = False) -> str:
     if v is None:
         return "–"
@@ -140,15 +154,8 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
 
             out += bench_markdown(doc)
             continue
-        m = doc["machine"]
         out += [
-            f"## {doc['scenario']}",
-            "",
-            f"* run: {doc['started']} → {doc['finished']}",
-            f"* machine: {m['cpus']} CPUs ({m['cpu_model']}), Linux {m['kernel']}, "
-            f"commit {m['commit']}",
-            f"* command: `{doc['command']}`",
-            "",
+            *run_header(doc),
             "| system | ip | links | traffic | Mbit/s (min–max) | efficiency | CPU % | notes |",
             "|---|---|---|---|---|---|---|---|",
         ]
