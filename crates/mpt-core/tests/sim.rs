@@ -17,7 +17,7 @@ use mpt_core::crypto::handshake::Identity;
 use mpt_core::crypto::keys::{PresharedKey, PrivateKey};
 use mpt_core::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
 use mpt_core::path::PathConfig;
-use mpt_core::tunnel::{Event, Received, ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::tunnel::{Event, Received, RecvStart, ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, NANOS_PER_MS};
 
@@ -612,4 +612,51 @@ fn loss_adaptation_moves_traffic_off_a_lossy_path() {
     let f = sim.t[0].path(1).unwrap().weight_factor;
     assert!(f < 0.2, "{f}");
     assert!(sim.t[0].path(0).unwrap().weight_factor > 0.9);
+}
+
+#[test]
+fn batches_sealed_and_opened_apart_from_the_state_changes() {
+    // The I/O layer's worker path: a batch is made with send_unsealed, then
+    // sealed; the receiver runs recv_start over the batch, opens all of it,
+    // then recv_finish in order. A duplicate inside the batch opens too but
+    // must be dropped as a replay; an unsealed datagram fails its tag.
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 29, security(1, true));
+    sim.deliver_until(1_000 * MS);
+    assert!(sim.t[0].has_session() && sim.t[1].has_session());
+    let now = 1_000 * MS;
+    let mut batch: Vec<Vec<u8>> = (0..32)
+        .map(|i| {
+            let pkt = inner(i);
+            let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
+            buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+            let tx = sim.t[0].send_unsealed(now, &mut buf, pkt.len()).unwrap();
+            buf.truncate(tx.len);
+            buf
+        })
+        .collect();
+    let plain_copy = batch[7].clone();
+    let sealer = sim.t[0].sealer();
+    assert!(batch.iter_mut().all(|d| sealer.seal(d)));
+    assert_ne!(batch[7], plain_copy, "sealing changed the datagram");
+    batch.insert(6, batch[5].clone());
+    batch.push(plain_copy);
+    let from = addr(0, 0);
+    let starts: Vec<_> = batch
+        .iter()
+        .map(|d| sim.t[1].recv_start(now, 0, from, d))
+        .collect();
+    assert!(starts.iter().all(|s| *s == RecvStart::Open));
+    let opener = sim.t[1].opener();
+    let opened: Vec<_> = batch.iter_mut().map(|d| opener.open(d)).collect();
+    let mut got = vec![];
+    let mut drops = vec![];
+    for (d, o) in batch.iter().zip(opened) {
+        match sim.t[1].recv_finish(now, from, d, o) {
+            Received::Deliver { offset, len } => got.push(index_of(&d[offset..offset + len])),
+            Received::Dropped(r) => drops.push(r),
+            Received::Consumed => {}
+        }
+    }
+    assert_eq!(got, (0..32).collect::<Vec<_>>());
+    assert_eq!(drops, vec![DropReason::Replay, DropReason::BadTag]);
 }

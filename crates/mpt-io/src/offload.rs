@@ -77,7 +77,37 @@ pub enum OffloadError {
 }
 
 /// One's-complement sum of 16-bit big-endian words (RFC 1071), unfolded.
-pub fn sum16(data: &[u8], mut acc: u64) -> u64 {
+///
+/// Sums 32-bit native-endian words into a 64-bit accumulator (no carry can
+/// be lost below 2^32 words), folds to 16 bits and swaps to big-endian at
+/// the end: the one's-complement sum is byte-order independent (RFC 1071
+/// §2(B)). `acc` is a big-endian partial sum, as returned.
+pub fn sum16(data: &[u8], acc: u64) -> u64 {
+    let mut wide = 0u64;
+    let mut words = data.chunks_exact(4);
+    for w in &mut words {
+        wide += u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
+    }
+    let native = fold(wide);
+    let mut be = u64::from(if cfg!(target_endian = "little") {
+        native.swap_bytes()
+    } else {
+        native
+    });
+    let rest = words.remainder();
+    let mut pairs = rest.chunks_exact(2);
+    for c in &mut pairs {
+        be += u64::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = pairs.remainder() {
+        be += u64::from(*last) << 8;
+    }
+    acc + be
+}
+
+/// Reference for [`sum16`]: one 16-bit word at a time.
+#[cfg(test)]
+pub fn sum16_reference(data: &[u8], mut acc: u64) -> u64 {
     let mut chunks = data.chunks_exact(2);
     for c in &mut chunks {
         acc += u64::from(u16::from_be_bytes([c[0], c[1]]));

@@ -81,19 +81,38 @@ impl Session {
 
     /// Check replay, decrypt in place, then record the counter.
     pub fn open(&mut self, counter: u64, aad: &[u8], buf: &mut [u8]) -> Result<usize, OpenFailure> {
-        match self.replay.check(counter) {
-            Replay::Fresh => {}
-            Replay::Duplicate => return Err(OpenFailure::Replay),
-            Replay::TooOld => return Err(OpenFailure::TooOld),
-        }
+        self.precheck(counter)?;
         let n = self
             .recv
             .open(counter, aad, buf)
             .map_err(|_| OpenFailure::BadTag)?;
+        self.commit(counter)?;
+        Ok(n)
+    }
+
+    /// Whether `counter` could still be accepted (no state change): the
+    /// cheap test before spending an AEAD open on a packet.
+    pub fn precheck(&self, counter: u64) -> Result<(), OpenFailure> {
+        match self.replay.check(counter) {
+            Replay::Fresh => Ok(()),
+            Replay::Duplicate => Err(OpenFailure::Replay),
+            Replay::TooOld => Err(OpenFailure::TooOld),
+        }
+    }
+
+    /// The receive key, for opening packets outside `&mut self` (in
+    /// parallel); [`Session::commit`] must follow each successful open.
+    pub fn recv_key(&self) -> &DataKey {
+        &self.recv
+    }
+
+    /// Record an authenticated `counter` in the replay window. Fails if the
+    /// counter was accepted meanwhile (a duplicate within one batch).
+    pub fn commit(&mut self, counter: u64) -> Result<(), OpenFailure> {
         match self.replay.update(counter) {
             Replay::Fresh => {
                 self.received += 1;
-                Ok(n)
+                Ok(())
             }
             _ => Err(OpenFailure::Replay),
         }

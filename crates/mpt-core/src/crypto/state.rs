@@ -20,13 +20,13 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
-use super::aead::{cpu_has_aes, Cipher};
+use super::aead::{cpu_has_aes, Cipher, DataKey};
 use super::handshake::{
     self, HandshakeError, Identity, Initiation, INIT_BODY_LEN, RESPONSE_BODY_LEN, TIMESTAMP_LEN,
 };
 use super::knobs;
 use super::ratelimit::RateLimiter;
-use super::session::{OpenFailure, Session};
+use super::session::Session;
 use crate::stats::DropReason;
 use crate::Nanos;
 
@@ -191,7 +191,8 @@ impl CryptoState {
         self.current.is_some()
     }
 
-    /// Open a packet addressed to our session `index`.
+    /// Open a packet addressed to our session `index`: [`Self::precheck`],
+    /// decrypt with [`Self::recv_key`], [`Self::commit`].
     pub fn open(
         &mut self,
         index: u32,
@@ -200,33 +201,79 @@ impl CryptoState {
         body: &mut [u8],
         now: Nanos,
     ) -> Result<usize, DropReason> {
-        let map = |e: OpenFailure| match e {
-            OpenFailure::Replay | OpenFailure::TooOld => DropReason::Replay,
-            OpenFailure::BadTag => DropReason::BadTag,
-        };
+        self.precheck(index, counter, now)?;
+        let key = self.recv_key(index).ok_or(DropReason::NoSession)?;
+        let n = key
+            .open(counter, aad, body)
+            .map_err(|_| DropReason::BadTag)?;
+        self.commit(index, counter, now)?;
+        Ok(n)
+    }
+
+    /// The session with our index `index`, among current, previous and next.
+    fn session(&self, index: u32) -> Option<&Session> {
+        [
+            self.current.as_ref(),
+            self.previous.as_ref().map(|p| &p.0),
+            self.next.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|s| s.local_index == index)
+    }
+
+    /// Whether a packet to session `index` with `counter` can be accepted,
+    /// without changing any state: run before spending an AEAD open.
+    pub fn precheck(&self, index: u32, counter: u64, now: Nanos) -> Result<(), DropReason> {
+        let s = self.session(index).ok_or(DropReason::NoSession)?;
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.local_index == index)
+            && s.age(now) >= knobs::REJECT_AFTER
+        {
+            return Err(DropReason::NoSession);
+        }
+        s.precheck(counter).map_err(|_| DropReason::Replay)
+    }
+
+    /// The receive key of session `index` (shared, for parallel opens).
+    pub fn recv_key(&self, index: u32) -> Option<&DataKey> {
+        self.session(index).map(Session::recv_key)
+    }
+
+    /// Record an authenticated packet: replay window, and key confirmation
+    /// (the first packet under the next session makes it current).
+    pub fn commit(&mut self, index: u32, counter: u64, now: Nanos) -> Result<(), DropReason> {
+        let map = |_| DropReason::Replay;
         if let Some(s) = self.current.as_mut().filter(|s| s.local_index == index) {
             if s.age(now) >= knobs::REJECT_AFTER {
                 return Err(DropReason::NoSession);
             }
-            return s.open(counter, aad, body).map_err(map);
+            return s.commit(counter).map_err(map);
         }
         if let Some((s, _)) = self
             .previous
             .as_mut()
             .filter(|(s, _)| s.local_index == index)
         {
-            return s.open(counter, aad, body).map_err(map);
+            return s.commit(counter).map_err(map);
         }
         if let Some(s) = self.next.as_mut().filter(|s| s.local_index == index) {
-            let n = s.open(counter, aad, body).map_err(map)?;
+            s.commit(counter).map_err(map)?;
             // Key confirmation: the initiator uses the new session.
             let confirmed = self.next.take();
             if let Some(old) = std::mem::replace(&mut self.current, confirmed) {
                 self.previous = Some((old, now));
             }
-            return Ok(n);
+            return Ok(());
         }
         Err(DropReason::NoSession)
+    }
+
+    /// The session that seals right now (shared, for parallel seals).
+    pub fn current_session(&self) -> Option<&Session> {
+        self.current.as_ref()
     }
 
     /// Server: process an initiation from `src`. On success writes the

@@ -10,6 +10,10 @@
 //!   in-order data is delivered from the caller's buffer
 //!   ([`Received::Deliver`]), early data is copied into the reorder buffer
 //!   and drained with [`Tunnel::poll_deliver`] (see `recv.rs`);
+//! * [`Tunnel::send_unsealed`] / [`Tunnel::recv_start`] and
+//!   [`Tunnel::recv_finish`] — the same, split around the AEAD work so that
+//!   the I/O layer can seal and open a batch in parallel ([`Sealer`],
+//!   [`Opener`]; see `split.rs`);
 //! * [`Tunnel::poll_transmit`] — handshake messages, probes and echoes;
 //! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers.
 //!
@@ -25,11 +29,13 @@
 //! * nothing here blocks, allocates per in-order packet, or panics on input.
 
 mod recv;
+mod split;
 mod status;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+pub use split::{Opener, RecvStart, Sealer};
 pub use status::{ReorderStatus, TunnelStatus};
 
 use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
@@ -262,6 +268,7 @@ impl Tunnel {
         tunnel_seq: u64,
         buf: &mut [u8],
         body_len: usize,
+        seal: bool,
     ) -> Option<usize> {
         let (session, counter) = match self.crypto.as_mut() {
             Some(c) => match c.seal_session(now) {
@@ -293,7 +300,7 @@ impl Tunnel {
             tunnel_seq,
         };
         wire::write_header(buf, ty, &f);
-        if let Some(c) = self.crypto.as_ref() {
+        if let Some(c) = self.crypto.as_ref().filter(|_| seal) {
             let mut aad = [0u8; HEADER_LEN];
             aad.copy_from_slice(&buf[..HEADER_LEN]);
             c.seal(counter, &aad, &mut buf[HEADER_LEN..], body_len)?;
@@ -304,6 +311,25 @@ impl Tunnel {
     /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`.
     /// `buf` needs `TAG_LEN` bytes of room after it when security is on.
     pub fn send(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
+        self.send_inner(now, buf, len, true)
+    }
+
+    /// Like [`Tunnel::send`], but the body is left for the caller to seal
+    /// with [`Tunnel::sealer`] (in parallel, a batch at a time) before the
+    /// datagram leaves. `Transmit::len` includes the tag's room. The seal
+    /// must happen before the next call that can change sessions
+    /// ([`Tunnel::recv`], [`Tunnel::handle_timeout`]).
+    pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
+        self.send_inner(now, buf, len, false)
+    }
+
+    fn send_inner(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        len: usize,
+        seal: bool,
+    ) -> Option<Transmit> {
         if len > self.mtu || buf.len() < HEADER_LEN + len {
             self.drops.add(DropReason::TooBig);
             return None;
@@ -328,7 +354,7 @@ impl Tunnel {
             return None;
         };
         let seq = self.next_tunnel_seq;
-        let total = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
+        let total = self.emit(now, path, PacketType::Data, class, seq, buf, len, seal)?;
         self.next_tunnel_seq += 1;
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
@@ -378,6 +404,13 @@ impl Tunnel {
     /// (sendmmsg, UDP GSO). The scheduler charges the burst as a whole.
     pub fn begin_burst(&mut self, bytes: usize, packets: usize) {
         self.burst_path = self.sched.pick_burst(&self.up, bytes, packets);
+    }
+
+    /// The path and local socket of the current burst, if it is still up:
+    /// where the I/O layer can build the burst's datagrams in place.
+    pub fn burst_target(&self) -> Option<(PathId, usize)> {
+        let p = self.burst_path.filter(|p| self.up[*p as usize])?;
+        Some((p, self.paths[p as usize].cfg.local_key))
     }
 
     /// End the burst started by [`Tunnel::begin_burst`].
@@ -490,7 +523,7 @@ impl Tunnel {
             }
             .write(&mut buf[HEADER_LEN..]);
             let seq = self.next_tunnel_seq;
-            let Some(len) = self.emit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN) else {
+            let Some(len) = self.emit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN, true) else {
                 continue;
             };
             let local_key = self.paths[i].cfg.local_key;

@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 
-use super::{Event, Received, Tunnel, HANDSHAKE_OUT_MAX};
+use super::{Event, Received, RecvStart, Tunnel, HANDSHAKE_OUT_MAX};
 use crate::crypto::handshake::RESPONSE_BODY_LEN;
 use crate::crypto::state::HandshakeRole;
 use crate::reorder::Accept;
@@ -25,15 +25,16 @@ impl Tunnel {
         Received::Dropped(r)
     }
 
-    /// Handle a datagram that arrived on local socket `local_key` from
-    /// `from`. `buf` holds exactly the datagram; it is decrypted in place.
-    pub fn recv(
+    /// First half of [`Tunnel::recv`]: everything that needs no key.
+    /// Secure datagrams that pass (header, path, source, session, replay
+    /// pre-check) come back as [`RecvStart::Open`]; the rest is handled here.
+    pub fn recv_start(
         &mut self,
         now: Nanos,
         local_key: usize,
         from: SocketAddr,
-        buf: &mut [u8],
-    ) -> Received {
+        buf: &[u8],
+    ) -> RecvStart {
         let (ty, f) = match Header::new_checked(buf) {
             Ok(h) => (h.packet_type(), h.fields()),
             Err(e) => {
@@ -42,19 +43,19 @@ impl Tunnel {
                     WireError::BadVersion => DropReason::BadVersion,
                     WireError::BadType => DropReason::BadType,
                 };
-                return self.drop_counted(r);
+                return RecvStart::Done(self.drop_counted(r));
             }
         };
         let pid = f.path;
         match self.paths.get(pid as usize) {
             Some(p) if p.cfg.local_key == local_key => {}
-            _ => return self.drop_counted(DropReason::UnknownPath),
+            _ => return RecvStart::Done(self.drop_counted(DropReason::UnknownPath)),
         }
         if matches!(
             ty,
             PacketType::HandshakeInit | PacketType::HandshakeResponse
         ) {
-            return self.recv_handshake(now, pid, ty, from, buf);
+            return RecvStart::Done(self.recv_handshake(now, pid, ty, from, buf));
         }
         // A secure server learns its peer's address from authentic packets;
         // everyone else accepts only the known remote.
@@ -63,23 +64,37 @@ impl Tunnel {
             .as_ref()
             .is_some_and(|c| c.role() == HandshakeRole::Responder);
         if !learns && self.paths[pid as usize].remote != Some(from) {
-            return self.drop_counted(DropReason::UnknownSource);
+            return RecvStart::Done(self.drop_counted(DropReason::UnknownSource));
         }
-        let body_len = match self.crypto.as_mut() {
-            Some(c) => {
-                if f.session == 0 {
-                    return self.drop_counted(DropReason::NoSession);
-                }
-                let mut aad = [0u8; HEADER_LEN];
-                aad.copy_from_slice(&buf[..HEADER_LEN]);
-                match c.open(f.session, f.counter, &aad, &mut buf[HEADER_LEN..], now) {
-                    Ok(n) => n,
-                    Err(r) => return self.drop_counted(r),
-                }
+        let r = match self.crypto.as_ref() {
+            Some(_) if f.session == 0 => DropReason::NoSession,
+            Some(c) => match c.precheck(f.session, f.counter, now) {
+                Ok(()) => return RecvStart::Open,
+                Err(r) => r,
+            },
+            None if f.session != 0 => DropReason::NoSession,
+            None => {
+                let n = buf.len() - HEADER_LEN;
+                return RecvStart::Done(self.recv_authentic(now, ty, &f, from, false, buf, n));
             }
-            None if f.session != 0 => return self.drop_counted(DropReason::NoSession),
-            None => buf.len() - HEADER_LEN,
         };
+        RecvStart::Done(self.drop_counted(r))
+    }
+
+    /// An authentic datagram (opened, or plaintext from the known remote)
+    /// whose body is `buf[HEADER_LEN..HEADER_LEN + body_len]`.
+    #[allow(clippy::too_many_arguments)] // the header's parts, as parsed
+    pub(super) fn recv_authentic(
+        &mut self,
+        now: Nanos,
+        ty: PacketType,
+        f: &HeaderFields,
+        from: SocketAddr,
+        learns: bool,
+        buf: &[u8],
+        body_len: usize,
+    ) -> Received {
+        let pid = f.path;
         if learns {
             self.learn_remote(pid, from);
         }
@@ -90,11 +105,10 @@ impl Tunnel {
         let transit = (self.wall(now) as i64).wrapping_sub(f.timestamp_ns as i64);
         self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
         self.refresh_up(pid, now);
-        let body = &buf[HEADER_LEN..HEADER_LEN + body_len];
         match ty {
             PacketType::Data => self.recv_data(now, pid, f.tunnel_seq, body),
             _ => {
-                self.recv_control(now, pid, ty, &f, body);
+                self.recv_control(now, pid, ty, f, body);
                 Received::Consumed
             }
         }
