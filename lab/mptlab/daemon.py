@@ -47,6 +47,8 @@ class TunnelOpts:
     security_extra: str = ""
     # Server paths without `remote` (the server learns the client's address).
     server_learns: bool = False
+    # [tunnel] workers; None: the daemon's default (one per CPU core).
+    workers: int | None = None
 
 
 def _sock(addr: str, port: int) -> str:
@@ -83,6 +85,7 @@ def config_text(
         f'name = "{opts.name}"',
         f"addresses = [{', '.join(addrs)}]",
         f'control_socket = "{control}"',
+        *([f"workers = {opts.workers}"] if opts.workers else []),
         "",
         "[peer]",
         f'role = "{"server" if side == "a" else "client"}"',

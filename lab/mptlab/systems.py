@@ -65,8 +65,10 @@ def mpt(
     workdir: Path,
     extra: str = "",
     security: str = "keys",
+    workers: int | None = None,
 ) -> Iterator[Target]:
-    """mpt over every link; `security` "keys" (encrypted) or "insecure"."""
+    """mpt over every link; `security` "keys" (encrypted) or "insecure";
+    `workers` threads per daemon (None: one per core)."""
     w = weights_for(rates)
     opts = TunnelOpts(
         paths=[PathOpts(i + 1, path_v, weight=w[i]) for i in range(topo.n)],
@@ -74,6 +76,7 @@ def mpt(
         tunnel_v6=tunnel_v == 6,
         extra=extra,
         security=security,
+        workers=workers,
     )
     a, b = start_pair(topo, opts, workdir)
     try:

@@ -70,6 +70,10 @@ pub struct TunnelSection {
     pub control_socket: PathBuf,
     /// Use TUN offloads (TSO in, GRO out) when the kernel has them.
     pub offload: bool,
+    /// Threads sealing and opening packets; `None`: one per CPU core.
+    pub workers: Option<usize>,
+    /// Helpers work only while a core is spare (`false`), or always.
+    pub parallel_always: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +140,17 @@ const TOP_KEYS: &[&str] = &[
     "security",
 ];
 const SCHEDULER_KEYS: &[&str] = &["share", "adapt_to_loss"];
-const TUNNEL_KEYS: &[&str] = &["name", "addresses", "mtu", "control_socket", "offload"];
+const TUNNEL_KEYS: &[&str] = &[
+    "name",
+    "addresses",
+    "mtu",
+    "control_socket",
+    "offload",
+    "workers",
+    "parallel",
+];
+/// Upper bound for `tunnel.workers` (a typo guard, not a hardware limit).
+const MAX_WORKERS: i64 = 256;
 const PEER_KEYS: &[&str] = &["role"];
 const PATH_KEYS: &[&str] = &[
     "name",
@@ -307,6 +321,19 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let mtu = tr.int(ctx, "mtu", (576, 65535)).map(|v| v as u32);
     let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
     let offload = tr.boolean(ctx, "offload").unwrap_or(true);
+    let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
+    let parallel_always = match tr.string(ctx, "parallel").as_deref() {
+        None | Some("auto") => false,
+        Some("always") => true,
+        Some(other) => {
+            ctx.error(
+                tr.span("parallel"),
+                "tunnel.parallel",
+                format!("'{other}' is not a choice: \"auto\" (helpers work while a core is spare) or \"always\""),
+            );
+            false
+        }
+    };
     tr.finish(ctx);
 
     // [peer]
@@ -461,6 +488,8 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             addresses,
             mtu: eff_mtu,
             mtu_configured: mtu.is_some(),
+            workers,
+            parallel_always,
             control_socket,
             offload,
         },

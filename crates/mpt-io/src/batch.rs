@@ -19,6 +19,8 @@ use std::io;
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
+use crate::workers::Span;
+
 /// `UDP_SEGMENT` and `UDP_GRO` from `<linux/udp.h>`.
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
@@ -258,6 +260,12 @@ impl RecvBatch {
         )
     }
 
+    /// All receive buffers, for work on many datagrams at once (opening
+    /// them in parallel); index them like [`RecvBatch::meta`].
+    pub fn bufs_mut(&mut self) -> &mut [Vec<u8>] {
+        &mut self.bufs
+    }
+
     /// Bytes of datagram `(off, len)` in buffer `i`, for in-place processing.
     pub fn slice_mut(&mut self, i: usize, off: usize, len: usize) -> &mut [u8] {
         &mut self.bufs[i][off..off + len]
@@ -284,6 +292,8 @@ pub struct SendBatch {
     entries: Vec<Entry>,
     max_entries: usize,
     gso: bool,
+    /// Every queued datagram as (0, start, len) in `arena`.
+    spans: Vec<Span>,
     /// Scratch for `flush`, reused within its capacity (no allocation after
     /// construction).
     addrs: Vec<libc::sockaddr_storage>,
@@ -304,6 +314,7 @@ impl SendBatch {
             entries: Vec::with_capacity(capacity),
             max_entries: capacity,
             gso,
+            spans: Vec::with_capacity(capacity),
             addrs: vec![zero; capacity],
             ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
             iovs: Vec::with_capacity(capacity),
@@ -326,6 +337,12 @@ impl SendBatch {
         self.entries.len() >= self.max_entries || self.used + self.max_datagram > self.arena.len()
     }
 
+    /// The queued datagrams as spans of one buffer, for work in place
+    /// before `flush` (sealing them, in parallel).
+    pub fn datagrams_mut(&mut self) -> (&mut [Vec<u8>], &[Span]) {
+        (std::slice::from_mut(&mut self.arena), &self.spans)
+    }
+
     /// The next free buffer (`max_datagram` bytes), to fill and `commit`.
     pub fn slot(&mut self) -> Option<&mut [u8]> {
         if self.is_full() {
@@ -342,6 +359,7 @@ impl SendBatch {
         }
         let start = self.used;
         self.used += len;
+        self.spans.push((0, start, len));
         if self.gso {
             if let Some(e) = self.entries.last_mut() {
                 let joins = !e.closed
@@ -432,6 +450,7 @@ impl SendBatch {
             }
         }
         self.entries.clear();
+        self.spans.clear();
         self.used = 0;
         failures
     }

@@ -26,7 +26,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{Received, Tunnel};
+use mpt_core::tunnel::{Received, RecvStart, Sealer, Transmit, Tunnel};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 use serde_json::{json, Value};
@@ -40,6 +40,7 @@ use crate::offload::{
 };
 use crate::tun::Tun;
 use crate::udp::PathSocket;
+use crate::workers::{Engage, Span, Workers};
 
 /// Packets handled per source before the loop looks at the others.
 pub const BATCH_PACKETS: usize = 64;
@@ -112,6 +113,14 @@ pub struct Driver {
     coalescer: Option<Coalescer>,
     /// Scratch buffer for segments cut from TSO super-packets.
     seg_buf: Vec<u8>,
+    /// Threads that seal and open batches (see `workers.rs`).
+    workers: Workers,
+    /// Per-batch scratch, reused: seal results; datagrams to open, their
+    /// sources and results.
+    seal_ok: Vec<bool>,
+    open_spans: Vec<Span>,
+    open_from: Vec<SocketAddr>,
+    open_res: Vec<Result<usize, DropReason>>,
 }
 
 /// Data-plane I/O counters (batching effectiveness), in `mpt status`.
@@ -148,13 +157,19 @@ pub struct ControlHook {
 }
 
 impl Driver {
+    /// Build the loop with `workers` threads for the AEAD work (the calling
+    /// thread, which must be the one that calls [`Driver::run`], being the
+    /// first).
     pub fn new(
         tun: Tun,
         sockets: Vec<PathSocket>,
         mut tunnel: Tunnel,
         clock: Clock,
         identity: Identity,
+        workers: usize,
+        engage: Engage,
     ) -> io::Result<(Driver, ControlHook)> {
+        let workers = Workers::new(workers, &identity.name, engage)?;
         let tun_offload = tun.offload();
         let gso: Vec<bool> = sockets
             .iter()
@@ -222,6 +237,11 @@ impl Driver {
                 },
                 coalescer: tun_offload.then(Coalescer::default),
                 seg_buf: vec![0u8; BUF_BYTES],
+                workers,
+                seal_ok: Vec::with_capacity(BATCH_PACKETS),
+                open_spans: Vec::with_capacity(BATCH_PACKETS * 64),
+                open_from: Vec::with_capacity(BATCH_PACKETS * 64),
+                open_res: Vec::with_capacity(BATCH_PACKETS * 64),
             },
             hook,
         ))
@@ -285,6 +305,7 @@ impl Driver {
                 self.deliver_ready();
                 self.flush_coalescer();
             }
+            self.workers.tick();
             if last_wall.elapsed() >= WALL_REFRESH {
                 last_wall = Instant::now();
                 self.tunnel.set_wall_offset(self.clock.wall_offset());
@@ -318,8 +339,9 @@ impl Driver {
                 }
             };
             self.io.tun_reads += 1;
+            let now = self.clock.now();
             if vnet == 0 {
-                self.encapsulate(buf, n);
+                self.encapsulate(buf, n, now);
                 continue;
             }
             let h = VnetHdr::parse(&buf[HEADER_LEN - vnet..HEADER_LEN]).unwrap_or_default();
@@ -330,10 +352,10 @@ impl Driver {
                     self.io.offload_errors += 1;
                     continue;
                 }
-                self.encapsulate(buf, n);
+                self.encapsulate(buf, n, now);
                 continue;
             }
-            self.segment_and_send(&buf[HEADER_LEN..HEADER_LEN + n], &h);
+            self.segment_and_send(&buf[HEADER_LEN..HEADER_LEN + n], &h, now);
         }
         for k in 0..self.send_batches.len() {
             self.flush_sends(k);
@@ -341,56 +363,146 @@ impl Driver {
         more
     }
 
-    /// Cut a TSO super-packet into MSS-sized segments and send each.
-    fn segment_and_send(&mut self, pkt: &[u8], h: &VnetHdr) {
+    /// Cut a TSO super-packet into MSS-sized segments and send each. The
+    /// burst's path is fixed first, so every segment is cut straight into
+    /// that socket's send batch and encapsulated there (no copy).
+    fn segment_and_send(&mut self, pkt: &[u8], h: &VnetHdr, now: Nanos) {
         let Ok((_, _, _, count)) = offload::segments(pkt, h) else {
             self.io.offload_errors += 1;
             return;
         };
         self.io.tso_super_packets += 1;
         self.tunnel.begin_burst(pkt.len(), count);
-        let mut seg = std::mem::take(&mut self.seg_buf);
+        let target = self.tunnel.burst_target();
         for i in 0..count {
-            let end = seg.len() - TAG_LEN;
-            match offload::segment_at(pkt, h, i, &mut seg[HEADER_LEN..end]) {
-                Ok(len) => {
-                    self.io.tso_segments += 1;
-                    self.encapsulate(&mut seg, len);
+            let ok = match target {
+                Some((_, key)) if key < self.send_batches.len() => {
+                    self.segment_in_place(pkt, h, i, key, now)
                 }
-                Err(_) => {
-                    self.io.offload_errors += 1;
-                    break;
-                }
+                _ => self.segment_via_scratch(pkt, h, i, now),
+            };
+            if !ok {
+                self.io.offload_errors += 1;
+                break;
             }
+            self.io.tso_segments += 1;
         }
-        self.seg_buf = seg;
         self.tunnel.end_burst();
     }
 
-    /// Hand the inner packet at `buf[HEADER_LEN..HEADER_LEN + n]` to the
-    /// core and queue the datagram in its socket's send batch.
-    fn encapsulate(&mut self, buf: &mut [u8], n: usize) {
-        let now = self.clock.now();
-        let Some(tx) = self.tunnel.send(now, buf, n) else {
-            return;
+    /// Segment `i` of `pkt`, cut into the next slot of batch `key`.
+    fn segment_in_place(
+        &mut self,
+        pkt: &[u8],
+        h: &VnetHdr,
+        i: usize,
+        key: usize,
+        now: Nanos,
+    ) -> bool {
+        if self.send_batches[key].is_full() {
+            self.flush_sends(key);
+        }
+        let Driver {
+            tunnel,
+            send_batches,
+            ..
+        } = self;
+        let batch = &mut send_batches[key];
+        let Some(slot) = batch.slot() else {
+            return false;
         };
+        let end = slot.len() - TAG_LEN;
+        let Ok(len) = offload::segment_at(pkt, h, i, &mut slot[HEADER_LEN..end]) else {
+            return false;
+        };
+        if let Some(tx) = tunnel.send_unsealed(now, slot, len) {
+            if tx.local_key == key {
+                batch.commit(tx.len, tx.dst, tx.path);
+            } else {
+                // Not expected (the burst's path is fixed): move it over.
+                let bytes = slot[..tx.len].to_vec();
+                self.queue(&bytes, tx);
+            }
+        }
+        true
+    }
+
+    /// Segment `i` of `pkt` through the scratch buffer (no burst path).
+    fn segment_via_scratch(&mut self, pkt: &[u8], h: &VnetHdr, i: usize, now: Nanos) -> bool {
+        let mut seg = std::mem::take(&mut self.seg_buf);
+        let end = seg.len() - TAG_LEN;
+        let ok = match offload::segment_at(pkt, h, i, &mut seg[HEADER_LEN..end]) {
+            Ok(len) => {
+                self.encapsulate(&mut seg, len, now);
+                true
+            }
+            Err(_) => false,
+        };
+        self.seg_buf = seg;
+        ok
+    }
+
+    /// Hand the inner packet at `buf[HEADER_LEN..HEADER_LEN + n]` to the
+    /// core and queue the (still unsealed) datagram in its socket's batch.
+    fn encapsulate(&mut self, buf: &mut [u8], n: usize, now: Nanos) {
+        if let Some(tx) = self.tunnel.send_unsealed(now, buf, n) {
+            self.queue(&buf[..tx.len], tx);
+        }
+    }
+
+    /// Copy a datagram into its socket's send batch.
+    fn queue(&mut self, bytes: &[u8], tx: Transmit) {
         let Some(batch) = self.send_batches.get_mut(tx.local_key) else {
             return;
         };
-        if let Some(slot) = batch.slot() {
-            slot[..tx.len].copy_from_slice(&buf[..tx.len]);
-            batch.commit(tx.len, tx.dst, tx.path);
-        }
         if batch.is_full() {
             self.flush_sends(tx.local_key);
+        }
+        let batch = &mut self.send_batches[tx.local_key];
+        if let Some(slot) = batch.slot() {
+            slot[..tx.len].copy_from_slice(bytes);
+            batch.commit(tx.len, tx.dst, tx.path);
+        }
+    }
+
+    /// Seal every datagram of batch `key` (on the workers), then send the
+    /// batch with one `sendmmsg`. A datagram that cannot be sealed (no
+    /// session: never expected here) is zeroed, so nothing unsealed leaves;
+    /// the receiver drops it as a bad version.
+    fn seal_batch(&mut self, key: usize) {
+        let Driver {
+            tunnel,
+            send_batches,
+            workers,
+            seal_ok,
+            ..
+        } = self;
+        let sealer = tunnel.sealer();
+        if matches!(sealer, Sealer::Plain) {
+            return;
+        }
+        let (bufs, spans) = send_batches[key].datagrams_mut();
+        seal_ok.clear();
+        seal_ok.resize(spans.len(), false);
+        workers.for_each(bufs, spans, seal_ok, &|d: &mut [u8]| sealer.seal(d));
+        let mut failed = 0;
+        for ((k, off, len), ok) in spans.iter().zip(seal_ok.iter()) {
+            if !ok {
+                bufs[*k][*off..off + len].fill(0);
+                failed += 1;
+            }
+        }
+        for _ in 0..failed {
+            tunnel.count_drop(DropReason::NoSession);
         }
     }
 
     fn flush_sends(&mut self, key: usize) {
-        let batch = &mut self.send_batches[key];
-        if batch.is_empty() {
+        if self.send_batches[key].is_empty() {
             return;
         }
+        self.seal_batch(key);
+        let batch = &mut self.send_batches[key];
         let n = batch.len() as u64;
         let failures = batch.flush(&self.sockets[key].socket);
         self.io.udp_send_calls += 1;
@@ -414,8 +526,11 @@ impl Driver {
         }
     }
 
-    /// Receive a batch from socket `i` with one `recvmmsg`, decapsulate and
-    /// deliver. Returns whether the socket may still have datagrams.
+    /// Receive a batch from socket `i` with one `recvmmsg`, then decapsulate
+    /// it in three steps: [`Tunnel::recv_start`] on every datagram (serial),
+    /// open the ones that passed (on the workers), [`Tunnel::recv_finish`]
+    /// on them in arrival order (serial), delivering as the core releases.
+    /// Returns whether the socket may still have datagrams.
     fn pump_socket(&mut self, i: usize) -> bool {
         let n = match self.recv_batch.recv(&self.sockets[i].socket) {
             Ok(n) => n,
@@ -427,32 +542,67 @@ impl Driver {
         self.io.udp_recv_calls += 1;
         self.io.udp_datagrams_received += n as u64;
         self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
+        let now = self.clock.now();
+        let Driver {
+            recv_batch,
+            tunnel,
+            tun,
+            coalescer,
+            io,
+            workers,
+            open_spans,
+            open_from,
+            open_res,
+            ..
+        } = self;
+        open_spans.clear();
+        open_from.clear();
         for k in 0..n {
-            let (from, total, seg) = self.recv_batch.meta(k);
+            let (from, total, seg) = recv_batch.meta(k);
             let Some(from) = from.map(normalize) else {
                 continue;
             };
-            self.io.udp_datagrams_received += (total.div_ceil(seg) as u64).saturating_sub(1);
+            io.udp_datagrams_received += (total.div_ceil(seg) as u64).saturating_sub(1);
             let mut off = 0;
             while off < total {
                 let len = seg.min(total - off);
-                let now = self.clock.now();
-                let Driver {
-                    recv_batch,
-                    tunnel,
-                    tun,
-                    coalescer,
-                    io,
-                    ..
-                } = self;
                 let data = recv_batch.slice_mut(k, off, len);
-                if let Received::Deliver { offset, len } = tunnel.recv(now, i, from, data) {
+                match tunnel.recv_start(now, i, from, data) {
+                    RecvStart::Open => {
+                        open_spans.push((k, off, len));
+                        open_from.push(from);
+                    }
+                    RecvStart::Done(Received::Deliver { offset, len }) => {
+                        if !write_tun(tun, coalescer, io, &data[offset..offset + len]) {
+                            tunnel.count_drop(DropReason::TunWriteFailed);
+                        }
+                        drain_reorder(tunnel, tun, coalescer, io);
+                    }
+                    RecvStart::Done(_) => drain_reorder(tunnel, tun, coalescer, io),
+                }
+                off += seg;
+            }
+        }
+        if !open_spans.is_empty() {
+            open_res.clear();
+            open_res.resize(open_spans.len(), Err(DropReason::NoSession));
+            let opener = tunnel.opener();
+            workers.for_each(
+                recv_batch.bufs_mut(),
+                open_spans,
+                open_res,
+                &|d: &mut [u8]| opener.open(d),
+            );
+            for (j, (k, off, len)) in open_spans.iter().enumerate() {
+                let data = recv_batch.slice_mut(*k, *off, *len);
+                if let Received::Deliver { offset, len } =
+                    tunnel.recv_finish(now, open_from[j], data, open_res[j])
+                {
                     if !write_tun(tun, coalescer, io, &data[offset..offset + len]) {
                         tunnel.count_drop(DropReason::TunWriteFailed);
                     }
                 }
-                off += seg;
-                self.deliver_ready();
+                drain_reorder(tunnel, tun, coalescer, io);
             }
         }
         self.flush_coalescer();
@@ -460,12 +610,12 @@ impl Driver {
     }
 
     fn deliver_ready(&mut self) {
-        while let Some(p) = self.tunnel.poll_deliver() {
-            if !write_tun(&self.tun, &mut self.coalescer, &mut self.io, &p) {
-                self.tunnel.count_drop(DropReason::TunWriteFailed);
-            }
-            self.tunnel.recycle(p);
-        }
+        drain_reorder(
+            &mut self.tunnel,
+            &self.tun,
+            &mut self.coalescer,
+            &mut self.io,
+        );
     }
 
     fn flush_coalescer(&mut self) {
@@ -529,8 +679,27 @@ impl Driver {
                 "io".into(),
                 serde_json::to_value(&self.io).unwrap_or(Value::Null),
             );
+            m.insert(
+                "workers".into(),
+                serde_json::to_value(self.workers.pool_status()).unwrap_or(Value::Null),
+            );
         }
         v
+    }
+}
+
+/// Write every packet the reorder buffer releases to the TUN, in order.
+fn drain_reorder(
+    tunnel: &mut Tunnel,
+    tun: &Tun,
+    coalescer: &mut Option<Coalescer>,
+    io: &mut IoStats,
+) {
+    while let Some(p) = tunnel.poll_deliver() {
+        if !write_tun(tun, coalescer, io, &p) {
+            tunnel.count_drop(DropReason::TunWriteFailed);
+        }
+        tunnel.recycle(p);
     }
 }
 

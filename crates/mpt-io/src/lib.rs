@@ -25,3 +25,4 @@ pub mod offload;
 pub mod packet;
 pub mod tun;
 pub mod udp;
+pub mod workers;

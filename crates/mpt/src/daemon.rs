@@ -23,6 +23,7 @@ use mpt_io::driver::{Clock, Driver, Identity};
 use mpt_io::netcfg::{self, Routes};
 use mpt_io::tun::Tun;
 use mpt_io::udp::{bind_path_sockets, PathBind};
+use mpt_io::workers::Engage;
 use tracing::{info, warn};
 use tracing_subscriber::EnvFilter;
 
@@ -125,13 +126,22 @@ pub fn run(cfg: Config) -> io::Result<()> {
         addresses: cfg.tunnel.addresses.iter().map(|a| a.to_string()).collect(),
         control_socket: cfg.tunnel.control_socket.display().to_string(),
     };
-    let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity)?;
+    let workers = cfg.tunnel.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let engage = if cfg.tunnel.parallel_always {
+        Engage::Always
+    } else {
+        Engage::Auto
+    };
+    let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity, workers, engage)?;
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
         tunnel = %cfg.tunnel.name,
         paths = cfg.paths.len(),
         mtu = cfg.tunnel.mtu,
         tun_offload = driver.offload(),
+        workers,
         control = %cfg.tunnel.control_socket.display(),
         "tunnel up"
     );

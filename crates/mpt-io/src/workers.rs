@@ -1,0 +1,430 @@
+//! Worker threads for the per-packet AEAD work of a batch.
+//!
+//! The event loop stays one thread for everything that changes state (the
+//! core's sequence numbers, path choice, replay windows, reordering), so
+//! flows keep their order: they are ordered by the single sequence space
+//! the loop hands out. What parallelizes is the expensive, stateless part:
+//! sealing and opening datagrams, a batch at a time. The batch is split
+//! into disjoint byte ranges and handed to a rayon pool (work stealing) in
+//! which the loop's own thread is worker 0: it always works on the batch
+//! too, so a batch never waits for a helper that is not running (on a busy
+//! machine the loop simply does all of it itself).
+//!
+//! Helpers only take work while the machine has a spare core: every
+//! [`GATE_INTERVAL`] the loop reads the idle time of all CPUs from
+//! `/proc/stat`, adds the time its helpers spent working, and engages them
+//! above [`SPARE_CORES_ON`] spare cores and stops below
+//! [`SPARE_CORES_OFF`] (hysteresis). On a saturated machine (the lab's two
+//! daemons and iperf3 on two cores) waking a helper for each batch costs
+//! more than it saves, and steals the cycles the carried applications
+//! need; `parallel = "always"` skips the gate.
+//!
+//! Invariants:
+//! * with one worker no pool exists and nothing leaves the loop's thread;
+//! * while the gate is closed no work is handed out, so helpers sleep;
+//! * every span is processed exactly once, and its result lands at its own
+//!   index; spans never overlap (checked by the splitting: each recursion
+//!   owns a disjoint `&mut` sub-slice);
+//! * per-worker counters only ever grow (relaxed atomics, read by status).
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// Tuning knob: the smallest share of a batch worth handing to another
+/// worker, in datagrams (below it, the hand-off costs more than sealing).
+pub const MIN_SPLIT_DATAGRAMS: usize = 8;
+
+/// Tuning knobs of the gate: how often it looks, and the spare cores (idle
+/// CPU plus the helpers' own work, in cores) that open and close it.
+pub const GATE_INTERVAL: Duration = Duration::from_millis(100);
+pub const SPARE_CORES_ON: f64 = 0.5;
+pub const SPARE_CORES_OFF: f64 = 0.25;
+
+/// When helpers take work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engage {
+    /// While the machine has a spare core (see the module documentation).
+    Auto,
+    /// For every batch large enough to split.
+    Always,
+}
+
+/// A datagram inside a set of buffers: (buffer index, byte offset, length).
+pub type Span = (usize, usize, usize);
+
+#[derive(Default)]
+struct Counters {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+    jobs: AtomicU64,
+    max_job: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+/// One worker's counters in `mpt status`.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WorkerStatus {
+    pub id: usize,
+    /// Datagrams sealed or opened by this worker.
+    pub packets: u64,
+    pub bytes: u64,
+    /// Pieces of batches it processed, and the datagrams per piece.
+    pub jobs: u64,
+    pub max_job: u64,
+    /// Time spent sealing and opening, in milliseconds.
+    pub busy_ms: u64,
+}
+
+/// The pool as a whole in `mpt status`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PoolStatus {
+    pub workers: usize,
+    pub engage: &'static str,
+    /// Whether helpers take work now.
+    pub engaged: bool,
+    /// Spare cores at the last look (idle CPU plus helper work).
+    pub spare_cores: f64,
+    pub per_worker: Vec<WorkerStatus>,
+}
+
+/// Whether helpers may take work: see the module documentation.
+struct Gate {
+    engage: Engage,
+    open: bool,
+    last_check: Instant,
+    /// (idle jiffies, all jiffies) at the last look.
+    last_stat: Option<(u64, u64)>,
+    last_helper_ns: u64,
+    spare: f64,
+}
+
+/// All CPUs' (idle + iowait, total) jiffies from `/proc/stat`.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((idle, v.iter().take(8).sum()))
+}
+
+/// The worker pool. See the module documentation.
+pub struct Workers {
+    pool: Option<rayon::ThreadPool>,
+    counters: Vec<Counters>,
+    gate: Gate,
+}
+
+impl Workers {
+    /// `n` workers, the calling thread being the first: call this on the
+    /// thread that runs the event loop, once (a thread joins one pool in
+    /// its life). `n` is at least 1.
+    pub fn new(n: usize, name: &str, engage: Engage) -> io::Result<Self> {
+        let n = n.max(1);
+        let pool = if n > 1 {
+            let prefix = format!("mpt-{name}-w");
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .use_current_thread()
+                    .thread_name(move |i| format!("{prefix}{i}"))
+                    .build()
+                    .map_err(io::Error::other)?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            pool,
+            counters: (0..n).map(|_| Counters::default()).collect(),
+            gate: Gate {
+                engage,
+                open: engage == Engage::Always,
+                last_check: Instant::now(),
+                last_stat: None,
+                last_helper_ns: 0,
+                spare: 0.0,
+            },
+        })
+    }
+
+    /// Re-evaluate the gate if [`GATE_INTERVAL`] passed (cheap otherwise);
+    /// call once per loop iteration.
+    pub fn tick(&mut self) {
+        let g = &mut self.gate;
+        if self.pool.is_none() || g.engage == Engage::Always {
+            return;
+        }
+        let elapsed = g.last_check.elapsed();
+        if elapsed < GATE_INTERVAL {
+            return;
+        }
+        g.last_check = Instant::now();
+        let helper_ns: u64 = self.counters[1..]
+            .iter()
+            .map(|c| c.busy_ns.load(Ordering::Relaxed))
+            .sum();
+        let stat = cpu_jiffies();
+        if let (Some((i0, t0)), Some((i1, t1))) = (g.last_stat, stat) {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            let idle = if t1 > t0 {
+                (i1.saturating_sub(i0)) as f64 / (t1 - t0) as f64 * cores
+            } else {
+                0.0
+            };
+            let helpers = helper_ns.saturating_sub(g.last_helper_ns) as f64
+                / elapsed.as_nanos().max(1) as f64;
+            g.spare = idle + helpers;
+            g.open = if g.open {
+                g.spare >= SPARE_CORES_OFF
+            } else {
+                g.spare >= SPARE_CORES_ON
+            };
+        }
+        g.last_stat = stat;
+        g.last_helper_ns = helper_ns;
+    }
+
+    pub fn count(&self) -> usize {
+        self.counters.len()
+    }
+
+    /// Run `f` on every span of `bufs` (spans sorted by buffer, then
+    /// offset, and disjoint), putting its result at the span's index in
+    /// `results` (which must be as long as `spans`).
+    pub fn for_each<R, F>(&self, bufs: &mut [Vec<u8>], spans: &[Span], results: &mut [R], f: &F)
+    where
+        R: Send,
+        F: Fn(&mut [u8]) -> R + Sync,
+    {
+        assert_eq!(spans.len(), results.len(), "one result per span");
+        if spans.is_empty() {
+            return;
+        }
+        let ctx = Ctx {
+            parallel: self.pool.is_some(),
+            counters: &self.counters,
+        };
+        match &self.pool {
+            Some(p) if self.gate.open => p.install(|| by_buffer(&ctx, bufs, 0, spans, results, f)),
+            _ => leaf(&ctx, bufs, 0, spans, results, f),
+        }
+    }
+
+    pub fn pool_status(&self) -> PoolStatus {
+        PoolStatus {
+            workers: self.count(),
+            engage: match self.gate.engage {
+                Engage::Auto => "auto",
+                Engage::Always => "always",
+            },
+            engaged: self.pool.is_some() && self.gate.open,
+            spare_cores: (self.gate.spare * 100.0).round() / 100.0,
+            per_worker: self.status(),
+        }
+    }
+
+    pub fn status(&self) -> Vec<WorkerStatus> {
+        self.counters
+            .iter()
+            .enumerate()
+            .map(|(id, c)| WorkerStatus {
+                id,
+                packets: c.packets.load(Ordering::Relaxed),
+                bytes: c.bytes.load(Ordering::Relaxed),
+                jobs: c.jobs.load(Ordering::Relaxed),
+                max_job: c.max_job.load(Ordering::Relaxed),
+                busy_ms: c.busy_ns.load(Ordering::Relaxed) / 1_000_000,
+            })
+            .collect()
+    }
+}
+
+struct Ctx<'a> {
+    parallel: bool,
+    counters: &'a [Counters],
+}
+
+impl Ctx<'_> {
+    /// Count a piece of `packets` datagrams for the current worker.
+    fn record(&self, packets: usize, bytes: u64, started: Instant) {
+        let id = rayon::current_thread_index().unwrap_or(0);
+        if let Some(c) = self.counters.get(id) {
+            let ns = started.elapsed().as_nanos() as u64;
+            c.busy_ns.fetch_add(ns, Ordering::Relaxed);
+            c.packets.fetch_add(packets as u64, Ordering::Relaxed);
+            c.bytes.fetch_add(bytes, Ordering::Relaxed);
+            c.jobs.fetch_add(1, Ordering::Relaxed);
+            c.max_job.fetch_max(packets as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Process `spans` (all within `bufs`, whose first buffer has index `k0`)
+/// on the current thread, and count them for it.
+fn leaf<R, F>(ctx: &Ctx, bufs: &mut [Vec<u8>], k0: usize, spans: &[Span], results: &mut [R], f: &F)
+where
+    F: Fn(&mut [u8]) -> R,
+{
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    for ((k, off, len), r) in spans.iter().zip(results.iter_mut()) {
+        *r = f(&mut bufs[k - k0][*off..off + len]);
+        bytes += *len as u64;
+    }
+    ctx.record(spans.len(), bytes, started);
+}
+
+/// Split at a buffer boundary near the middle; within one buffer, split
+/// the buffer itself ([`by_bytes`]).
+fn by_buffer<R, F>(
+    ctx: &Ctx,
+    bufs: &mut [Vec<u8>],
+    k0: usize,
+    spans: &[Span],
+    results: &mut [R],
+    f: &F,
+) where
+    R: Send,
+    F: Fn(&mut [u8]) -> R + Sync,
+{
+    if !ctx.parallel || spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
+        return leaf(ctx, bufs, k0, spans, results, f);
+    }
+    let first = spans[0].0;
+    if spans[spans.len() - 1].0 == first {
+        return by_bytes(ctx, &mut bufs[first - k0], 0, spans, results, f);
+    }
+    let mid = spans[spans.len() / 2].0;
+    let mut cut = spans.partition_point(|s| s.0 < mid);
+    if cut == 0 {
+        cut = spans.partition_point(|s| s.0 <= first);
+    }
+    let k_cut = spans[cut].0;
+    let (lb, rb) = bufs.split_at_mut(k_cut - k0);
+    let (ls, rs) = spans.split_at(cut);
+    let (lr, rr) = results.split_at_mut(cut);
+    rayon::join(
+        || by_buffer(ctx, lb, k0, ls, lr, f),
+        || by_buffer(ctx, rb, k_cut, rs, rr, f),
+    );
+}
+
+/// All spans lie in `buf`, whose first byte is at offset `base`.
+fn by_bytes<R, F>(ctx: &Ctx, buf: &mut [u8], base: usize, spans: &[Span], results: &mut [R], f: &F)
+where
+    R: Send,
+    F: Fn(&mut [u8]) -> R + Sync,
+{
+    if spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
+        let started = Instant::now();
+        let mut bytes = 0u64;
+        for ((_, off, len), r) in spans.iter().zip(results.iter_mut()) {
+            *r = f(&mut buf[off - base..off - base + len]);
+            bytes += *len as u64;
+        }
+        ctx.record(spans.len(), bytes, started);
+        return;
+    }
+    let mid = spans.len() / 2;
+    let cut = spans[mid].1;
+    let (lb, rb) = buf.split_at_mut(cut - base);
+    let (ls, rs) = spans.split_at(mid);
+    let (lr, rr) = results.split_at_mut(mid);
+    rayon::join(
+        || by_bytes(ctx, lb, base, ls, lr, f),
+        || by_bytes(ctx, rb, cut, rs, rr, f),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spans_over(bufs: &[Vec<u8>], size: usize) -> Vec<Span> {
+        bufs.iter()
+            .enumerate()
+            .flat_map(|(k, b)| (0..b.len() / size).map(move |j| (k, j * size, size)))
+            .collect()
+    }
+
+    /// A thread joins at most one pool in its life: one thread per pool.
+    fn on_own_thread(f: impl FnOnce() + Send + 'static) {
+        std::thread::spawn(f).join().unwrap();
+    }
+
+    #[test]
+    fn every_span_once_with_its_own_result_for_any_worker_count() {
+        for n in [1, 2, 3] {
+            on_own_thread(move || check_every_span_once(n));
+        }
+    }
+
+    fn check_every_span_once(n: usize) {
+        {
+            let w = Workers::new(n, "test", Engage::Always).unwrap();
+            // One big buffer (GRO-like) and many small ones.
+            for (count, size) in [(1usize, 64 * 100), (40, 64), (3, 64 * 33)] {
+                let mut bufs = vec![vec![0u8; size]; count];
+                let spans = spans_over(&bufs, 64);
+                let mut results = vec![0usize; spans.len()];
+                w.for_each(&mut bufs, &spans, &mut results, &|d: &mut [u8]| {
+                    for b in d.iter_mut() {
+                        *b += 1;
+                    }
+                    d.len()
+                });
+                assert!(bufs.iter().flatten().all(|b| *b == 1), "n {n}: once each");
+                assert!(results.iter().all(|r| *r == 64));
+            }
+            let st = w.status();
+            assert_eq!(st.len(), n);
+            let total: u64 = st.iter().map(|s| s.packets).sum();
+            assert_eq!(total, 100 + 40 + 99);
+        }
+    }
+
+    #[test]
+    fn results_keep_the_span_order() {
+        on_own_thread(check_order);
+    }
+
+    fn check_order() {
+        let w = Workers::new(2, "order", Engage::Always).unwrap();
+        let mut bufs = vec![vec![0u8; 64 * 64]];
+        for (j, c) in bufs[0].chunks_mut(64).enumerate() {
+            c[0] = j as u8;
+        }
+        let spans = spans_over(&bufs, 64);
+        let mut results = vec![0u8; spans.len()];
+        w.for_each(&mut bufs, &spans, &mut results, &|d: &mut [u8]| d[0]);
+        assert_eq!(results, (0..64).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn auto_starts_closed_and_keeps_all_work_on_the_loop_thread() {
+        on_own_thread(|| {
+            let w = Workers::new(2, "gate", Engage::Auto).unwrap();
+            let mut bufs = vec![vec![0u8; 64 * 64]];
+            let spans = spans_over(&bufs, 64);
+            let mut results = vec![(); spans.len()];
+            w.for_each(&mut bufs, &spans, &mut results, &|_: &mut [u8]| ());
+            let st = w.pool_status();
+            assert!(!st.engaged);
+            assert_eq!(st.per_worker[0].packets, 64);
+            assert_eq!(st.per_worker[0].jobs, 1);
+            assert_eq!(st.per_worker[1].packets, 0);
+        });
+    }
+
+    #[test]
+    fn proc_stat_is_readable_here() {
+        let (idle, total) = cpu_jiffies().expect("/proc/stat");
+        assert!(total >= idle && total > 0);
+    }
+}
