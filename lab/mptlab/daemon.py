@@ -49,6 +49,8 @@ class TunnelOpts:
     server_learns: bool = False
     # [tunnel] workers; None: the daemon's default (one per CPU core).
     workers: int | None = None
+    # [tunnel] parallel: "auto" (the daemon's default) or "always".
+    parallel: str | None = None
 
 
 def _sock(addr: str, port: int) -> str:
@@ -86,6 +88,7 @@ def config_text(
         f"addresses = [{', '.join(addrs)}]",
         f'control_socket = "{control}"',
         *([f"workers = {opts.workers}"] if opts.workers else []),
+        *([f'parallel = "{opts.parallel}"'] if opts.parallel else []),
         "",
         "[peer]",
         f'role = "{"server" if side == "a" else "client"}"',

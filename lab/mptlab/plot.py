@@ -28,6 +28,8 @@ STYLE = {
     "plain": ("tab:gray", "^"),
     "hook": ("tab:green", "d"),
     "mpt-insecure": ("tab:purple", "v"),
+    "mpt-1w": ("tab:cyan", "P"),
+    "mpt-parallel": ("tab:red", "X"),
 }
 
 

@@ -159,6 +159,11 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
             "| system | ip | links | traffic | Mbit/s (min–max) | efficiency | CPU % | notes |",
             "|---|---|---|---|---|---|---|---|",
         ]
+        plain = {
+            (p["traffic"], p["path_v"]): p["mbps"]
+            for p in doc["points"]
+            if p["system"] == "plain" and p["mbps"]
+        }
         for p in doc["points"]:
             notes = p["error"] or ""
             det = p.get("details") or {}
@@ -170,6 +175,13 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
                 notes = f"retransmits {det['retransmits']}"
             elif "owd_mean_ms" in det:
                 notes = f"owd {det['owd_mean_ms']:.2f} ms, jitter {det['jitter_ms']:.3f} ms"
+            ref = plain.get((p["traffic"], p["path_v"]))
+            if p["efficiency"] is None and ref and p["system"] != "plain" and p["mbps"]:
+                notes += f"; {p['mbps'] / ref:.1%} of plain"
+            if p["efficiency"] is None and "cycles_per_byte" in det:
+                notes += f"; {det['cycles_per_byte']:.2f} cycles/B"
+                if "tunnel_cycles_per_byte" in det:
+                    notes += f" ({det['tunnel_cycles_per_byte']:.2f} in mpt)"
             rng = (
                 f"{_fmt(p['mbps'])} ({_fmt(p['mbps_min'])}–{_fmt(p['mbps_max'])})"
                 if p["mbps"] is not None

@@ -83,6 +83,38 @@ def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int
     return inner + ETHERNET
 
 
+# mpt run in other ways than the default, by system name.
+MPT_VARIANTS: dict[str, dict[str, Any]] = {
+    "mpt-insecure": {"security": "insecure"},
+    "mpt-1w": {"workers": 1},
+    "mpt-parallel": {"parallel": "always"},
+}
+
+
+def cpu_hz() -> float:
+    """The CPU clock from /proc/cpuinfo (the first core's), in Hz."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) * 1e6
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def cycles_per_byte(cpu_pct: dict[str, float], mbps: float) -> dict[str, float]:
+    """CPU cycles per delivered byte: of the whole machine (busy time of
+    all cores) and of the tunnel's own processes (names starting 'mpt-')."""
+    hz, rate = cpu_hz(), mbps * 1e6 / 8
+    if not hz or rate <= 0:
+        return {}
+    tunnel = sum(v for k, v in cpu_pct.items() if k.startswith("mpt-"))
+    out = {"cycles_per_byte": cpu_pct.get("system_busy", 0.0) / 100 * hz / rate}
+    if tunnel:
+        out["tunnel_cycles_per_byte"] = tunnel / 100 * hz / rate
+    return out
+
+
 class Runner:
     def __init__(self, sc: Scenario, outdir: Path, progress: Callable[[str], None] = print):
         self.sc = sc
@@ -175,7 +207,7 @@ class Runner:
         point.efficiency = (
             point.mbps / total_rate if total_rate and point.traffic != "voip" else None
         )
-        point.details = {**details, **target.notes}
+        point.details = {**details, **target.notes, **cycles_per_byte(point.cpu_pct, point.mbps)}
         if target.peers:
             st = target.peers[1].status()
             point.details["receiver_reorder"] = st.get("reorder")
@@ -302,17 +334,13 @@ class Runner:
                         self._run_system(
                             topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic
                         )
-                    if "mpt-insecure" in sc.systems:
+                    for variant, kw in MPT_VARIANTS.items():
+                        if variant not in sc.systems:
+                            continue
                         cm = systems.mpt(
-                            topo,
-                            tv,
-                            pv,
-                            rates,
-                            work / f"{combo}-{n}-insecure",
-                            sc.mpt_extra,
-                            security="insecure",
+                            topo, tv, pv, rates, work / f"{combo}-{n}-{variant}", sc.mpt_extra, **kw
                         )
-                        proto = Point(**{**asdict(base), "system": "mpt-insecure"})
+                        proto = Point(**{**asdict(base), "system": variant})
                         self._run_system(topo, cm, proto, sc.traffic)
                     if "mptcp" in sc.systems and tv == pv:
                         tr = [t for t in sc.traffic if t in ("tcp", "http")]

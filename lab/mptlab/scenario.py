@@ -17,7 +17,7 @@ A scenario file::
     # rate_mbit = 20
 
     [run]
-    systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure" (plaintext), "hook"
+    systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel", "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
     traffic = ["tcp", "udp", "http", "voip"]
     seconds = 5
@@ -51,7 +51,7 @@ from .netns import Shape
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 IP_COMBOS = ("4in4", "6in4", "4in6", "6in6")
-SYSTEMS = ("plain", "mpt", "mpt-insecure", "mptcp", "hook")
+SYSTEMS = ("plain", "mpt", "mpt-insecure", "mpt-1w", "mpt-parallel", "mptcp", "hook")
 TRAFFIC = ("tcp", "udp", "http", "voip")
 LINK_KEYS = {
     "rate_mbit",

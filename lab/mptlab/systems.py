@@ -1,7 +1,9 @@
 """The systems a scenario compares, each brought up on a topology.
 
 * plain  -- link 1 alone, no tunnel: the reference;
-* mpt    -- the mpt tunnel over every link;
+* mpt    -- the mpt tunnel over every link (variants: mpt-insecure without
+            encryption, mpt-1w with one worker thread, mpt-parallel with
+            helpers working on every batch, see runner.MPT_VARIANTS);
 * mptcp  -- the kernel's Multipath TCP: B announces its address on every
             link (ADD_ADDR), A opens one subflow per link; applications are
             run under `mptcpize`;
@@ -66,6 +68,7 @@ def mpt(
     extra: str = "",
     security: str = "keys",
     workers: int | None = None,
+    parallel: str | None = None,
 ) -> Iterator[Target]:
     """mpt over every link; `security` "keys" (encrypted) or "insecure";
     `workers` threads per daemon (None: one per core)."""
@@ -77,6 +80,7 @@ def mpt(
         extra=extra,
         security=security,
         workers=workers,
+        parallel=parallel,
     )
     a, b = start_pair(topo, opts, workdir)
     try:
