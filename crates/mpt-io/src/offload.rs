@@ -12,6 +12,8 @@
 //! one super-packet with a GSO header, as Linux GRO does, so the receiving
 //! kernel handles one packet instead of dozens.
 //!
+//! UDP (USO on read, coalescing on write) lives in `offload_udp.rs`.
+//!
 //! Invariants: pure byte manipulation, no I/O; every function checks
 //! lengths before indexing and refuses (returns an error or `false`)
 //! anything it does not fully understand (IPv4 options, IPv6 extension
@@ -23,6 +25,8 @@ pub const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 pub const GSO_NONE: u8 = 0;
 pub const GSO_TCPV4: u8 = 1;
 pub const GSO_TCPV6: u8 = 4;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: UDP segmentation (USO), Linux ≥ 6.2 on TUN.
+pub const GSO_UDP_L4: u8 = 5;
 /// Largest IP packet the TUN accepts with a GSO header.
 pub const MAX_SUPER_PACKET: usize = 65_535;
 
@@ -128,16 +132,21 @@ pub fn fold(mut s: u64) -> u16 {
 /// Pseudo-header sum for TCP over the packet's IP version (RFC 9293 §3.1,
 /// RFC 8200 §8.1).
 fn pseudo(pkt: &[u8], l4_len: usize) -> u64 {
+    pseudo_for(pkt, 6, l4_len)
+}
+
+/// Pseudo-header sum for protocol `proto` (6 TCP, 17 UDP).
+pub(crate) fn pseudo_for(pkt: &[u8], proto: u8, l4_len: usize) -> u64 {
     let (src, dst) = if pkt[0] >> 4 == 4 {
         (&pkt[12..16], &pkt[16..20])
     } else {
         (&pkt[8..24], &pkt[24..40])
     };
-    sum16(dst, sum16(src, 6 + l4_len as u64))
+    sum16(dst, sum16(src, u64::from(proto) + l4_len as u64))
 }
 
 /// IPv4 header checksum (RFC 791) over `iph`, with its field zeroed first.
-fn ipv4_checksum(iph: &mut [u8]) {
+pub(crate) fn ipv4_checksum(iph: &mut [u8]) {
     iph[10] = 0;
     iph[11] = 0;
     let c = !fold(sum16(iph, 0));
@@ -159,13 +168,20 @@ pub fn finish_checksum(pkt: &mut [u8], h: &VnetHdr) -> Result<(), OffloadError> 
 
 /// IP header length of a TCP packet we can segment or coalesce, or `None`.
 fn tcp_ip_header_len(pkt: &[u8]) -> Option<usize> {
+    ip_header_len(pkt, 6, 20)
+}
+
+/// IP header length of a packet of protocol `proto` with at least `l4`
+/// bytes after the IP header, without IPv4 options, IPv6 extension headers
+/// or fragmentation; `None` otherwise.
+pub(crate) fn ip_header_len(pkt: &[u8], proto: u8, l4: usize) -> Option<usize> {
     match pkt.first()? >> 4 {
-        4 if pkt.len() >= 40 => {
+        4 if pkt.len() >= 20 + l4 => {
             let ihl = usize::from(pkt[0] & 0x0f) * 4;
             let frag = u16::from_be_bytes([pkt[6], pkt[7]]);
-            (ihl == 20 && pkt[9] == 6 && frag & 0x3fff == 0).then_some(20)
+            (ihl == 20 && pkt[9] == proto && frag & 0x3fff == 0).then_some(20)
         }
-        6 if pkt.len() >= 60 => (pkt[6] == 6).then_some(40),
+        6 if pkt.len() >= 40 + l4 => (pkt[6] == proto).then_some(40),
         _ => None,
     }
 }

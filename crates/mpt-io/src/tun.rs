@@ -24,6 +24,9 @@ const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const TUN_F_CSUM: libc::c_uint = 0x01;
 const TUN_F_TSO4: libc::c_uint = 0x02;
 const TUN_F_TSO6: libc::c_uint = 0x04;
+/// UDP segmentation offload (Linux ≥ 6.2).
+const TUN_F_USO4: libc::c_uint = 0x20;
+const TUN_F_USO6: libc::c_uint = 0x40;
 
 /// `struct ifreq` as TUNSETIFF reads it: name then flags, padded to 40 bytes.
 #[repr(C)]
@@ -39,6 +42,7 @@ pub struct Tun {
     fd: OwnedFd,
     name: String,
     offload: bool,
+    uso: bool,
 }
 
 /// Errors creating a TUN device, worded for the operator.
@@ -85,13 +89,18 @@ impl Tun {
             return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
         }
         if offload {
-            if let Ok(t) = Self::open(name, true) {
-                let flags = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
-                // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
-                let rc =
-                    unsafe { libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
-                if rc == 0 {
-                    return Ok(t);
+            if let Ok(mut t) = Self::open(name, true) {
+                let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+                // UDP segmentation too where the kernel has it, else TCP only.
+                for (flags, uso) in [(tcp | TUN_F_USO4 | TUN_F_USO6, true), (tcp, false)] {
+                    // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
+                    let rc = unsafe {
+                        libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong)
+                    };
+                    if rc == 0 {
+                        t.uso = uso;
+                        return Ok(t);
+                    }
                 }
                 // Dropping `t` removes the device; fall back below.
             }
@@ -136,10 +145,16 @@ impl Tun {
             fd,
             name: name.to_string(),
             offload: vnet,
+            uso: false,
         })
     }
 
     /// Whether reads and writes carry a virtio-net header (offloads on).
+    /// Whether the kernel hands us UDP super-packets too (USO).
+    pub fn uso(&self) -> bool {
+        self.uso
+    }
+
     pub fn offload(&self) -> bool {
         self.offload
     }

@@ -10,11 +10,14 @@
 //! too, so a batch never waits for a helper that is not running (on a busy
 //! machine the loop simply does all of it itself).
 //!
-//! Helpers only take work while the machine has a spare core: every
-//! [`GATE_INTERVAL`] the loop reads the idle time of all CPUs from
-//! `/proc/stat`, adds the time its helpers spent working, and engages them
-//! above [`SPARE_CORES_ON`] spare cores and stops below
-//! [`SPARE_CORES_OFF`] (hysteresis). On a saturated machine (the lab's two
+//! Helpers only take work when the loop alone would be short of a core
+//! and the machine has one to spare: every [`GATE_INTERVAL`] the loop
+//! computes its demand (its own busy time plus the helpers' work, in
+//! cores) and the spare cores (idle time of all CPUs from `/proc/stat`,
+//! plus the helpers' work), and engages the helpers when demand reaches
+//! [`DEMAND_ON`] and spare reaches [`SPARE_CORES_ON`]; it stops below
+//! [`DEMAND_OFF`] or [`SPARE_CORES_OFF`] (hysteresis). A loop that keeps
+//! up on its own (shaped links) thus never pays for waking helpers. On a saturated machine (the lab's two
 //! daemons and iperf3 on two cores) waking a helper for each batch costs
 //! more than it saves, and steals the cycles the carried applications
 //! need; `parallel = "always"` skips the gate.
@@ -42,6 +45,8 @@ pub const MIN_SPLIT_DATAGRAMS: usize = 8;
 pub const GATE_INTERVAL: Duration = Duration::from_millis(100);
 pub const SPARE_CORES_ON: f64 = 0.5;
 pub const SPARE_CORES_OFF: f64 = 0.25;
+pub const DEMAND_ON: f64 = 0.85;
+pub const DEMAND_OFF: f64 = 0.6;
 
 /// When helpers take work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +92,9 @@ pub struct PoolStatus {
     pub engaged: bool,
     /// Spare cores at the last look (idle CPU plus helper work).
     pub spare_cores: f64,
+    /// The loop's demand at the last look, in cores (its busy time plus
+    /// helper work).
+    pub demand_cores: f64,
     pub per_worker: Vec<WorkerStatus>,
 }
 
@@ -98,7 +106,9 @@ struct Gate {
     /// (idle jiffies, all jiffies) at the last look.
     last_stat: Option<(u64, u64)>,
     last_helper_ns: u64,
+    last_loop_idle: Duration,
     spare: f64,
+    demand: f64,
 }
 
 /// All CPUs' (idle + iowait, total) jiffies from `/proc/stat`.
@@ -148,14 +158,17 @@ impl Workers {
                 last_check: Instant::now(),
                 last_stat: None,
                 last_helper_ns: 0,
+                last_loop_idle: Duration::ZERO,
                 spare: 0.0,
+                demand: 0.0,
             },
         })
     }
 
     /// Re-evaluate the gate if [`GATE_INTERVAL`] passed (cheap otherwise);
-    /// call once per loop iteration.
-    pub fn tick(&mut self) {
+    /// call once per loop iteration with the loop's total time spent
+    /// waiting for events so far.
+    pub fn tick(&mut self, loop_idle: Duration) {
         let g = &mut self.gate;
         if self.pool.is_none() || g.engage == Engage::Always {
             return;
@@ -177,17 +190,20 @@ impl Workers {
             } else {
                 0.0
             };
-            let helpers = helper_ns.saturating_sub(g.last_helper_ns) as f64
-                / elapsed.as_nanos().max(1) as f64;
+            let span = elapsed.as_nanos().max(1) as f64;
+            let helpers = helper_ns.saturating_sub(g.last_helper_ns) as f64 / span;
+            let waited = loop_idle.saturating_sub(g.last_loop_idle).as_nanos() as f64 / span;
             g.spare = idle + helpers;
+            g.demand = (1.0 - waited).max(0.0) + helpers;
             g.open = if g.open {
-                g.spare >= SPARE_CORES_OFF
+                g.spare >= SPARE_CORES_OFF && g.demand >= DEMAND_OFF
             } else {
-                g.spare >= SPARE_CORES_ON
+                g.spare >= SPARE_CORES_ON && g.demand >= DEMAND_ON
             };
         }
         g.last_stat = stat;
         g.last_helper_ns = helper_ns;
+        g.last_loop_idle = loop_idle;
     }
 
     pub fn count(&self) -> usize {
@@ -225,6 +241,7 @@ impl Workers {
             },
             engaged: self.pool.is_some() && self.gate.open,
             spare_cores: (self.gate.spare * 100.0).round() / 100.0,
+            demand_cores: (self.gate.demand * 100.0).round() / 100.0,
             per_worker: self.status(),
         }
     }

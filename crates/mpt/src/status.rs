@@ -236,15 +236,54 @@ pub fn render(v: &Value) -> String {
         };
         let _ = writeln!(
             o,
-            "io: tun offload {}, udp gso {}, udp gro {}; datagrams per sendmmsg {}, per recvmmsg {}; segments per TSO read {}, per GRO write {}",
+            "io: tun offload {} (uso {}), udp gso {}, udp gro {}; datagrams per sendmmsg {}, per recvmmsg {}; segments per TSO read {}, per USO read {}; TCP segments per GRO write {}, UDP datagrams per GRO write {}",
             on("tun_offload"),
+            on("tun_uso"),
             on("udp_gso"),
             on("udp_gro"),
             ratio("udp_datagrams_sent", "udp_send_calls"),
             ratio("udp_datagrams_received", "udp_recv_calls"),
             ratio("tso_segments", "tso_super_packets"),
-            ratio("gro_segments", "tun_writes"),
+            ratio("uso_segments", "uso_super_packets"),
+            ratio("gro_segments", "gro_super_packets"),
+            ratio("udp_gro_segments", "udp_gro_super_packets"),
         );
+    }
+    if let Some(w) = v.get("workers").filter(|x| x.is_object()) {
+        let engaged = w.get("engaged").and_then(Value::as_bool).unwrap_or(false);
+        let _ = writeln!(
+            o,
+            "workers: {} (helpers {}: {}; loop demand {:.2} cores, spare {:.2})",
+            num(w, "workers"),
+            w.get("engage").and_then(Value::as_str).unwrap_or("?"),
+            if engaged { "working" } else { "idle" },
+            w.get("demand_cores").and_then(Value::as_f64).unwrap_or(0.0),
+            w.get("spare_cores").and_then(Value::as_f64).unwrap_or(0.0),
+        );
+        for x in w
+            .get("per_worker")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (p, j) = (num(x, "packets"), num(x, "jobs"));
+            let per_job = if j == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}", p as f64 / j as f64)
+            };
+            let _ = writeln!(
+                o,
+                "  worker {}: {} packets ({}) in {} pieces of batches, {} per piece (max {}), busy {} ms",
+                num(x, "id"),
+                p,
+                bytes(num(x, "bytes")),
+                j,
+                per_job,
+                num(x, "max_job"),
+                num(x, "busy_ms"),
+            );
+        }
     }
     let drops: Vec<String> = v
         .get("drops")

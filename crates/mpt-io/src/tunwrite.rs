@@ -1,0 +1,136 @@
+//! Writing inner packets to the TUN, coalesced where the kernel allows.
+//!
+//! In offload mode consecutive in-order segments of one TCP flow become one
+//! TCP super-packet (`offload::Coalescer`) and consecutive datagrams of one
+//! UDP flow one UDP super-packet (`offload_udp::UdpCoalescer`, only when
+//! the kernel has USO); everything else is written as it is, behind a
+//! zero virtio header.
+//!
+//! Invariants:
+//! * packets of one flow reach the TUN in the order they were given: a
+//!   packet that cannot join a pending super-packet of its protocol first
+//!   flushes it, and a packet that no coalescer takes flushes both;
+//! * [`TunWriter::flush`] is called at the end of every batch, so nothing
+//!   waits in a coalescer across a poll;
+//! * every failed write is reported to the caller (counted as a drop).
+
+use mpt_core::stats::DropReason;
+use mpt_core::tunnel::Tunnel;
+use serde::Serialize;
+
+use crate::offload::{Coalescer, VnetHdr, GSO_NONE, VNET_HDR_LEN};
+use crate::offload_udp::{self, UdpCoalescer};
+use crate::tun::Tun;
+
+/// Counters of the TUN write side, in `mpt status` under `io`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct WriteStats {
+    pub tun_writes: u64,
+    /// TCP super-packets written after coalescing, and the segments merged.
+    pub gro_super_packets: u64,
+    pub gro_segments: u64,
+    /// UDP super-packets written, and the datagrams merged.
+    pub udp_gro_super_packets: u64,
+    pub udp_gro_segments: u64,
+}
+
+/// See the module documentation.
+pub struct TunWriter {
+    tcp: Option<Coalescer>,
+    udp: Option<UdpCoalescer>,
+    pub stats: WriteStats,
+}
+
+impl TunWriter {
+    /// `offload`: the TUN takes virtio headers; `uso`: and UDP GSO.
+    pub fn new(offload: bool, uso: bool) -> Self {
+        Self {
+            tcp: offload.then(Coalescer::default),
+            udp: (offload && uso).then(UdpCoalescer::default),
+            stats: WriteStats::default(),
+        }
+    }
+
+    /// Write one inner packet (or hold it for coalescing). Returns whether
+    /// every write this caused succeeded.
+    pub fn write(&mut self, tun: &Tun, pkt: &[u8]) -> bool {
+        if self.tcp.is_none() {
+            self.stats.tun_writes += 1;
+            return tun.write(pkt).is_ok();
+        }
+        let is_udp = offload_udp::candidate(pkt).is_some();
+        if let (true, Some(u)) = (is_udp, self.udp.as_mut()) {
+            if u.push(pkt) {
+                self.stats.udp_gro_segments += 1;
+                return true;
+            }
+            let ok = self.flush_udp(tun);
+            let u = self.udp.as_mut().expect("checked above");
+            if u.push(pkt) {
+                self.stats.udp_gro_segments += 1;
+                return ok;
+            }
+            return ok & self.write_plain(tun, pkt);
+        }
+        if let Some(c) = self.tcp.as_mut() {
+            if c.push(pkt) {
+                self.stats.gro_segments += 1;
+                return true;
+            }
+        }
+        let mut ok = self.flush_tcp(tun);
+        if let Some(c) = self.tcp.as_mut() {
+            if c.push(pkt) {
+                self.stats.gro_segments += 1;
+                return ok;
+            }
+        }
+        // No coalescer takes it: keep order with anything pending.
+        ok &= self.flush_udp(tun);
+        ok & self.write_plain(tun, pkt)
+    }
+
+    fn write_plain(&mut self, tun: &Tun, pkt: &[u8]) -> bool {
+        self.stats.tun_writes += 1;
+        tun.write_vectored(&[0u8; VNET_HDR_LEN], pkt).is_ok()
+    }
+
+    fn flush_tcp(&mut self, tun: &Tun) -> bool {
+        let Some(bytes) = self.tcp.as_mut().and_then(Coalescer::take) else {
+            return true;
+        };
+        self.stats.tun_writes += 1;
+        if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
+            self.stats.gro_super_packets += 1;
+        }
+        tun.write(bytes).is_ok()
+    }
+
+    fn flush_udp(&mut self, tun: &Tun) -> bool {
+        let Some(bytes) = self.udp.as_mut().and_then(UdpCoalescer::take) else {
+            return true;
+        };
+        self.stats.tun_writes += 1;
+        if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
+            self.stats.udp_gro_super_packets += 1;
+        }
+        tun.write(bytes).is_ok()
+    }
+
+    /// Write whatever is pending (end of a batch).
+    pub fn flush(&mut self, tun: &Tun) -> bool {
+        let ok = self.flush_tcp(tun);
+        ok & self.flush_udp(tun)
+    }
+
+    /// Write every packet the reorder buffer releases, in order; failures
+    /// are counted as drops in the core.
+    pub fn drain(&mut self, tun: &Tun, tunnel: &mut Tunnel) {
+        while let Some(p) = tunnel.poll_deliver() {
+            if !self.write(tun, &p) {
+                tunnel.count_drop(DropReason::TunWriteFailed);
+            }
+            tunnel.recycle(p);
+        }
+    }
+}
