@@ -329,3 +329,28 @@ fn secrets_must_not_be_readable_by_others() {
     assert!(!k.inline_secret);
     let _ = std::fs::remove_dir_all(d);
 }
+
+#[test]
+fn workers_and_parallel() {
+    let c = parse(MINIMAL).unwrap();
+    assert_eq!((c.tunnel.workers, c.tunnel.parallel_always), (None, false));
+    let with =
+        |extra: &str| MINIMAL.replace("name = \"mpt0\"", &format!("name = \"mpt0\"\n{extra}"));
+    let c = parse(&with("workers = 4\nparallel = \"always\"")).unwrap();
+    assert_eq!(
+        (c.tunnel.workers, c.tunnel.parallel_always),
+        (Some(4), true)
+    );
+    let c = parse(&with("parallel = \"auto\"")).unwrap();
+    assert!(!c.tunnel.parallel_always);
+    assert_eq!(
+        errors(&with("workers = 0")),
+        vec!["t.toml:4: tunnel.workers: 0 is out of range (allowed: 1 to 256)"]
+    );
+    let e = errors(&with("parallel = \"sometimes\""));
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with("t.toml:4: tunnel.parallel: 'sometimes' is not a choice"),
+        "{e:?}"
+    );
+}
