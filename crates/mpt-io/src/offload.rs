@@ -318,6 +318,9 @@ impl Coalescer {
     /// (the caller then flushes with [`Coalescer::take`] and calls again)
     /// or cannot be coalesced at all (empty coalescer: write it as is).
     pub fn push(&mut self, pkt: &[u8]) -> bool {
+        if pkt.len() > MAX_SUPER_PACKET {
+            return false;
+        }
         let Some((iph, hdrs)) = candidate(pkt) else {
             return false;
         };
@@ -397,7 +400,7 @@ impl Coalescer {
 
 /// IP fields that must match for coalescing: addresses, and IPv4
 /// TOS/TTL/DF or IPv6 traffic class, flow label and hop limit.
-fn same_ip_fields(a: &[u8], b: &[u8], iph: usize) -> bool {
+pub(crate) fn same_ip_fields(a: &[u8], b: &[u8], iph: usize) -> bool {
     if iph == 20 {
         a[1] == b[1] && a[6] & 0x40 == b[6] & 0x40 && a[8] == b[8] && a[12..20] == b[12..20]
     } else {

@@ -18,8 +18,8 @@
 //! and travels unmodified or is counted as an offload error.
 
 use super::offload::{
-    fold, ip_header_len, ipv4_checksum, pseudo_for, sum16, OffloadError, VnetHdr, GSO_NONE,
-    GSO_UDP_L4, MAX_SUPER_PACKET, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
+    fold, ip_header_len, ipv4_checksum, pseudo_for, same_ip_fields, sum16, OffloadError, VnetHdr,
+    GSO_NONE, GSO_UDP_L4, MAX_SUPER_PACKET, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
 };
 
 const UDP: u8 = 17;
@@ -126,16 +126,6 @@ impl Default for UdpCoalescer {
     }
 }
 
-/// IP fields that must match: addresses, and IPv4 TOS/TTL/DF or IPv6
-/// traffic class, flow label and hop limit.
-fn same_ip(a: &[u8], b: &[u8], iph: usize) -> bool {
-    if iph == 20 {
-        a[1] == b[1] && a[6] & 0x40 == b[6] & 0x40 && a[8] == b[8] && a[12..20] == b[12..20]
-    } else {
-        a[0..4] == b[0..4] && a[7] == b[7] && a[8..40] == b[8..40]
-    }
-}
-
 /// Whether `pkt` is a UDP datagram we may coalesce; its IP header length.
 pub fn candidate(pkt: &[u8]) -> Option<usize> {
     let iph = ip_header_len(pkt, UDP, UDP_HDR)?;
@@ -152,6 +142,9 @@ impl UdpCoalescer {
     /// Add `pkt`. `false`: it cannot join (flush with [`Self::take`] and
     /// call again) or cannot be coalesced at all (write it as is).
     pub fn push(&mut self, pkt: &[u8]) -> bool {
+        if pkt.len() > MAX_SUPER_PACKET {
+            return false;
+        }
         let Some(iph) = candidate(pkt) else {
             return false;
         };
@@ -165,7 +158,7 @@ impl UdpCoalescer {
         let cur = &self.buf[VNET_HDR_LEN..VNET_HDR_LEN + self.len];
         let joins = iph == self.iph
             && !self.closed
-            && same_ip(cur, pkt, iph)
+            && same_ip_fields(cur, pkt, iph)
             && cur[iph..iph + 4] == pkt[iph..iph + 4]
             && payload <= self.gso_size
             && self.segs < MAX_SEGMENTS

@@ -186,3 +186,14 @@ fn malformed_super_packets_are_refused() {
         Err(OffloadError::Malformed)
     );
 }
+
+#[test]
+fn oversized_packets_are_refused_not_copied() {
+    // An IPv6 packet may claim 40 + 65535 bytes: more than a super-packet.
+    let mut p = udp_super(true, &vec![0u8; 65_535 - 8], 0);
+    assert_eq!(p.len(), 65_575);
+    let mut c = UdpCoalescer::default();
+    assert!(!c.push(&p));
+    p[6] = 6; // TCP next header: the TCP coalescer refuses it as well
+    assert!(!crate::offload::Coalescer::default().push(&p));
+}

@@ -96,25 +96,24 @@ impl TunWriter {
     }
 
     fn flush_tcp(&mut self, tun: &Tun) -> bool {
-        let Some(bytes) = self.tcp.as_mut().and_then(Coalescer::take) else {
-            return true;
-        };
-        self.stats.tun_writes += 1;
-        if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
-            self.stats.gro_super_packets += 1;
-        }
-        tun.write(bytes).is_ok()
+        let bytes = self.tcp.as_mut().and_then(Coalescer::take);
+        write_taken(
+            tun,
+            bytes,
+            &mut self.stats.tun_writes,
+            &mut self.stats.gro_super_packets,
+        )
     }
 
     fn flush_udp(&mut self, tun: &Tun) -> bool {
-        let Some(bytes) = self.udp.as_mut().and_then(UdpCoalescer::take) else {
-            return true;
-        };
-        self.stats.tun_writes += 1;
-        if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
-            self.stats.udp_gro_super_packets += 1;
-        }
-        tun.write(bytes).is_ok()
+        let bytes = self.udp.as_mut().and_then(UdpCoalescer::take);
+        let st = &mut self.stats;
+        write_taken(
+            tun,
+            bytes,
+            &mut st.tun_writes,
+            &mut st.udp_gro_super_packets,
+        )
     }
 
     /// Write whatever is pending (end of a batch).
@@ -133,4 +132,17 @@ impl TunWriter {
             tunnel.recycle(p);
         }
     }
+}
+
+/// Write what a coalescer gave up (if anything), counting the write and,
+/// if it is a super-packet, `merged`.
+fn write_taken(tun: &Tun, bytes: Option<&[u8]>, writes: &mut u64, merged: &mut u64) -> bool {
+    let Some(bytes) = bytes else {
+        return true;
+    };
+    *writes += 1;
+    if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
+        *merged += 1;
+    }
+    tun.write(bytes).is_ok()
 }

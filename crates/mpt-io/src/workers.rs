@@ -268,8 +268,10 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Count a piece of `packets` datagrams for the current worker.
-    fn record(&self, packets: usize, bytes: u64, started: Instant) {
+    /// Count a piece of a batch for the current worker.
+    fn record(&self, spans: &[Span], started: Instant) {
+        let packets = spans.len();
+        let bytes: u64 = spans.iter().map(|s| s.2 as u64).sum();
         let id = rayon::current_thread_index().unwrap_or(0);
         if let Some(c) = self.counters.get(id) {
             let ns = started.elapsed().as_nanos() as u64;
@@ -289,12 +291,24 @@ where
     F: Fn(&mut [u8]) -> R,
 {
     let started = Instant::now();
-    let mut bytes = 0u64;
-    for ((k, off, len), r) in spans.iter().zip(results.iter_mut()) {
-        *r = f(&mut bufs[k - k0][*off..off + len]);
-        bytes += *len as u64;
+    let mut i = 0;
+    while i < spans.len() {
+        let k = spans[i].0;
+        let j = i + spans[i..].partition_point(|s| s.0 == k);
+        apply(&mut bufs[k - k0], 0, &spans[i..j], &mut results[i..j], f);
+        i = j;
     }
-    ctx.record(spans.len(), bytes, started);
+    ctx.record(spans, started);
+}
+
+/// Run `f` on each span of `buf` (whose first byte is at offset `base`).
+fn apply<R, F>(buf: &mut [u8], base: usize, spans: &[Span], results: &mut [R], f: &F)
+where
+    F: Fn(&mut [u8]) -> R,
+{
+    for ((_, off, len), r) in spans.iter().zip(results.iter_mut()) {
+        *r = f(&mut buf[off - base..off - base + len]);
+    }
 }
 
 /// Split at a buffer boundary near the middle; within one buffer, split
@@ -340,12 +354,8 @@ where
 {
     if spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
         let started = Instant::now();
-        let mut bytes = 0u64;
-        for ((_, off, len), r) in spans.iter().zip(results.iter_mut()) {
-            *r = f(&mut buf[off - base..off - base + len]);
-            bytes += *len as u64;
-        }
-        ctx.record(spans.len(), bytes, started);
+        apply(buf, base, spans, results, f);
+        ctx.record(spans, started);
         return;
     }
     let mid = spans.len() / 2;
