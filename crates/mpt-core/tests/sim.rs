@@ -123,11 +123,13 @@ fn index_of(p: &[u8]) -> u64 {
     u64::from_be_bytes(p[20..28].try_into().unwrap())
 }
 
+/// A datagram in flight: (arrival, tiebreak, to side, path, bytes).
+type InFlight = Reverse<(Nanos, u64, usize, usize, Vec<u8>)>;
+
 struct Sim {
     t: [Tunnel; 2],
     links: Vec<[Link; 2]>,
-    /// (arrival, tiebreak, to side, path, datagram, inner index if data)
-    queue: BinaryHeap<Reverse<(Nanos, u64, usize, usize, Vec<u8>)>>,
+    queue: BinaryHeap<InFlight>,
     last_arrival: Vec<[Nanos; 2]>,
     tiebreak: u64,
     rng: Rng,
