@@ -110,8 +110,8 @@ impl ReorderBuffer {
             slots: (0..capacity).map(|_| Slot::Empty).collect(),
             delivered: vec![0; (capacity as usize).div_ceil(64)],
             held_count: 0,
-            arrivals: VecDeque::new(),
-            ready: VecDeque::new(),
+            arrivals: VecDeque::with_capacity(capacity as usize),
+            ready: VecDeque::with_capacity(capacity as usize),
             pool: Vec::new(),
             stats: ReorderStats::default(),
         }
@@ -196,6 +196,11 @@ impl ReorderBuffer {
             self.drain_consecutive();
         } else {
             self.stats.reordered += 1;
+            // Drop stale entries first, so the queue stays within what is
+            // really held and its preallocated room.
+            while self.arrivals.front().is_some_and(|&(_, s)| s < self.next) {
+                self.arrivals.pop_front();
+            }
             self.arrivals.push_back((now, seq));
         }
         Accept::Held
