@@ -42,10 +42,12 @@ def iperf3(
     reverse: bool = False,
     wrap: list[str] | None = None,
     interval: float | None = None,
+    window: str | None = None,
 ) -> IperfResult:
     """Run iperf3 from A to a server in B at `server_addr`. `wrap` prefixes
     both commands (for example mptcpize); `interval` sets the report period
-    of the per-interval timeline."""
+    of the per-interval timeline; `window` the socket buffer size (-w) of
+    both ends."""
     w = wrap or []
     srv = topo.spawn(
         "b",
@@ -66,6 +68,8 @@ def iperf3(
         args.append("-R")
     if interval:
         args += ["-i", str(interval)]
+    if window:
+        args += ["-w", window]
     p = run(args, ns=topo.a, check=False, timeout=seconds + 30)
     try:
         srv.wait(timeout=10)
