@@ -30,7 +30,12 @@ fn last_err(what: &str, ifname: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what} on {ifname}: {e}"))
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> libc::c_int {
+pub(crate) fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> libc::c_int {
     // SAFETY: `v` is a valid c_int for the duration of the call and its size
     // is passed; setsockopt does not retain the pointer.
     unsafe {

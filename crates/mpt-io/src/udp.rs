@@ -14,11 +14,14 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::packet::setsockopt_int;
+
 /// Socket buffer size requested for each path socket (tuning knob).
-pub const SOCKET_BUFFER_BYTES: usize = 4 << 20;
+pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 
 /// A bound path socket.
 #[derive(Debug)]
@@ -75,9 +78,14 @@ fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
             )
         })?;
     }
-    // Larger buffers absorb bursts; failures here are not fatal.
+    // Larger buffers absorb bursts; failures here are not fatal. As root
+    // the *FORCE options pass net.core.[rw]mem_max; else the plain ones.
     let _ = sock.set_recv_buffer_size(SOCKET_BUFFER_BYTES);
     let _ = sock.set_send_buffer_size(SOCKET_BUFFER_BYTES);
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        let bytes = SOCKET_BUFFER_BYTES as libc::c_int;
+        let _ = setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, opt, bytes);
+    }
     sock.bind(&b.local.into())
         .map_err(|e| explain(b.name, b.local, "bind", e))?;
     sock.set_nonblocking(true)?;
