@@ -176,9 +176,10 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
             elif "owd_mean_ms" in det:
                 notes = f"owd {det['owd_mean_ms']:.2f} ms, jitter {det['jitter_ms']:.3f} ms"
             ref = plain.get((p["traffic"], p["path_v"]))
-            if p["efficiency"] is None and ref and p["system"] != "plain" and p["mbps"]:
+            bulk = p["efficiency"] is None and p["traffic"] in ("tcp", "udp", "http")
+            if bulk and ref and p["system"] != "plain" and p["mbps"]:
                 notes += f"; {p['mbps'] / ref:.1%} of plain"
-            if p["efficiency"] is None and "cycles_per_byte" in det:
+            if bulk and "cycles_per_byte" in det:
                 notes += f"; {det['cycles_per_byte']:.2f} cycles/B"
                 if "tunnel_cycles_per_byte" in det:
                     notes += f" ({det['tunnel_cycles_per_byte']:.2f} in mpt)"
