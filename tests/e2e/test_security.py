@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
 from mptlab.netns import Shape, Topology
 from mptlab.probe import stream
@@ -300,7 +301,10 @@ def test_client_address_change_behind_nat(workdir: Path) -> None:
             run(["ip", "netns", "del", n], check=False)
 
 
-def test_rekey_under_load_does_not_interrupt_traffic(workdir: Path) -> None:
+@pytest.mark.parametrize("parallel", [None, "always"])
+def test_rekey_under_load_does_not_interrupt_traffic(workdir: Path, parallel: str | None) -> None:
+    """Also with two workers sealing and opening every batch in parallel:
+    nonces and the replay window must survive session changes mid-flow."""
     from mptlab.traffic import iperf3
 
     with Topology(2) as topo:
@@ -308,6 +312,8 @@ def test_rekey_under_load_does_not_interrupt_traffic(workdir: Path) -> None:
             paths=[PathOpts(1), PathOpts(2)],
             tunnel_v6=False,
             security_extra="rekey_after_packets = 20000",
+            workers=2 if parallel else None,
+            parallel=parallel,
         )
         a, b = start_pair(topo, opts, workdir)
         # The client (b) sends: it starts a rekey every 20,000 packets.
