@@ -80,6 +80,9 @@ pub enum PacketType {
     HandshakeInit = 4,
     /// Handshake response (server to client).
     HandshakeResponse = 5,
+    /// Negative acknowledgement: data sequence numbers the receiver is
+    /// missing and asks to be sent again ([`NackBody`]; loss recovery).
+    Nack = 6,
 }
 
 impl PacketType {
@@ -90,6 +93,7 @@ impl PacketType {
             3 => Some(Self::Echo),
             4 => Some(Self::HandshakeInit),
             5 => Some(Self::HandshakeResponse),
+            6 => Some(Self::Nack),
             _ => None,
         }
     }
@@ -264,6 +268,60 @@ impl ProbeBody {
     }
 }
 
+/// Most sequence numbers in one NACK (spec constant).
+pub const NACK_MAX_SEQS: usize = 16;
+
+/// Body of a [`PacketType::Nack`]: `count` (u16, 1 to [`NACK_MAX_SEQS`]),
+/// two reserved zero bytes, then `count` big-endian u64 tunnel sequence
+/// numbers. A view: the length is checked once in [`NackBody::parse`].
+#[derive(Debug, Clone, Copy)]
+pub struct NackBody<'a> {
+    seqs: &'a [u8],
+}
+
+impl<'a> NackBody<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        if body.len() < 4 {
+            return Err(WireError::Truncated);
+        }
+        let count = usize::from(u16::from_be_bytes([body[0], body[1]]));
+        if count == 0 || count > NACK_MAX_SEQS {
+            return Err(WireError::BadType);
+        }
+        let seqs = body.get(4..4 + 8 * count).ok_or(WireError::Truncated)?;
+        Ok(Self { seqs })
+    }
+
+    pub fn len(&self) -> usize {
+        self.seqs.len() / 8
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// The requested sequence numbers, in the order sent.
+    pub fn seqs(&self) -> impl Iterator<Item = u64> + 'a {
+        self.seqs.chunks_exact(8).map(|c| be_u64(c, 0))
+    }
+
+    /// Write a body for `seqs` (1 to [`NACK_MAX_SEQS`] of them) into `out`;
+    /// returns its length, or `None` if `out` is too short or `seqs` empty.
+    pub fn write(seqs: &[u64], out: &mut [u8]) -> Option<usize> {
+        let n = seqs.len();
+        let len = 4 + 8 * n;
+        if n == 0 || n > NACK_MAX_SEQS || out.len() < len {
+            return None;
+        }
+        out[0..2].copy_from_slice(&(n as u16).to_be_bytes());
+        out[2..4].fill(0);
+        for (i, s) in seqs.iter().enumerate() {
+            out[4 + 8 * i..12 + 8 * i].copy_from_slice(&s.to_be_bytes());
+        }
+        Some(len)
+    }
+}
+
 /// IP version of an inner packet, from its first nibble, or `None` if the
 /// bytes cannot be an IPv4 or IPv6 packet of plausible length.
 pub fn inner_ip_version(pkt: &[u8]) -> Option<u8> {
@@ -381,7 +439,7 @@ mod tests {
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 6;
+        v[1] = 7;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
         // A probe type with no body is truncated.
         let mut v = DATA_VECTOR;
@@ -408,5 +466,28 @@ mod tests {
         assert_eq!(inner_ip_version(&v6[..39]), None);
         assert_eq!(inner_ip_version(&[0x55; 64]), None);
         assert_eq!(inner_ip_version(&[]), None);
+    }
+
+    #[test]
+    fn nack_body_vector_and_limits() {
+        const NACK_VECTOR: [u8; 20] = [
+            0x00, 0x02, 0x00, 0x00, // two sequence numbers, reserved
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, // 256
+            0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, // 2^32 + 7
+        ];
+        let b = NackBody::parse(&NACK_VECTOR).unwrap();
+        assert_eq!(b.seqs().collect::<Vec<_>>(), vec![256, (1 << 32) + 7]);
+        let mut out = [0xffu8; 32];
+        assert_eq!(NackBody::write(&[256, (1 << 32) + 7], &mut out), Some(20));
+        assert_eq!(out[..20], NACK_VECTOR);
+        // Truncated list, zero and too many entries, no room.
+        assert_eq!(NackBody::parse(&NACK_VECTOR[..19]).err(), Some(WireError::Truncated));
+        assert_eq!(NackBody::parse(&[0, 0, 0, 0]).err(), Some(WireError::BadType));
+        let mut many = vec![0u8; 4 + 8 * (NACK_MAX_SEQS + 1)];
+        many[1] = (NACK_MAX_SEQS + 1) as u8;
+        assert_eq!(NackBody::parse(&many).err(), Some(WireError::BadType));
+        assert_eq!(NackBody::write(&[], &mut out), None);
+        assert_eq!(NackBody::write(&[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]), None);
+        assert_eq!(NackBody::write(&[1, 2], &mut out[..19]), None);
     }
 }
