@@ -47,6 +47,7 @@ fuzz_target!(|data: &[u8]| {
             security: Some(security),
             seed: [3; 32],
             adapt_to_loss: true,
+            recover: true,
         },
         0,
     );

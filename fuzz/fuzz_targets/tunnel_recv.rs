@@ -33,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
             security: None,
             seed: [0; 32],
             adapt_to_loss: true,
+            recover: true,
         },
         0,
     );

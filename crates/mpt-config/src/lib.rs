@@ -95,6 +95,8 @@ pub struct ReorderSection {
     pub window: usize,
     pub max_delay_ms: u64,
     pub release: Release,
+    /// Ask the peer to resend data packets found lost (both peers).
+    pub recover: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -162,7 +164,7 @@ const PATH_KEYS: &[&str] = &[
     "dead_ms",
     "mtu",
 ];
-const REORDER_KEYS: &[&str] = &["window", "max_delay_ms", "release"];
+const REORDER_KEYS: &[&str] = &["window", "max_delay_ms", "release", "recover"];
 const ROUTE_KEYS: &[&str] = &["network", "metric"];
 
 fn valid_ifname(s: &str) -> Result<(), &'static str> {
@@ -414,6 +416,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         Some("timeout") => Release::Timeout,
         _ => Release::Frontier,
     };
+    let recover = rr.boolean(ctx, "recover").unwrap_or(false);
     rr.finish(ctx);
 
     // [scheduler]
@@ -502,6 +505,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             window,
             max_delay_ms,
             release,
+            recover,
         },
         routes,
     })

@@ -99,7 +99,8 @@ fn defaults_are_filled_in() {
         ReorderSection {
             window: 4096,
             max_delay_ms: 100,
-            release: Release::Frontier
+            release: Release::Frontier,
+            recover: false,
         }
     );
     assert_eq!(c.share, Share::Bytes);

@@ -248,6 +248,11 @@ impl PathState {
         self.loss_mark = None;
     }
 
+    /// Smoothed round-trip time (RFC 6298), once measured.
+    pub fn srtt(&self) -> Option<Nanos> {
+        self.srtt
+    }
+
     /// Smoothed loss of our packets on this path (0..1).
     pub fn tx_loss_recent(&self) -> f64 {
         self.tx_loss_ewma

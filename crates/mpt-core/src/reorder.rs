@@ -135,6 +135,22 @@ impl ReorderBuffer {
         (seq & (self.capacity - 1)) as usize
     }
 
+    /// Up to `max` sequence numbers in `[from, to)` that are neither
+    /// delivered nor held (the gaps), ascending, appended to `out`. Looks at
+    /// most one window ahead of the next sequence number.
+    pub fn missing(&self, from: u64, to: u64, max: usize, out: &mut Vec<u64>) {
+        let from = from.max(self.next);
+        let to = to.min(self.next.saturating_add(self.capacity));
+        let mut seq = from;
+        while seq < to && out.len() < max {
+            let held = matches!(&self.slots[self.idx(seq)], Slot::Held { seq: s, .. } if *s == seq);
+            if !held {
+                out.push(seq);
+            }
+            seq += 1;
+        }
+    }
+
     fn set_delivered(&mut self, seq: u64, yes: bool) {
         let i = self.idx(seq);
         let (w, b) = (i / 64, i % 64);

@@ -481,13 +481,22 @@ mod tests {
         assert_eq!(NackBody::write(&[256, (1 << 32) + 7], &mut out), Some(20));
         assert_eq!(out[..20], NACK_VECTOR);
         // Truncated list, zero and too many entries, no room.
-        assert_eq!(NackBody::parse(&NACK_VECTOR[..19]).err(), Some(WireError::Truncated));
-        assert_eq!(NackBody::parse(&[0, 0, 0, 0]).err(), Some(WireError::BadType));
+        assert_eq!(
+            NackBody::parse(&NACK_VECTOR[..19]).err(),
+            Some(WireError::Truncated)
+        );
+        assert_eq!(
+            NackBody::parse(&[0, 0, 0, 0]).err(),
+            Some(WireError::BadType)
+        );
         let mut many = vec![0u8; 4 + 8 * (NACK_MAX_SEQS + 1)];
         many[1] = (NACK_MAX_SEQS + 1) as u8;
         assert_eq!(NackBody::parse(&many).err(), Some(WireError::BadType));
         assert_eq!(NackBody::write(&[], &mut out), None);
-        assert_eq!(NackBody::write(&[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]), None);
+        assert_eq!(
+            NackBody::write(&[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]),
+            None
+        );
         assert_eq!(NackBody::write(&[1, 2], &mut out[..19]), None);
     }
 }

@@ -38,6 +38,7 @@ fn tunnel() -> Tunnel {
             security: None,
             seed: [0; 32],
             adapt_to_loss: true,
+            recover: true,
         },
         0,
     )

@@ -102,6 +102,7 @@ fn tunnel(side: u8) -> Tunnel {
             security: Some(security),
             seed: [side; 32],
             adapt_to_loss: false,
+            recover: false,
         },
         0,
     )

@@ -28,6 +28,7 @@
 //!   that did not authenticate;
 //! * nothing here blocks, allocates per in-order packet, or panics on input.
 
+mod recovery;
 mod recv;
 mod split;
 mod status;
@@ -35,6 +36,7 @@ mod status;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+pub use recovery::RecoveryStats;
 pub use split::{Opener, RecvStart, Sealer};
 pub use status::{ReorderStatus, TunnelStatus};
 
@@ -76,6 +78,9 @@ pub struct TunnelConfig {
     /// Lower a path's weight while its packets get lost (see
     /// [`loss_weight_factor`]).
     pub adapt_to_loss: bool,
+    /// Ask for lost data packets again and resend asked ones (see
+    /// `recovery.rs`); both peers need it.
+    pub recover: bool,
 }
 
 /// Excess loss (over the best path's) below which weights do not move: the
@@ -160,6 +165,8 @@ pub struct Tunnel {
     /// Path chosen for the current burst (see [`Tunnel::begin_burst`]).
     burst_path: Option<PathId>,
     adapt_to_loss: bool,
+    reorder_max_delay: Nanos,
+    recovery: Option<recovery::Recovery>,
 }
 
 /// Handshake responses queued at most (they are rate-limited anyway).
@@ -194,6 +201,8 @@ impl Tunnel {
             handshake_out: VecDeque::new(),
             burst_path: None,
             adapt_to_loss: cfg.adapt_to_loss,
+            reorder_max_delay: cfg.reorder_max_delay,
+            recovery: cfg.recover.then(recovery::Recovery::new),
         }
     }
 
@@ -354,6 +363,9 @@ impl Tunnel {
             return None;
         };
         let seq = self.next_tunnel_seq;
+        if let Some(r) = self.recovery.as_mut() {
+            r.store(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
+        }
         let total = self.emit(now, path, PacketType::Data, class, seq, buf, len, seal)?;
         self.next_tunnel_seq += 1;
         self.counters.tx_packets += 1;
@@ -496,10 +508,15 @@ impl Tunnel {
         if !self.has_session() {
             return None;
         }
+        if let Some(t) = self.poll_recovery(now, buf) {
+            return Some(t);
+        }
         for i in 0..self.paths.len() {
             let pid = i as PathId;
             let p = &mut self.paths[i];
-            let Some(dst) = p.remote else { continue };
+            if p.remote.is_none() {
+                continue;
+            }
             let (ty, echo_ts, hold) = if let Some((ts, arrived)) = p.echo_due.take() {
                 (PacketType::Echo, ts, now.saturating_sub(arrived))
             } else if p.probe_due {
@@ -523,18 +540,34 @@ impl Tunnel {
             }
             .write(&mut buf[HEADER_LEN..]);
             let seq = self.next_tunnel_seq;
-            let Some(len) = self.emit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN, true) else {
-                continue;
-            };
-            let local_key = self.paths[i].cfg.local_key;
-            return Some(Transmit {
-                path: pid,
-                local_key,
-                dst,
-                len,
-            });
+            if let Some(t) = self.control_transmit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN) {
+                return Some(t);
+            }
         }
         None
+    }
+
+    /// Write header (and seal) a packet whose body is at `buf[HEADER_LEN..]`
+    /// for `path`, outside the data path's accounting.
+    #[allow(clippy::too_many_arguments)] // the header's fields, as they are
+    fn control_transmit(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        ty: PacketType,
+        class: u8,
+        seq: u64,
+        buf: &mut [u8],
+        body_len: usize,
+    ) -> Option<Transmit> {
+        let dst = self.paths[path as usize].remote?;
+        let len = self.emit(now, path, ty, class, seq, buf, body_len, true)?;
+        Some(Transmit {
+            path,
+            local_key: self.paths[path as usize].cfg.local_key,
+            dst,
+            len,
+        })
     }
 
     fn poll_initiation(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
@@ -579,6 +612,13 @@ impl Tunnel {
                 min(x);
             }
         }
+        if let Some(x) = self
+            .recovery
+            .as_ref()
+            .and_then(recovery::Recovery::deadline)
+        {
+            min(x);
+        }
         t
     }
 
@@ -595,6 +635,14 @@ impl Tunnel {
         self.reorder.handle_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);
+        }
+        if self
+            .recovery
+            .as_ref()
+            .and_then(recovery::Recovery::deadline)
+            .is_some_and(|d| d <= now)
+        {
+            self.apply_policy(now);
         }
     }
 

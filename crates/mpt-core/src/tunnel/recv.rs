@@ -15,7 +15,8 @@ use crate::crypto::state::HandshakeRole;
 use crate::reorder::Accept;
 use crate::stats::DropReason;
 use crate::wire::{
-    self, Header, HeaderFields, PacketType, ProbeBody, WireError, HEADER_LEN, PROBE_FLAG_HEARING,
+    self, Header, HeaderFields, NackBody, PacketType, ProbeBody, WireError, HEADER_LEN,
+    PROBE_FLAG_HEARING,
 };
 use crate::{Nanos, PathId};
 
@@ -206,6 +207,7 @@ impl Tunnel {
             self.policy.reset();
         }
         self.policy.on_data(pid, seq);
+        self.recovery_on_data(seq);
         let r = match accept {
             Accept::DeliverNow => {
                 self.counters.rx_packets += 1;
@@ -219,13 +221,16 @@ impl Tunnel {
             Accept::Duplicate => return self.drop_counted(DropReason::Duplicate),
             Accept::Late => return self.drop_counted(DropReason::Late),
         };
-        self.apply_policy();
+        self.apply_policy(now);
         r
     }
 
-    fn apply_policy(&mut self) {
+    /// Release gaps the policy proved lost, except those loss recovery
+    /// still waits for.
+    pub(super) fn apply_policy(&mut self, now: Nanos) {
         if self.reorder.held() > 0 {
             let floor = self.policy.lost_below(&self.up);
+            let floor = self.recovery_floor(now, floor);
             self.reorder.release_below(floor);
         }
     }
@@ -238,6 +243,14 @@ impl Tunnel {
         f: &HeaderFields,
         body: &[u8],
     ) {
+        if ty == PacketType::Nack {
+            if let (Ok(b), Some(r)) = (NackBody::parse(body), self.recovery.as_mut()) {
+                r.on_nack(&b);
+            }
+            self.policy.on_frontier(pid, f.tunnel_seq);
+            self.apply_policy(now);
+            return;
+        }
         let Ok(b) = ProbeBody::parse(body) else {
             return;
         };
@@ -272,6 +285,6 @@ impl Tunnel {
         }
         self.policy.on_frontier(pid, f.tunnel_seq);
         self.refresh_up(pid, now);
-        self.apply_policy();
+        self.apply_policy(now);
     }
 }

@@ -38,6 +38,8 @@ pub struct TunnelStatus {
     pub security: Option<SecurityStatus>,
     /// Drop counters by reason.
     pub drops: BTreeMap<&'static str, u64>,
+    /// Loss recovery counters; `None` when recovery is off.
+    pub recovery: Option<super::RecoveryStats>,
 }
 
 impl Tunnel {
@@ -58,6 +60,7 @@ impl Tunnel {
             },
             security: self.crypto.as_ref().map(|c| c.status(now)),
             drops: self.drops.iter().collect(),
+            recovery: self.recovery_stats().cloned(),
         }
     }
 }

@@ -1,0 +1,247 @@
+//! Loss recovery inside the tunnel (opt-in, `[reorder] recover = true` on
+//! both peers): the receiver asks for data packets a release policy has
+//! proven lost ([`PacketType::Nack`]), the sender sends them again from a
+//! ring of recent packets on its best path, and the receiver holds the
+//! gap meanwhile instead of releasing it — so the inner TCP sees a short
+//! delay instead of a loss (ARQ, in the spirit of RFC 5681's fast
+//! retransmit but one layer down, where the path RTT is short).
+//!
+//! Invariants:
+//! * a gap is asked for once; it is released (as today) when its answer
+//!   has not come within the wait ([`Recovery::wait`]), so recovery can
+//!   delay a loss by at most that long and never by more than the reorder
+//!   buffer's `max_delay`;
+//! * the ring holds the last [`RING_PACKETS`] data packets by sequence
+//!   number; a request for anything older is counted and ignored;
+//! * queues are bounded ([`MAX_PENDING`], [`MAX_RETRANSMIT_QUEUE`]); what does
+//!   not fit is not recovered (counted), never an unbounded allocation;
+//! * with recovery off nothing here exists and the wire is unchanged.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use super::{Transmit, Tunnel};
+use crate::crypto::TAG_LEN;
+use crate::wire::{NackBody, PacketType, HEADER_LEN, NACK_MAX_SEQS};
+use crate::{Nanos, PathId, NANOS_PER_MS};
+
+/// Tuning knobs: packets kept for retransmission, gaps waited for at once,
+/// requests queued at the sender, and the wait bounds.
+pub const RING_PACKETS: usize = 4096;
+pub const MAX_PENDING: usize = 1024;
+pub const MAX_RETRANSMIT_QUEUE: usize = 1024;
+pub const WAIT_MIN: Nanos = 2 * NANOS_PER_MS;
+pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
+
+/// Recovery counters, in `mpt status` under `recovery`.
+#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+pub struct RecoveryStats {
+    /// Receiver: NACK packets sent and the gaps they asked for.
+    pub nacks_sent: u64,
+    pub gaps_requested: u64,
+    /// Receiver: gaps filled by a retransmission in time, and given up.
+    pub recovered: u64,
+    pub gave_up: u64,
+    /// Receiver: gaps not asked for because too many were pending.
+    pub pending_full: u64,
+    /// Sender: requests received, packets sent again, and requests for
+    /// packets no longer in the ring (or queue full).
+    pub requests_received: u64,
+    pub retransmitted: u64,
+    pub not_available: u64,
+}
+
+struct Stored {
+    seq: u64,
+    class: u8,
+    len: usize,
+    bytes: Vec<u8>,
+}
+
+/// Recovery state of one tunnel (both roles: every peer sends and receives).
+pub struct Recovery {
+    ring: Vec<Stored>,
+    /// Sender: sequence numbers asked for, to send again.
+    retransmit: VecDeque<u64>,
+    /// Receiver: gaps asked for, ascending, with their deadline.
+    pending: VecDeque<(u64, Nanos)>,
+    /// Receiver: gaps to put into NACKs.
+    nack_out: VecDeque<u64>,
+    /// Receiver: every gap below this has been considered already.
+    considered_upto: u64,
+    scratch: Vec<u64>,
+    pub stats: RecoveryStats,
+}
+
+impl Recovery {
+    pub fn new() -> Self {
+        Self {
+            ring: (0..RING_PACKETS)
+                .map(|_| Stored {
+                    seq: u64::MAX,
+                    class: 0,
+                    len: 0,
+                    bytes: Vec::new(),
+                })
+                .collect(),
+            retransmit: VecDeque::with_capacity(MAX_RETRANSMIT_QUEUE),
+            pending: VecDeque::with_capacity(MAX_PENDING),
+            nack_out: VecDeque::with_capacity(MAX_PENDING),
+            considered_upto: 0,
+            scratch: Vec::with_capacity(MAX_PENDING),
+            stats: RecoveryStats::default(),
+        }
+    }
+
+    /// Keep a copy of data packet `seq` (its inner bytes).
+    pub fn store(&mut self, seq: u64, class: u8, inner: &[u8]) {
+        let s = &mut self.ring[(seq % RING_PACKETS as u64) as usize];
+        s.seq = seq;
+        s.class = class;
+        s.len = inner.len();
+        s.bytes.clear();
+        s.bytes.extend_from_slice(inner);
+    }
+
+    /// The peer asked for these sequence numbers.
+    pub fn on_nack(&mut self, body: &NackBody<'_>) {
+        for seq in body.seqs() {
+            self.stats.requests_received += 1;
+            let have = self.ring[(seq % RING_PACKETS as u64) as usize].seq == seq;
+            if have && self.retransmit.len() < MAX_RETRANSMIT_QUEUE {
+                self.retransmit.push_back(seq);
+            } else {
+                self.stats.not_available += 1;
+            }
+        }
+    }
+
+    /// How long a gap is waited for: two round trips of the fastest path
+    /// (request out, packet back, with margin), at least [`WAIT_MIN`], at
+    /// most `max_delay`.
+    pub fn wait(best_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
+        best_rtt
+            .map_or(WAIT_NO_RTT, |r| (2 * r).max(WAIT_MIN))
+            .min(max_delay)
+    }
+
+    /// Earliest deadline of a pending gap.
+    pub fn deadline(&self) -> Option<Nanos> {
+        self.pending.front().map(|p| p.1)
+    }
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tunnel {
+    /// Recovery counters; `None` when recovery is off.
+    pub fn recovery_stats(&self) -> Option<&RecoveryStats> {
+        self.recovery.as_ref().map(|r| &r.stats)
+    }
+
+    /// The path to use for recovery traffic: up, least loss, then lowest RTT.
+    fn recovery_path(&self) -> Option<PathId> {
+        (0..self.paths.len())
+            .filter(|i| self.up[*i] && self.paths[*i].remote.is_some())
+            .min_by(|a, b| {
+                let (pa, pb) = (&self.paths[*a], &self.paths[*b]);
+                pa.tx_loss_recent().total_cmp(&pb.tx_loss_recent()).then(
+                    pa.srtt()
+                        .unwrap_or(Nanos::MAX)
+                        .cmp(&pb.srtt().unwrap_or(Nanos::MAX)),
+                )
+            })
+            .map(|i| i as PathId)
+    }
+
+    /// The release floor after recovery: gaps below the policy's `floor`
+    /// are asked for once and held until answered or their wait ran out.
+    pub(super) fn recovery_floor(&mut self, now: Nanos, floor: u64) -> u64 {
+        let best_rtt = (0..self.paths.len())
+            .filter(|i| self.up[*i])
+            .filter_map(|i| self.paths[i].srtt())
+            .min();
+        let wait = Recovery::wait(best_rtt, self.reorder_max_delay);
+        let next = self.reorder.next_seq();
+        let Some(r) = self.recovery.as_mut() else {
+            return floor;
+        };
+        while r.pending.front().is_some_and(|p| p.0 < next) {
+            r.pending.pop_front();
+        }
+        let from = r.considered_upto.max(next);
+        if floor > from {
+            r.scratch.clear();
+            let room = MAX_PENDING - r.pending.len();
+            self.reorder.missing(from, floor, room, &mut r.scratch);
+            for &seq in &r.scratch {
+                r.pending.push_back((seq, now + wait));
+                r.nack_out.push_back(seq);
+                r.stats.gaps_requested += 1;
+            }
+            if r.scratch.len() == room && room < (floor - from) as usize {
+                r.stats.pending_full += 1;
+            }
+            r.considered_upto = floor;
+        }
+        // Hold back from the first gap still within its wait.
+        let mut hold = floor;
+        while let Some(&(seq, deadline)) = r.pending.front() {
+            if deadline > now {
+                hold = hold.min(seq);
+                break;
+            }
+            r.pending.pop_front();
+            r.stats.gave_up += 1;
+        }
+        hold
+    }
+
+    /// A data packet `seq` arrived: was it a gap we asked for?
+    pub(super) fn recovery_on_data(&mut self, seq: u64) {
+        if let Some(r) = self.recovery.as_mut() {
+            if let Some(i) = r.pending.iter().position(|p| p.0 == seq) {
+                r.pending.remove(i);
+                r.stats.recovered += 1;
+            }
+        }
+    }
+
+    /// NACKs to send, then packets to send again; `None` when idle.
+    pub(super) fn poll_recovery(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        let r = self.recovery.as_ref()?;
+        if r.nack_out.is_empty() && r.retransmit.is_empty() {
+            return None;
+        }
+        let path = self.recovery_path()?;
+        let seq_now = self.next_tunnel_seq;
+        let r = self.recovery.as_mut()?;
+        if !r.nack_out.is_empty() {
+            let n = r.nack_out.len().min(NACK_MAX_SEQS);
+            let mut seqs = [0u64; NACK_MAX_SEQS];
+            for s in seqs.iter_mut().take(n) {
+                *s = r.nack_out.pop_front().unwrap_or_default();
+            }
+            let body_len = NackBody::write(&seqs[..n], &mut buf[HEADER_LEN..])?;
+            r.stats.nacks_sent += 1;
+            return self.control_transmit(now, path, PacketType::Nack, 0, seq_now, buf, body_len);
+        }
+        while let Some(seq) = r.retransmit.pop_front() {
+            let slot = &r.ring[(seq % RING_PACKETS as u64) as usize];
+            if slot.seq != seq || buf.len() < HEADER_LEN + slot.len + TAG_LEN {
+                r.stats.not_available += 1;
+                continue;
+            }
+            let (class, len) = (slot.class, slot.len);
+            buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&slot.bytes[..len]);
+            r.stats.retransmitted += 1;
+            return self.control_transmit(now, path, PacketType::Data, class, seq, buf, len);
+        }
+        None
+    }
+}
