@@ -30,6 +30,7 @@ STYLE = {
     "mpt-insecure": ("tab:purple", "v"),
     "mpt-1w": ("tab:cyan", "P"),
     "mpt-parallel": ("tab:red", "X"),
+    "mpt-recover": ("tab:olive", "D"),
 }
 
 

@@ -93,6 +93,7 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-insecure": {"security": "insecure"},
     "mpt-1w": {"workers": 1},
     "mpt-parallel": {"parallel": "always"},
+    "mpt-recover": {"extra": "[reorder]\nrecover = true"},
 }
 
 
@@ -340,11 +341,14 @@ class Runner:
                         self._run_system(
                             topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic
                         )
-                    for variant, kw in MPT_VARIANTS.items():
+                    for variant, variant_kw in MPT_VARIANTS.items():
                         if variant not in sc.systems:
                             continue
+                        kw = {k: v for k, v in variant_kw.items() if k != "extra"}
+                        more = str(variant_kw.get("extra", ""))
+                        extra = "\n".join(x for x in (sc.mpt_extra, more) if x)
                         cm = systems.mpt(
-                            topo, tv, pv, rates, work / f"{combo}-{n}-{variant}", sc.mpt_extra, **kw
+                            topo, tv, pv, rates, work / f"{combo}-{n}-{variant}", extra, **kw
                         )
                         proto = Point(**{**asdict(base), "system": variant})
                         self._run_system(topo, cm, proto, sc.traffic)

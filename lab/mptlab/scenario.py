@@ -17,7 +17,8 @@ A scenario file::
     # rate_mbit = 20
 
     [run]
-    systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel", "hook"
+    systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel",
+                                          # "mpt-recover", "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
     traffic = ["tcp", "udp", "http", "voip"]
     seconds = 5
@@ -51,7 +52,16 @@ from .netns import Shape
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 IP_COMBOS = ("4in4", "6in4", "4in6", "6in6")
-SYSTEMS = ("plain", "mpt", "mpt-insecure", "mpt-1w", "mpt-parallel", "mptcp", "hook")
+SYSTEMS = (
+    "plain",
+    "mpt",
+    "mpt-insecure",
+    "mpt-1w",
+    "mpt-parallel",
+    "mpt-recover",
+    "mptcp",
+    "hook",
+)
 TRAFFIC = ("tcp", "udp", "http", "voip")
 LINK_KEYS = {
     "rate_mbit",

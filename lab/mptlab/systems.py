@@ -3,7 +3,8 @@
 * plain  -- link 1 alone, no tunnel: the reference;
 * mpt    -- the mpt tunnel over every link (variants: mpt-insecure without
             encryption, mpt-1w with one worker thread, mpt-parallel with
-            helpers working on every batch, see runner.MPT_VARIANTS);
+            helpers working on every batch, mpt-recover with loss
+            recovery; see runner.MPT_VARIANTS);
 * mptcp  -- the kernel's Multipath TCP: B announces its address on every
             link (ADD_ADDR), A opens one subflow per link; applications are
             run under `mptcpize`;

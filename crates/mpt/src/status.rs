@@ -249,6 +249,19 @@ pub fn render(v: &Value) -> String {
             ratio("udp_gro_segments", "udp_gro_super_packets"),
         );
     }
+    if let Some(r) = v.get("recovery").filter(|x| x.is_object()) {
+        let _ = writeln!(
+            o,
+            "recovery: asked for {} gaps in {} NACKs, {} recovered, {} given up; resent {} of {} asked by the peer ({} no longer held)",
+            num(r, "gaps_requested"),
+            num(r, "nacks_sent"),
+            num(r, "recovered"),
+            num(r, "gave_up"),
+            num(r, "retransmitted"),
+            num(r, "requests_received"),
+            num(r, "not_available"),
+        );
+    }
     if let Some(w) = v.get("workers").filter(|x| x.is_object()) {
         let engaged = w.get("engaged").and_then(Value::as_bool).unwrap_or(false);
         let _ = writeln!(
