@@ -142,12 +142,22 @@ class Peer:
         return self
 
     def status(self) -> dict[str, Any]:
+        return json.loads(self.status_text(json_doc=True))
+
+    def status_text(self, json_doc: bool = False) -> str:
+        """`mpt status` of this daemon: the human view, or the JSON text."""
         p = run(
-            [str(mpt_binary()), "status", "-s", str(self.control), "--json"],
+            [
+                str(mpt_binary()),
+                "status",
+                "-s",
+                str(self.control),
+                *(["--json"] if json_doc else []),
+            ],
             ns=self.topo.ns(self.side),
             timeout=10,
         )
-        return json.loads(p.stdout)
+        return p.stdout
 
     def wait_ready(self, paths_up: int, timeout: float = 10) -> dict[str, Any]:
         def probe() -> dict[str, Any] | None:

@@ -10,15 +10,11 @@ TCP saw few retransmissions (reordering between workers would cause many).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
 from mptlab.netns import Topology
 from mptlab.traffic import iperf3, ping
-
-BIN = Path(__file__).resolve().parents[2] / "target" / "release" / "mpt"
 
 
 def _opts(parallel: str | None) -> TunnelOpts:
@@ -53,33 +49,9 @@ def test_two_workers_always_share_batches_without_harm(workdir: Path) -> None:
 def test_status_text_lists_every_worker(workdir: Path) -> None:
     with Topology(1) as topo:
         a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)], workers=3), workdir)
-        out = subprocess.run(
-            ["ip", "netns", "exec", topo.a, str(BIN), "status", "--socket", str(a.control)],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
+        out = a.status_text()
         assert "workers: 3 (helpers auto" in out, out
         for i in range(3):
             assert f"  worker {i}: " in out, out
-        doc = json.loads(
-            subprocess.run(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    topo.a,
-                    str(BIN),
-                    "status",
-                    "--json",
-                    "--socket",
-                    str(a.control),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=True,
-            ).stdout
-        )
+        doc = a.status()
         assert doc["workers"]["workers"] == 3

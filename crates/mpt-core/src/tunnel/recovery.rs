@@ -202,6 +202,15 @@ impl Tunnel {
         hold
     }
 
+    /// The peer restarted its sequence numbers: forget the gaps.
+    pub(super) fn recovery_reset(&mut self) {
+        if let Some(r) = self.recovery.as_mut() {
+            r.pending.clear();
+            r.nack_out.clear();
+            r.considered_upto = 0;
+        }
+    }
+
     /// A data packet `seq` arrived: was it a gap we asked for?
     pub(super) fn recovery_on_data(&mut self, seq: u64) {
         if let Some(r) = self.recovery.as_mut() {

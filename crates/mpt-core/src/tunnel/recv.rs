@@ -205,6 +205,7 @@ impl Tunnel {
         let accept = self.reorder.insert(seq, body, now);
         if self.reorder.stats().resyncs != resyncs {
             self.policy.reset();
+            self.recovery_reset();
         }
         self.policy.on_data(pid, seq);
         self.recovery_on_data(seq);
