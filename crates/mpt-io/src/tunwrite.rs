@@ -122,13 +122,18 @@ impl TunWriter {
         ok & self.flush_udp(tun)
     }
 
-    /// Write every packet the reorder buffer releases, in order; failures
-    /// are counted as drops in the core.
+    /// Write one inner packet the core delivered; a failure is counted as
+    /// a drop in the core.
+    pub fn deliver(&mut self, tun: &Tun, tunnel: &mut Tunnel, pkt: &[u8]) {
+        if !self.write(tun, pkt) {
+            tunnel.count_drop(DropReason::TunWriteFailed);
+        }
+    }
+
+    /// Write every packet the reorder buffer releases, in order.
     pub fn drain(&mut self, tun: &Tun, tunnel: &mut Tunnel) {
         while let Some(p) = tunnel.poll_deliver() {
-            if !self.write(tun, &p) {
-                tunnel.count_drop(DropReason::TunWriteFailed);
-            }
+            self.deliver(tun, tunnel, &p);
             tunnel.recycle(p);
         }
     }

@@ -107,6 +107,8 @@ struct Gate {
     last_stat: Option<(u64, u64)>,
     last_helper_ns: u64,
     last_loop_idle: Duration,
+    /// CPUs this process may use (idle jiffies cover all of them).
+    cores: f64,
     spare: f64,
     demand: f64,
 }
@@ -159,6 +161,7 @@ impl Workers {
                 last_stat: None,
                 last_helper_ns: 0,
                 last_loop_idle: Duration::ZERO,
+                cores: std::thread::available_parallelism().map_or(1, |c| c.get()) as f64,
                 spare: 0.0,
                 demand: 0.0,
             },
@@ -184,9 +187,8 @@ impl Workers {
             .sum();
         let stat = cpu_jiffies();
         if let (Some((i0, t0)), Some((i1, t1))) = (g.last_stat, stat) {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
             let idle = if t1 > t0 {
-                (i1.saturating_sub(i0)) as f64 / (t1 - t0) as f64 * cores
+                (i1.saturating_sub(i0)) as f64 / (t1 - t0) as f64 * g.cores
             } else {
                 0.0
             };
@@ -223,7 +225,6 @@ impl Workers {
             return;
         }
         let ctx = Ctx {
-            parallel: self.pool.is_some(),
             counters: &self.counters,
         };
         match &self.pool {
@@ -263,7 +264,6 @@ impl Workers {
 }
 
 struct Ctx<'a> {
-    parallel: bool,
     counters: &'a [Counters],
 }
 
@@ -324,7 +324,7 @@ fn by_buffer<R, F>(
     R: Send,
     F: Fn(&mut [u8]) -> R + Sync,
 {
-    if !ctx.parallel || spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
+    if spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
         return leaf(ctx, bufs, k0, spans, results, f);
     }
     let first = spans[0].0;

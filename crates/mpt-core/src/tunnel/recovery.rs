@@ -55,7 +55,6 @@ pub struct RecoveryStats {
 struct Stored {
     seq: u64,
     class: u8,
-    len: usize,
     bytes: Vec<u8>,
 }
 
@@ -81,7 +80,6 @@ impl Recovery {
                 .map(|_| Stored {
                     seq: u64::MAX,
                     class: 0,
-                    len: 0,
                     bytes: Vec::new(),
                 })
                 .collect(),
@@ -99,7 +97,6 @@ impl Recovery {
         let s = &mut self.ring[(seq % RING_PACKETS as u64) as usize];
         s.seq = seq;
         s.class = class;
-        s.len = inner.len();
         s.bytes.clear();
         s.bytes.extend_from_slice(inner);
     }
@@ -162,19 +159,27 @@ impl Tunnel {
     /// The release floor after recovery: gaps below the policy's `floor`
     /// are asked for once and held until answered or their wait ran out.
     pub(super) fn recovery_floor(&mut self, now: Nanos, floor: u64) -> u64 {
-        let best_rtt = (0..self.paths.len())
-            .filter(|i| self.up[*i])
-            .filter_map(|i| self.paths[i].srtt())
-            .min();
-        let wait = Recovery::wait(best_rtt, self.reorder_max_delay);
+        let Some(r) = self.recovery.as_ref() else {
+            return floor;
+        };
         let next = self.reorder.next_seq();
+        let from = r.considered_upto.max(next);
+        // The wait only matters for new gaps: no path scan otherwise.
+        let wait = if floor > from {
+            let best_rtt = (0..self.paths.len())
+                .filter(|i| self.up[*i])
+                .filter_map(|i| self.paths[i].srtt())
+                .min();
+            Recovery::wait(best_rtt, self.reorder_max_delay)
+        } else {
+            0
+        };
         let Some(r) = self.recovery.as_mut() else {
             return floor;
         };
         while r.pending.front().is_some_and(|p| p.0 < next) {
             r.pending.pop_front();
         }
-        let from = r.considered_upto.max(next);
         if floor > from {
             r.scratch.clear();
             let room = MAX_PENDING - r.pending.len();
@@ -214,7 +219,8 @@ impl Tunnel {
     /// A data packet `seq` arrived: was it a gap we asked for?
     pub(super) fn recovery_on_data(&mut self, seq: u64) {
         if let Some(r) = self.recovery.as_mut() {
-            if let Some(i) = r.pending.iter().position(|p| p.0 == seq) {
+            // `pending` is ascending by sequence number.
+            if let Ok(i) = r.pending.binary_search_by_key(&seq, |p| p.0) {
                 r.pending.remove(i);
                 r.stats.recovered += 1;
             }
@@ -242,12 +248,13 @@ impl Tunnel {
         }
         while let Some(seq) = r.retransmit.pop_front() {
             let slot = &r.ring[(seq % RING_PACKETS as u64) as usize];
-            if slot.seq != seq || buf.len() < HEADER_LEN + slot.len + TAG_LEN {
+            let len = slot.bytes.len();
+            if slot.seq != seq || buf.len() < HEADER_LEN + len + TAG_LEN {
                 r.stats.not_available += 1;
                 continue;
             }
-            let (class, len) = (slot.class, slot.len);
-            buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&slot.bytes[..len]);
+            let class = slot.class;
+            buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&slot.bytes);
             r.stats.retransmitted += 1;
             return self.control_transmit(now, path, PacketType::Data, class, seq, buf, len);
         }

@@ -66,9 +66,7 @@ impl Driver {
                         open_from.push(from);
                     }
                     RecvStart::Done(Received::Deliver { offset, len }) => {
-                        if !writer.write(tun, &data[offset..offset + len]) {
-                            tunnel.count_drop(DropReason::TunWriteFailed);
-                        }
+                        writer.deliver(tun, tunnel, &data[offset..offset + len]);
                         writer.drain(tun, tunnel);
                     }
                     RecvStart::Done(_) => writer.drain(tun, tunnel),
@@ -91,9 +89,7 @@ impl Driver {
                 if let Received::Deliver { offset, len } =
                     tunnel.recv_finish(now, open_from[j], data, open_res[j])
                 {
-                    if !writer.write(tun, &data[offset..offset + len]) {
-                        tunnel.count_drop(DropReason::TunWriteFailed);
-                    }
+                    writer.deliver(tun, tunnel, &data[offset..offset + len]);
                 }
                 writer.drain(tun, tunnel);
             }

@@ -101,13 +101,9 @@ impl Driver {
             self.io.offload_errors += 1;
             return;
         };
-        if udp {
-            self.io.uso_super_packets += 1;
-        } else {
-            self.io.tso_super_packets += 1;
-        }
         self.tunnel.begin_burst(pkt.len(), count);
         let target = self.tunnel.burst_target();
+        let mut cut = 0;
         for i in 0..count {
             let ok = match target {
                 Some((_, key)) if key < self.send_batches.len() => {
@@ -119,12 +115,16 @@ impl Driver {
                 self.io.offload_errors += 1;
                 break;
             }
-            if udp {
-                self.io.uso_segments += 1;
-            } else {
-                self.io.tso_segments += 1;
-            }
+            cut += 1;
         }
+        let io = &mut self.io;
+        let (supers, segments) = if udp {
+            (&mut io.uso_super_packets, &mut io.uso_segments)
+        } else {
+            (&mut io.tso_super_packets, &mut io.tso_segments)
+        };
+        *supers += 1;
+        *segments += cut;
         self.tunnel.end_burst();
     }
 
