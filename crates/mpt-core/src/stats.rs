@@ -46,10 +46,12 @@ pub enum DropReason {
     /// A handshake message this side does not expect (wrong role, no
     /// pending initiation).
     HandshakeUnexpected,
+    /// A NACK (loss recovery) while recovery is off on this side.
+    NackUnexpected,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 19] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -68,6 +70,7 @@ impl DropReason {
         Self::HandshakeFailed,
         Self::HandshakeRateLimited,
         Self::HandshakeUnexpected,
+        Self::NackUnexpected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +93,7 @@ impl DropReason {
             Self::HandshakeFailed => "handshake_failed",
             Self::HandshakeRateLimited => "handshake_rate_limited",
             Self::HandshakeUnexpected => "handshake_unexpected",
+            Self::NackUnexpected => "nack_unexpected",
         }
     }
 

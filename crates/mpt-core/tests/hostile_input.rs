@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use mpt_core::path::PathConfig;
 use mpt_core::sched::Share;
+use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{Received, ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::wire::{write_header, HeaderFields, PacketType, HEADER_LEN};
 use proptest::prelude::*;
@@ -16,6 +17,10 @@ fn addr(s: &str) -> SocketAddr {
 }
 
 fn tunnel() -> Tunnel {
+    tunnel_with(true)
+}
+
+fn tunnel_with(recover: bool) -> Tunnel {
     let paths = (0..2)
         .map(|i| PathConfig {
             name: format!("p{i}"),
@@ -38,7 +43,7 @@ fn tunnel() -> Tunnel {
             security: None,
             seed: [0; 32],
             adapt_to_loss: true,
-            recover: true,
+            recover,
         },
         0,
     )
@@ -101,4 +106,36 @@ proptest! {
             .map(|p| u64::from_be_bytes(p[8..16].try_into().unwrap())).collect();
         prop_assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{:?}", seqs);
     }
+}
+
+#[test]
+fn bad_or_unwanted_nacks_are_counted_drops() {
+    let nack = |body: &[u8]| {
+        let mut b = vec![0u8; HEADER_LEN];
+        let f = HeaderFields {
+            path: 0,
+            ..Default::default()
+        };
+        write_header(&mut b, PacketType::Nack, &f);
+        b.extend_from_slice(body);
+        b
+    };
+    let from = addr("10.0.0.2:1");
+    let good = [0u8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
+    let mut t = tunnel_with(true);
+    assert_eq!(t.recv(1, 0, from, &mut nack(&good)), Received::Consumed);
+    let cases: [(&[u8], DropReason); 3] = [
+        (&good[..10], DropReason::Truncated),
+        (&[0, 0, 0, 0], DropReason::BadType),
+        (&[0, 17, 0, 0], DropReason::BadType),
+    ];
+    for (body, why) in cases {
+        assert_eq!(t.recv(2, 0, from, &mut nack(body)), Received::Dropped(why));
+    }
+    let mut off = tunnel_with(false);
+    assert_eq!(
+        off.recv(1, 0, from, &mut nack(&good)),
+        Received::Dropped(DropReason::NackUnexpected)
+    );
+    assert_eq!(off.drops().get(DropReason::NackUnexpected), 1);
 }

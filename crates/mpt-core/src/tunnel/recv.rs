@@ -108,6 +108,7 @@ impl Tunnel {
         self.refresh_up(pid, now);
         match ty {
             PacketType::Data => self.recv_data(now, pid, f.tunnel_seq, body),
+            PacketType::Nack => self.recv_nack(now, pid, f.tunnel_seq, body),
             _ => {
                 self.recv_control(now, pid, ty, f, body);
                 Received::Consumed
@@ -236,6 +237,23 @@ impl Tunnel {
         }
     }
 
+    /// A NACK: the peer asks for data packets again (loss recovery). A
+    /// malformed body, or any NACK while recovery is off, is a counted drop.
+    fn recv_nack(&mut self, now: Nanos, pid: PathId, next_seq: u64, body: &[u8]) -> Received {
+        let nack = match NackBody::parse(body) {
+            Ok(b) => b,
+            Err(WireError::Truncated) => return self.drop_counted(DropReason::Truncated),
+            Err(_) => return self.drop_counted(DropReason::BadType),
+        };
+        let Some(r) = self.recovery.as_mut() else {
+            return self.drop_counted(DropReason::NackUnexpected);
+        };
+        r.on_nack(&nack);
+        self.policy.on_frontier(pid, next_seq);
+        self.apply_policy(now);
+        Received::Consumed
+    }
+
     fn recv_control(
         &mut self,
         now: Nanos,
@@ -244,14 +262,6 @@ impl Tunnel {
         f: &HeaderFields,
         body: &[u8],
     ) {
-        if ty == PacketType::Nack {
-            if let (Ok(b), Some(r)) = (NackBody::parse(body), self.recovery.as_mut()) {
-                r.on_nack(&b);
-            }
-            self.policy.on_frontier(pid, f.tunnel_seq);
-            self.apply_policy(now);
-            return;
-        }
         let Ok(b) = ProbeBody::parse(body) else {
             return;
         };
