@@ -12,6 +12,7 @@
 //!   1280 when the tunnel carries IPv6;
 //! * every default is filled in, so consumers never guess.
 
+pub mod files;
 mod reader;
 mod security;
 
@@ -221,25 +222,21 @@ fn tables<'d>(ctx: &mut Ctx<'_>, root: &'d toml_edit::Table, k: &str) -> Vec<&'d
 impl Config {
     /// Read and validate a file.
     pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let file_error = |message: String, key: &str| {
             vec![ConfigError {
                 file: path.display().to_string(),
                 line: None,
-                key: String::new(),
-                message: format!("cannot read: {e}"),
+                key: key.into(),
+                message,
             }]
-        })?;
+        };
+        let (text, meta) =
+            files::read_text(path, files::MAX_CONFIG_BYTES).map_err(|m| file_error(m, ""))?;
         let cfg = Self::parse(&text, path)?;
         if let Security::Encrypted(k) = &cfg.security {
             if k.inline_secret {
-                check_private_mode(path, "a secret key").map_err(|m| {
-                    vec![ConfigError {
-                        file: path.display().to_string(),
-                        line: None,
-                        key: "security".into(),
-                        message: m,
-                    }]
-                })?;
+                files::check_private(path, &meta, "a secret key")
+                    .map_err(|m| file_error(m, "security"))?;
             }
         }
         Ok(cfg)
@@ -247,11 +244,7 @@ impl Config {
 
     /// Validate `text` as if it were the file `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Config, Vec<ConfigError>> {
-        let mut ctx = Ctx {
-            file: path.display().to_string(),
-            src: text,
-            errors: vec![],
-        };
+        let mut ctx = Ctx::new(path.display().to_string(), text);
         let doc = match Document::parse(text) {
             Ok(d) => d,
             Err(e) => {

@@ -40,18 +40,32 @@ pub struct Ctx<'s> {
     pub file: String,
     pub src: &'s str,
     pub errors: Vec<ConfigError>,
+    /// Byte offset at which each line starts (computed once, so that
+    /// finding a line is a binary search and validation stays linear).
+    line_starts: Vec<usize>,
 }
 
 impl<'s> Ctx<'s> {
+    pub fn new(file: String, src: &'s str) -> Self {
+        let line_starts = std::iter::once(0)
+            .chain(
+                src.bytes()
+                    .enumerate()
+                    .filter(|(_, b)| *b == b'\n')
+                    .map(|(i, _)| i + 1),
+            )
+            .collect();
+        Self {
+            file,
+            src,
+            errors: vec![],
+            line_starts,
+        }
+    }
+
     pub fn line_of(&self, span: Option<Range<usize>>) -> Option<usize> {
         let s = span?.start.min(self.src.len());
-        Some(
-            self.src.as_bytes()[..s]
-                .iter()
-                .filter(|b| **b == b'\n')
-                .count()
-                + 1,
-        )
+        Some(self.line_starts.partition_point(|&start| start <= s))
     }
 
     pub fn error(&mut self, span: Option<Range<usize>>, key: &str, message: impl Into<String>) {

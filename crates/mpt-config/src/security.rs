@@ -17,7 +17,6 @@
 //! others, as ssh demands of private keys; key material never appears in an
 //! error message or in `Debug` output.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use mpt_core::crypto::aead::Cipher;
@@ -25,6 +24,7 @@ use mpt_core::crypto::keys::{self, PresharedKey, PrivateKey, PublicKey};
 use mpt_core::crypto::state::CipherPref;
 use toml_edit::Table;
 
+use crate::files;
 use crate::reader::{Ctx, TableReader};
 
 pub const SECURITY_KEYS: &[&str] = &[
@@ -64,22 +64,13 @@ pub enum Security {
 pub fn check_private_mode(path: &Path, what: &str) -> Result<(), String> {
     let meta =
         std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "{} holds {what} but is readable by others (mode {mode:03o}); run: chmod 600 {}",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(())
+    files::check_private(path, &meta, what)
 }
 
 fn read_key_file(base: &Path, file: &str, what: &str) -> Result<[u8; 32], String> {
     let p = base.parent().unwrap_or(Path::new(".")).join(file);
-    check_private_mode(&p, what)?;
-    let text =
-        std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    let (text, meta) = files::read_text(&p, files::MAX_KEY_FILE_BYTES)?;
+    files::check_private(&p, &meta, what)?;
     keys::decode(&text).map_err(|e| format!("{}: the key {e}", p.display()))
 }
 

@@ -355,3 +355,54 @@ fn workers_and_parallel() {
         "{e:?}"
     );
 }
+
+#[test]
+fn many_keys_each_reported_on_its_own_line() {
+    // Validation finds lines by binary search over precomputed line starts
+    // (it used to count newlines from the start for every error).
+    let extra: String = (0..40_000).map(|i| format!("k{i} = 1\n")).collect();
+    let text = MINIMAL.replace("name = \"mpt0\"\n", &format!("name = \"mpt0\"\n{extra}"));
+    let e = errors(&text);
+    assert_eq!(e.len(), 40_000);
+    assert!(
+        e[0].starts_with("t.toml:4: tunnel.k0: unknown key"),
+        "{}",
+        e[0]
+    );
+    assert!(
+        e[39_999].starts_with("t.toml:40003: tunnel.k39999: unknown key"),
+        "{}",
+        e[39_999]
+    );
+}
+
+#[test]
+fn config_and_key_files_must_be_regular_and_small() {
+    let d = tmpdir("kinds");
+    let e = Config::load(&d).unwrap_err();
+    assert!(e[0].message.contains("is a directory"), "{e:?}");
+    let big = d.join("big.toml");
+    std::fs::write(&big, vec![b'#'; files::MAX_CONFIG_BYTES as usize + 1]).unwrap();
+    let e = Config::load(&big).unwrap_err();
+    assert!(
+        e[0].message.contains("more than the 1048576 bytes"),
+        "{e:?}"
+    );
+    // A directory as the key file says so (not "readable by others").
+    std::fs::create_dir_all(d.join("keydir")).unwrap();
+    let text = SECURE_CLIENT
+        .replace(
+            "private_key = \"CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\"",
+            "private_key_file = \"keydir\"",
+        )
+        .replace("PEER", &peer_pub());
+    let cfg = d.join("c.toml");
+    write_private(&cfg, &text);
+    let e = Config::load(&cfg).unwrap_err();
+    assert!(
+        e.iter()
+            .any(|e| e.message.contains("keydir is a directory")),
+        "{e:?}"
+    );
+    let _ = std::fs::remove_dir_all(d);
+}

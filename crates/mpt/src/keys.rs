@@ -41,17 +41,27 @@ pub fn genkey(out: Option<&Path>) -> io::Result<()> {
 }
 
 pub fn pubkey(input: Option<&Path>) -> io::Result<()> {
-    let mut text = String::new();
-    match input {
+    let limit = mpt_config::files::MAX_KEY_FILE_BYTES;
+    let text = match input {
         None => {
-            io::stdin().read_to_string(&mut text)?;
+            let mut bytes = Vec::new();
+            io::stdin().take(limit + 1).read_to_end(&mut bytes)?;
+            if bytes.len() as u64 > limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("standard input holds more than the {limit} bytes of a key file"),
+                ));
+            }
+            String::from_utf8(bytes).map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidData, "the private key is not text")
+            })?
         }
         Some(p) => {
-            text = std::fs::read_to_string(p).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display()))
-            })?;
+            mpt_config::files::read_text(p, limit)
+                .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?
+                .0
         }
-    }
+    };
     let k = keys::decode(&text)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("the private key {e}")))?;
     println!("{}", keys::encode(&PrivateKey(k).public().0));
