@@ -10,11 +10,16 @@
 //!   to 64 bits like RTP's extended highest sequence number); sender side
 //!   from the peer's receiver reports carried in probes and echoes.
 //!
+//! Liveness, each direction on its own, is in `liveness.rs`.
+//!
 //! Invariants:
-//! * a path is `up` only if something authentic arrived on it within
-//!   `dead`, the peer did not report that it stopped hearing us, and no
-//!   send on it failed hard since it was last heard;
+//! * a path is `up` (carries data) only if the peer's latest report, no
+//!   older than `dead`, says that it hears us on it, and no send on it
+//!   failed hard since it was last heard; what we hear from the peer on it
+//!   is tracked apart (`rx_up`);
 //! * counters only grow; measurements are `None` until the first sample.
+
+mod liveness;
 
 use std::net::SocketAddr;
 
@@ -60,8 +65,19 @@ pub struct PathState {
     pub cfg: PathConfig,
     /// The peer's current address on this path (configured or learned).
     pub remote: Option<SocketAddr>,
+    /// Usable for sending (see `liveness.rs`).
     pub up: bool,
+    /// We hear the peer on this path (receive direction up).
+    pub rx_up: bool,
     pub last_rx: Option<Nanos>,
+    /// When the peer last reported (on any path) whether it hears us here.
+    pub report_at: Option<Nanos>,
+    /// The peer's send timestamp of that report (orders reports).
+    report_sent: u64,
+    /// A new address of the peer waiting for validation (server).
+    pub challenge: Option<Challenge>,
+    /// Token of a path challenge to return (client).
+    pub response_due: Option<[u8; crate::wire::PATH_TOKEN_LEN]>,
     pub next_probe_at: Nanos,
     pub probe_due: bool,
     /// Pending echo: (probe timestamp, probe arrival time).
@@ -104,7 +120,12 @@ impl PathState {
             remote: cfg.remote,
             cfg,
             up: false,
+            rx_up: false,
             last_rx: None,
+            report_at: None,
+            report_sent: 0,
+            challenge: None,
+            response_due: None,
             next_probe_at: now,
             probe_due: true,
             echo_due: None,
@@ -142,13 +163,6 @@ impl PathState {
         self.tx_packets += 1;
         self.tx_bytes += len as u64;
         s
-    }
-
-    /// Whether we hear the peer on this path right now (independent of what
-    /// the peer says about hearing us).
-    pub fn hearing(&self, now: Nanos) -> bool {
-        self.last_rx
-            .is_some_and(|t| now.saturating_sub(t) < self.cfg.dead)
     }
 
     /// Account an authentic packet that arrived at `now`, with its per-path
@@ -210,16 +224,9 @@ impl PathState {
     /// ends after [`LOSS_INTERVAL_PACKETS`] packets, or after
     /// [`LOSS_INTERVAL_MAX`] with at least a few, so that a path carrying
     /// little traffic still gets fresh estimates.
-    pub fn on_peer_report(
-        &mut self,
-        now: Nanos,
-        rx_packets: u64,
-        rx_path_seq: u32,
-        hearing: bool,
-    ) -> bool {
+    pub fn on_peer_report(&mut self, now: Nanos, rx_packets: u64, rx_path_seq: u32) -> bool {
         self.peer_rx_packets = rx_packets;
         self.peer_rx_seq = rx_path_seq;
-        self.peer_hears_us = hearing;
         let Some((p0, s0, t0)) = self.loss_mark else {
             self.loss_mark = Some((rx_packets, rx_path_seq, now));
             return false;
@@ -239,6 +246,15 @@ impl PathState {
         self.tx_loss_ewma += LOSS_EWMA_GAIN * (interval - self.tx_loss_ewma);
         self.loss_mark = Some((rx_packets, rx_path_seq, now));
         true
+    }
+
+    /// The peer restarted: its per-path sequence numbers start again.
+    pub fn peer_restarted(&mut self) {
+        self.rx_first_seq = None;
+        self.rx_highest_seq = 0;
+        self.peer_rx_packets = 0;
+        self.peer_rx_seq = 0;
+        self.reset_loss();
     }
 
     /// Forget the loss history (the path just came back up: what was lost
@@ -314,7 +330,9 @@ impl PathState {
             tx_loss_recent: self.tx_loss_ewma,
             rx_reordered: self.rx_out_of_order,
             last_heard_ms: self.last_rx.map(|t| ms(now.saturating_sub(t))),
+            receiving: self.rx_up,
             peer_hears_us: self.peer_hears_us,
+            validating: self.challenge.map(|c| c.addr.to_string()),
             ups: self.ups,
             downs: self.downs,
         }
@@ -357,16 +375,32 @@ pub struct PathStatus {
     pub rx_reordered: u64,
     /// Time since anything was heard on the path.
     pub last_heard_ms: Option<f64>,
+    /// We hear the peer on this path (our receive direction is up).
+    pub receiving: bool,
+    /// The peer's latest report: it hears us on this path.
     pub peer_hears_us: bool,
+    /// A new peer address being validated before traffic moves there.
+    pub validating: Option<String>,
     pub ups: u64,
     pub downs: u64,
+}
+
+/// A path challenge in flight: the peer's candidate address and the token
+/// it must return from there (RFC 9000 §8.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Challenge {
+    pub addr: SocketAddr,
+    pub token: [u8; crate::wire::PATH_TOKEN_LEN],
+    /// When the challenge was last sent (`None`: due now).
+    pub sent_at: Option<Nanos>,
+    pub sends: u32,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn path() -> PathState {
+    pub(crate) fn path() -> PathState {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         PathState::new(
             PathConfig {
@@ -441,37 +475,28 @@ mod tests {
     #[test]
     fn recent_loss_from_peer_reports() {
         let mut p = path();
-        assert!(!p.on_peer_report(0, 0, 0, true));
+        assert!(!p.on_peer_report(0, 0, 0));
         // 1000 sent, 900 received, over several reports.
         let mut changed = false;
         for k in 1..=10u32 {
-            changed |= p.on_peer_report(0, u64::from(k) * 90, k * 100, true);
+            changed |= p.on_peer_report(0, u64::from(k) * 90, k * 100);
         }
         assert!(changed);
         let l = p.tx_loss_recent();
         assert!(l > 0.05 && l <= 0.1, "{l}");
         // A clean stretch brings it down again.
         for k in 11..=60u32 {
-            p.on_peer_report(0, 900 + u64::from(k - 10) * 100, k * 100, true);
+            p.on_peer_report(0, 900 + u64::from(k - 10) * 100, k * 100);
         }
         assert!(p.tx_loss_recent() < 0.01, "{}", p.tx_loss_recent());
         // Few packets: the interval closes after a second anyway.
         let s = 6000;
         let mut q = path();
-        q.on_peer_report(0, 0, s, true);
-        assert!(!q.on_peer_report(500 * NANOS_PER_MS, 5, s + 10, true));
-        assert!(q.on_peer_report(1_000 * NANOS_PER_MS, 5, s + 10, true));
+        q.on_peer_report(0, 0, s);
+        assert!(!q.on_peer_report(500 * NANOS_PER_MS, 5, s + 10));
+        assert!(q.on_peer_report(1_000 * NANOS_PER_MS, 5, s + 10));
         assert!(q.tx_loss_recent() > 0.1);
         q.reset_loss();
         assert_eq!(q.tx_loss_recent(), 0.0);
-    }
-
-    #[test]
-    fn hearing_expires_after_dead_interval() {
-        let mut p = path();
-        assert!(!p.hearing(0));
-        p.on_receive(1_000, 1, 0, 0);
-        assert!(p.hearing(1_000 + 499 * NANOS_PER_MS));
-        assert!(!p.hearing(1_000 + 500 * NANOS_PER_MS));
     }
 }

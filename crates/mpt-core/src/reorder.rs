@@ -272,6 +272,17 @@ impl ReorderBuffer {
         self.drain_consecutive();
     }
 
+    /// The sender is a new incarnation (it announced so in a handshake):
+    /// flush what is held, in order, and continue at `seq`.
+    pub fn restart_at(&mut self, seq: u64) {
+        if self.started {
+            self.resync(seq);
+        } else {
+            self.started = true;
+            self.next = seq;
+        }
+    }
+
     /// The sender restarted: flush what is held, in order, and continue at
     /// `seq`.
     fn resync(&mut self, seq: u64) {

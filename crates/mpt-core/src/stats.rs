@@ -48,10 +48,23 @@ pub enum DropReason {
     HandshakeUnexpected,
     /// A NACK (loss recovery) while recovery is off on this side.
     NackUnexpected,
+    /// A handshake message whose mac1 is wrong: not made with our public
+    /// key (scans, garbage, another server's peers). No cryptography spent.
+    HandshakeBadMac,
+    /// An initiation answered with a cookie reply instead of a handshake:
+    /// the server is under load and the initiation had no valid mac2.
+    HandshakeCookieSent,
+    /// An authentic packet from an address the path does not accept yet:
+    /// older than the newest packet of its session, or waiting for the
+    /// address to be validated (path challenge).
+    UnvalidatedSource,
+    /// A path challenge or response that is malformed, names no challenge
+    /// of ours, or comes from another address than the challenged one.
+    PathValidationFailed,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 23] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -71,6 +84,10 @@ impl DropReason {
         Self::HandshakeRateLimited,
         Self::HandshakeUnexpected,
         Self::NackUnexpected,
+        Self::HandshakeBadMac,
+        Self::HandshakeCookieSent,
+        Self::UnvalidatedSource,
+        Self::PathValidationFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -94,6 +111,10 @@ impl DropReason {
             Self::HandshakeRateLimited => "handshake_rate_limited",
             Self::HandshakeUnexpected => "handshake_unexpected",
             Self::NackUnexpected => "nack_unexpected",
+            Self::HandshakeBadMac => "handshake_bad_mac",
+            Self::HandshakeCookieSent => "handshake_cookie_sent",
+            Self::UnvalidatedSource => "unvalidated_source",
+            Self::PathValidationFailed => "path_validation_failed",
         }
     }
 

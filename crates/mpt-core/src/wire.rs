@@ -36,12 +36,16 @@
 
 use crate::PathId;
 
-/// Protocol version carried in byte 0 (spec constant).
-pub const VERSION: u8 = 1;
+/// Protocol version carried in byte 0 (spec constant). Version 2: handshake
+/// announcements and MACs, cookie replies, path validation, per-path
+/// hearing masks in probes.
+pub const VERSION: u8 = 2;
 /// Length of the fixed header in bytes (spec constant).
 pub const HEADER_LEN: usize = 36;
 /// Length of a probe/echo body in bytes (spec constant).
 pub const PROBE_BODY_LEN: usize = 32;
+/// Length of the token of a path challenge or response (spec constant).
+pub const PATH_TOKEN_LEN: usize = 8;
 /// Bytes reserved after the body for an AEAD tag (spec constant, RFC 8439).
 pub const TAG_RESERVE_LEN: usize = 16;
 /// UDP header length (RFC 768).
@@ -83,6 +87,14 @@ pub enum PacketType {
     /// Negative acknowledgement: data sequence numbers the receiver is
     /// missing and asks to be sent again ([`NackBody`]; loss recovery).
     Nack = 6,
+    /// Answer to an initiation under load: a cookie for the initiator's
+    /// address (`crypto::cookie`), sent in the clear.
+    CookieReply = 7,
+    /// Validation of a peer's new address: an encrypted random token that
+    /// only the real peer can read and return (RFC 9000 §8.2).
+    PathChallenge = 8,
+    /// The token of a [`PacketType::PathChallenge`], returned.
+    PathResponse = 9,
 }
 
 impl PacketType {
@@ -94,6 +106,9 @@ impl PacketType {
             4 => Some(Self::HandshakeInit),
             5 => Some(Self::HandshakeResponse),
             6 => Some(Self::Nack),
+            7 => Some(Self::CookieReply),
+            8 => Some(Self::PathChallenge),
+            9 => Some(Self::PathResponse),
             _ => None,
         }
     }
@@ -151,9 +166,13 @@ impl<'a> Header<'a> {
             return Err(WireError::BadVersion);
         }
         let ty = PacketType::from_u8(buf[off::TYPE]).ok_or(WireError::BadType)?;
-        if matches!(ty, PacketType::Probe | PacketType::Echo)
-            && buf.len() < HEADER_LEN + PROBE_BODY_LEN
-        {
+        let min_body = match ty {
+            PacketType::Probe | PacketType::Echo => PROBE_BODY_LEN,
+            PacketType::PathChallenge | PacketType::PathResponse => PATH_TOKEN_LEN,
+            PacketType::CookieReply => crate::crypto::cookie::COOKIE_REPLY_BODY_LEN,
+            _ => 0,
+        };
+        if buf.len() < HEADER_LEN + min_body {
             return Err(WireError::Truncated);
         }
         Ok(Self { buf, ty })
@@ -225,20 +244,21 @@ pub fn write_header(out: &mut [u8], ty: PacketType, f: &HeaderFields) {
 ///  8  hold time ns    u64  probe: 0; echo: time between probe arrival and echo
 /// 16  rx packets      u64  packets the sender has received on this path
 /// 24  rx path seq     u32  highest path sequence the sender received here
-/// 28  flags           u32  bit 0: sender has heard this path recently
+/// 28  hearing mask    u32  bit i: the sender hears path i (its receive
+///                          direction of path i is up)
 /// ```
+///
+/// The hearing mask tells a peer, on any path, which of its send
+/// directions work: a path that fails in one direction only is found from
+/// the reports on the other paths, and its working direction stays in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProbeBody {
     pub echo_timestamp_ns: u64,
     pub hold_ns: u64,
     pub rx_packets: u64,
     pub rx_path_seq: u32,
-    pub flags: u32,
+    pub hearing_mask: u32,
 }
-
-/// Flag in [`ProbeBody::flags`]: the sender has heard the receiver on this
-/// path within its dead interval (lets a peer detect one-way failures).
-pub const PROBE_FLAG_HEARING: u32 = 1;
 
 impl ProbeBody {
     /// Parse from a body slice; the caller obtained it from a checked
@@ -253,7 +273,7 @@ impl ProbeBody {
             hold_ns: be_u64(body, 8),
             rx_packets: be_u64(body, 16),
             rx_path_seq: be_u32(body, 24),
-            flags: be_u32(body, 28),
+            hearing_mask: be_u32(body, 28),
         })
     }
 
@@ -264,7 +284,7 @@ impl ProbeBody {
         b[8..16].copy_from_slice(&self.hold_ns.to_be_bytes());
         b[16..24].copy_from_slice(&self.rx_packets.to_be_bytes());
         b[24..28].copy_from_slice(&self.rx_path_seq.to_be_bytes());
-        b[28..32].copy_from_slice(&self.flags.to_be_bytes());
+        b[28..32].copy_from_slice(&self.hearing_mask.to_be_bytes());
     }
 }
 
@@ -348,7 +368,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x01, 0x01, 0x05, 0xb8, // version 1, data, path 5, class 0xb8 (EF)
+        0x02, 0x01, 0x05, 0xb8, // version 2, data, path 5, class 0xb8 (EF)
         0x00, 0x00, 0x00, 0x00, // session 0
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 258
         0x00, 0x00, 0x00, 0x2a, // path seq 42
@@ -385,7 +405,7 @@ mod tests {
 
     /// Test vector: an echo with body.
     const ECHO_VECTOR: [u8; HEADER_LEN + PROBE_BODY_LEN] = [
-        0x01, 0x03, 0x00, 0x00, // version 1, echo, path 0, class 0
+        0x02, 0x03, 0x00, 0x00, // version 2, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 0, 0, 9, // counter 9
         0, 0, 0, 3, // path seq 3
@@ -395,7 +415,7 @@ mod tests {
         0, 0, 0, 0, 0, 0, 0, 50, // hold 50 ns
         0, 0, 0, 0, 0, 0, 0x01, 0x00, // rx packets 256
         0, 0, 0, 0xff, // rx path seq 255
-        0, 0, 0, 1, // flags: hearing
+        0, 0, 0, 5, // hearing mask: paths 0 and 2
     ];
 
     #[test]
@@ -414,7 +434,7 @@ mod tests {
             hold_ns: 50,
             rx_packets: 256,
             rx_path_seq: 255,
-            flags: PROBE_FLAG_HEARING,
+            hearing_mask: 0b101,
         };
         let mut out = [0u8; HEADER_LEN + PROBE_BODY_LEN];
         write_header(&mut out, PacketType::Echo, &f);
@@ -434,13 +454,25 @@ mod tests {
             WireError::Truncated
         );
         let mut v = DATA_VECTOR;
-        v[0] = 2;
+        v[0] = 1;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 7;
+        v[1] = 10;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
+        // Types with a body need it: cookie reply, path challenge/response.
+        for (ty, need) in [(7u8, 60usize), (8, PATH_TOKEN_LEN), (9, PATH_TOKEN_LEN)] {
+            let mut d = vec![0u8; HEADER_LEN + need];
+            d[..HEADER_LEN].copy_from_slice(&DATA_VECTOR);
+            d[1] = ty;
+            assert!(Header::new_checked(&d).is_ok(), "{ty}");
+            assert_eq!(
+                Header::new_checked(&d[..d.len() - 1]).unwrap_err(),
+                WireError::Truncated,
+                "{ty}"
+            );
+        }
         // A probe type with no body is truncated.
         let mut v = DATA_VECTOR;
         v[1] = PacketType::Probe as u8;

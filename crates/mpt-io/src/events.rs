@@ -55,9 +55,20 @@ impl EventLog {
             Event::AllPathsDown => {
                 warn!(tunnel = %tunnel_name, "all paths down: packets are dropped until one returns")
             }
+            Event::Receiving { path, up: true } => {
+                info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), "hearing the peer on this path again")
+            }
+            Event::Receiving { path, up: false } => {
+                warn!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), "no longer hearing the peer on this path (sending on it continues while the peer hears us)")
+            }
+            Event::ValidationFailed { path, addr } => {
+                if let Some(suppressed) = self.allow("validation-failed") {
+                    warn!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), candidate = %addr, suppressed, "new peer address did not answer its path challenge; staying with the old one")
+                }
+            }
             Event::RemoteChanged { path, from, to } => {
                 let from = from.map_or_else(|| "(none)".to_string(), |f| f.to_string());
-                info!(tunnel = %tunnel_name, path = %name(path), from = %from, to = %to, "peer address changed (authenticated)")
+                info!(tunnel = %tunnel_name, path = %name(path), from = %from, to = %to, "peer address changed (authenticated and validated)")
             }
             Event::Security(CryptoEvent::Established { cipher, rekey }) => {
                 info!(tunnel = %tunnel_name, cipher, rekey, "session established")

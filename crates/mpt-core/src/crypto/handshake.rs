@@ -3,11 +3,19 @@
 //! client → server) and 5 (response).
 //!
 //! ```text
-//! initiation body: sender index u32 | Noise message 1 (e, es, s, ss;
-//!                  payload: timestamp 12 bytes, cipher offer 1 byte)   113 bytes
-//! response body:   sender index u32 | receiver index u32 | Noise message 2
-//!                  (e, ee, se, psk; payload: chosen cipher 1 byte)      57 bytes
+//! initiation:  sender index u32 | Noise message 1 (e, es, s, ss; payload:
+//!              timestamp 12, cipher offer 1, announcement 16)       129 bytes
+//! response:    sender index u32 | receiver index u32 | Noise message 2
+//!              (e, ee, se, psk; payload: chosen cipher 1,
+//!              announcement 16)                                      73 bytes
 //! ```
+//!
+//! The announcement ([`Announce`]) tells the other side who is sending
+//! (a random incarnation, new at every start of a tunnel) and the next
+//! tunnel sequence number it will send, so that a receiver can tie its
+//! reorder state to the peer's sequence space: a changed incarnation means
+//! the peer restarted. On the wire both messages are followed by the two
+//! MACs of `cookie.rs`.
 //!
 //! Both peers know each other's static public key in advance (IK). The
 //! responder rejects an initiation whose static key is not the configured
@@ -32,10 +40,40 @@ use super::keys::{PresharedKey, PrivateKey, PublicKey};
 /// Noise protocol name (spec constant).
 pub const NOISE_PARAMS: &str = "Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s";
 /// Prologue binding the handshake to this protocol and version.
-pub const PROLOGUE: &[u8] = b"mpt v1 handshake";
-/// Lengths of the bodies (after the 36-byte header).
-pub const INIT_BODY_LEN: usize = 4 + 32 + 48 + (TIMESTAMP_LEN + 1 + 16);
-pub const RESPONSE_BODY_LEN: usize = 4 + 4 + 32 + (1 + 16);
+pub const PROLOGUE: &[u8] = b"mpt v2 handshake";
+/// Lengths of the Noise parts of the bodies (after the 36-byte header,
+/// before the MACs).
+pub const INIT_NOISE_LEN: usize = 4 + 32 + 48 + (TIMESTAMP_LEN + 1 + ANNOUNCE_LEN + 16);
+pub const RESPONSE_NOISE_LEN: usize = 4 + 4 + 32 + (1 + ANNOUNCE_LEN + 16);
+/// Length of an [`Announce`] in a handshake payload.
+pub const ANNOUNCE_LEN: usize = 16;
+
+/// What a side announces in its handshake message (encrypted and
+/// authenticated by Noise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Announce {
+    /// Random per start of the tunnel: a new value means the peer restarted.
+    pub incarnation: u64,
+    /// The next tunnel sequence number this side will send.
+    pub next_seq: u64,
+}
+
+impl Announce {
+    fn write(&self, out: &mut [u8]) {
+        out[..8].copy_from_slice(&self.incarnation.to_be_bytes());
+        out[8..16].copy_from_slice(&self.next_seq.to_be_bytes());
+    }
+    fn read(b: &[u8]) -> Self {
+        let mut i = [0u8; 8];
+        let mut n = [0u8; 8];
+        i.copy_from_slice(&b[..8]);
+        n.copy_from_slice(&b[8..16]);
+        Self {
+            incarnation: u64::from_be_bytes(i),
+            next_seq: u64::from_be_bytes(n),
+        }
+    }
+}
 /// Timestamp in the initiation payload: seconds u64 + nanoseconds u32.
 pub const TIMESTAMP_LEN: usize = 12;
 
@@ -83,6 +121,8 @@ pub struct Established {
     pub recv_key: [u8; 32],
     pub remote_index: u32,
     pub cipher: Cipher,
+    /// What the peer announced.
+    pub peer: Announce,
 }
 
 impl std::fmt::Debug for Established {
@@ -150,17 +190,18 @@ pub struct Initiation {
     pub local_index: u32,
 }
 
-/// Build an initiation body into `out` (at least [`INIT_BODY_LEN`] bytes).
-/// `offer` is the cipher the initiator prefers.
+/// Build an initiation body into `out` (at least [`INIT_NOISE_LEN`]
+/// bytes). `offer` is the cipher the initiator prefers.
 pub fn initiate(
     id: &Identity,
     seed: [u8; 32],
     local_index: u32,
     timestamp: [u8; TIMESTAMP_LEN],
     offer: Cipher,
+    announce: Announce,
     out: &mut [u8],
 ) -> Result<Initiation, HandshakeError> {
-    if out.len() < INIT_BODY_LEN {
+    if out.len() < INIT_NOISE_LEN {
         return Err(HandshakeError::Malformed);
     }
     let mut hs = builder(seed)
@@ -170,14 +211,15 @@ pub fn initiate(
         .and_then(|b| b.prologue(PROLOGUE))
         .and_then(|b| b.build_initiator())
         .map_err(|_| HandshakeError::Malformed)?;
-    let mut payload = [0u8; TIMESTAMP_LEN + 1];
+    let mut payload = [0u8; TIMESTAMP_LEN + 1 + ANNOUNCE_LEN];
     payload[..TIMESTAMP_LEN].copy_from_slice(&timestamp);
     payload[TIMESTAMP_LEN] = offer.code();
+    announce.write(&mut payload[TIMESTAMP_LEN + 1..]);
     out[..4].copy_from_slice(&local_index.to_be_bytes());
     let n = hs
-        .write_message(&payload, &mut out[4..INIT_BODY_LEN])
+        .write_message(&payload, &mut out[4..INIT_NOISE_LEN])
         .map_err(|_| HandshakeError::Malformed)?;
-    debug_assert_eq!(n + 4, INIT_BODY_LEN);
+    debug_assert_eq!(n + 4, INIT_NOISE_LEN);
     Ok(Initiation {
         state: hs,
         local_index,
@@ -194,6 +236,7 @@ pub struct Responded {
 /// Process an initiation body and write the response body into `out`.
 /// `last_timestamp` is the newest accepted so far; `choose` picks the data
 /// cipher given the initiator's offer.
+#[allow(clippy::too_many_arguments)] // the handshake's inputs, as they are
 pub fn respond(
     id: &Identity,
     seed: [u8; 32],
@@ -201,9 +244,10 @@ pub fn respond(
     local_index: u32,
     last_timestamp: Option<[u8; TIMESTAMP_LEN]>,
     choose: impl Fn(Cipher) -> Cipher,
+    announce: Announce,
     out: &mut [u8],
 ) -> Result<Responded, HandshakeError> {
-    if body.len() != INIT_BODY_LEN || out.len() < RESPONSE_BODY_LEN {
+    if body.len() != INIT_NOISE_LEN || out.len() < RESPONSE_NOISE_LEN {
         return Err(HandshakeError::Malformed);
     }
     let mut hs = builder(seed)
@@ -220,7 +264,7 @@ pub fn respond(
     if hs.get_remote_static() != Some(&id.peer_public.0[..]) {
         return Err(HandshakeError::UnknownPeer);
     }
-    if n != TIMESTAMP_LEN + 1 {
+    if n != TIMESTAMP_LEN + 1 + ANNOUNCE_LEN {
         return Err(HandshakeError::Malformed);
     }
     let mut timestamp = [0u8; TIMESTAMP_LEN];
@@ -229,13 +273,17 @@ pub fn respond(
         return Err(HandshakeError::Replayed);
     }
     let offer = Cipher::from_code(payload[TIMESTAMP_LEN]).unwrap_or(Cipher::ChaCha20Poly1305);
+    let peer = Announce::read(&payload[TIMESTAMP_LEN + 1..n]);
     let cipher = choose(offer);
     out[..4].copy_from_slice(&local_index.to_be_bytes());
     out[4..8].copy_from_slice(&remote_index.to_be_bytes());
+    let mut reply = [0u8; 1 + ANNOUNCE_LEN];
+    reply[0] = cipher.code();
+    announce.write(&mut reply[1..]);
     let m = hs
-        .write_message(&[cipher.code()], &mut out[8..RESPONSE_BODY_LEN])
+        .write_message(&reply, &mut out[8..RESPONSE_NOISE_LEN])
         .map_err(|_| HandshakeError::Malformed)?;
-    debug_assert_eq!(m + 8, RESPONSE_BODY_LEN);
+    debug_assert_eq!(m + 8, RESPONSE_NOISE_LEN);
     let (send_key, recv_key) = split(&mut hs, false);
     Ok(Responded {
         established: Established {
@@ -243,6 +291,7 @@ pub fn respond(
             recv_key,
             remote_index,
             cipher,
+            peer,
         },
         timestamp,
     })
@@ -250,34 +299,36 @@ pub fn respond(
 
 /// The receiver index a response body names (to find the initiation).
 pub fn response_receiver_index(body: &[u8]) -> Option<u32> {
-    (body.len() == RESPONSE_BODY_LEN)
+    (body.len() == RESPONSE_NOISE_LEN)
         .then(|| u32::from_be_bytes([body[4], body[5], body[6], body[7]]))
 }
 
 /// Complete an initiation with the response body.
 pub fn complete(mut init: Initiation, body: &[u8]) -> Result<Established, HandshakeError> {
-    if body.len() != RESPONSE_BODY_LEN {
+    if body.len() != RESPONSE_NOISE_LEN {
         return Err(HandshakeError::Malformed);
     }
     if response_receiver_index(body) != Some(init.local_index) {
         return Err(HandshakeError::Unexpected);
     }
     let remote_index = u32::from_be_bytes([body[0], body[1], body[2], body[3]]);
-    let mut payload = [0u8; 16];
+    let mut payload = [0u8; 64];
     let n = init
         .state
         .read_message(&body[8..], &mut payload)
         .map_err(|_| HandshakeError::Decrypt)?;
-    let cipher = (n == 1)
+    let cipher = (n == 1 + ANNOUNCE_LEN)
         .then(|| Cipher::from_code(payload[0]))
         .flatten()
         .ok_or(HandshakeError::Malformed)?;
+    let peer = Announce::read(&payload[1..n]);
     let (send_key, recv_key) = split(&mut init.state, true);
     Ok(Established {
         send_key,
         recv_key,
         remote_index,
         cipher,
+        peer,
     })
 }
 

@@ -31,14 +31,38 @@ fn ts(n: u64) -> [u8; TIMESTAMP_LEN] {
     t
 }
 
+fn ann(n: u64) -> Announce {
+    Announce {
+        incarnation: 0x1000 + n,
+        next_seq: 5_000 * n,
+    }
+}
+
 fn run(
     init_id: &Identity,
     resp_id: &Identity,
 ) -> Result<(Established, Established), HandshakeError> {
-    let mut m1 = [0u8; INIT_BODY_LEN];
-    let init = initiate(init_id, [5u8; 32], 77, ts(1), Cipher::Aes256Gcm, &mut m1)?;
-    let mut m2 = [0u8; RESPONSE_BODY_LEN];
-    let r = respond(resp_id, [6u8; 32], &m1, 99, None, |offer| offer, &mut m2)?;
+    let mut m1 = [0u8; INIT_NOISE_LEN];
+    let init = initiate(
+        init_id,
+        [5u8; 32],
+        77,
+        ts(1),
+        Cipher::Aes256Gcm,
+        ann(1),
+        &mut m1,
+    )?;
+    let mut m2 = [0u8; RESPONSE_NOISE_LEN];
+    let r = respond(
+        resp_id,
+        [6u8; 32],
+        &m1,
+        99,
+        None,
+        |offer| offer,
+        ann(2),
+        &mut m2,
+    )?;
     let i = complete(init, &m2)?;
     Ok((i, r.established))
 }
@@ -52,6 +76,8 @@ fn both_sides_agree_on_keys_indices_and_cipher() {
     assert_ne!(i.send_key, i.recv_key);
     assert_eq!((i.remote_index, r.remote_index), (99, 77));
     assert_eq!((i.cipher, r.cipher), (Cipher::Aes256Gcm, Cipher::Aes256Gcm));
+    // Each side learns what the other announced.
+    assert_eq!((i.peer, r.peer), (ann(2), ann(1)));
 }
 
 #[test]
@@ -77,22 +103,41 @@ fn wrong_keys_never_get_a_session() {
 #[test]
 fn replayed_initiation_and_garbage_are_refused() {
     let (a, b) = ids();
-    let mut m1 = [0u8; INIT_BODY_LEN];
-    initiate(&a, [5u8; 32], 1, ts(10), Cipher::ChaCha20Poly1305, &mut m1).unwrap();
-    let mut m2 = [0u8; RESPONSE_BODY_LEN];
-    let r = respond(&b, [6u8; 32], &m1, 2, None, |c| c, &mut m2).unwrap();
+    let mut m1 = [0u8; INIT_NOISE_LEN];
+    initiate(
+        &a,
+        [5u8; 32],
+        1,
+        ts(10),
+        Cipher::ChaCha20Poly1305,
+        ann(1),
+        &mut m1,
+    )
+    .unwrap();
+    let mut m2 = [0u8; RESPONSE_NOISE_LEN];
+    let r = respond(&b, [6u8; 32], &m1, 2, None, |c| c, ann(2), &mut m2).unwrap();
     assert_eq!(
-        respond(&b, [6u8; 32], &m1, 2, Some(r.timestamp), |c| c, &mut m2).unwrap_err(),
+        respond(
+            &b,
+            [6u8; 32],
+            &m1,
+            2,
+            Some(r.timestamp),
+            |c| c,
+            ann(2),
+            &mut m2
+        )
+        .unwrap_err(),
         HandshakeError::Replayed
     );
     let mut flipped = m1;
     flipped[60] ^= 1;
     assert_eq!(
-        respond(&b, [6u8; 32], &flipped, 2, None, |c| c, &mut m2).unwrap_err(),
+        respond(&b, [6u8; 32], &flipped, 2, None, |c| c, ann(2), &mut m2).unwrap_err(),
         HandshakeError::Decrypt
     );
     assert_eq!(
-        respond(&b, [6u8; 32], &m1[..50], 2, None, |c| c, &mut m2).unwrap_err(),
+        respond(&b, [6u8; 32], &m1[..50], 2, None, |c| c, ann(2), &mut m2).unwrap_err(),
         HandshakeError::Malformed
     );
 }
@@ -102,30 +147,32 @@ fn wire_vector_is_stable() {
     // Fixed keys and seeds: the initiation's first bytes are pinned, so an
     // accidental change of the wire format or of the Noise parameters shows.
     let (a, _) = ids();
-    let mut m1 = [0u8; INIT_BODY_LEN];
+    let mut m1 = [0u8; INIT_NOISE_LEN];
     initiate(
         &a,
         [5u8; 32],
         0x0102_0304,
         ts(1),
         Cipher::ChaCha20Poly1305,
+        ann(1),
         &mut m1,
     )
     .unwrap();
-    let mut m1b = [0u8; INIT_BODY_LEN];
+    let mut m1b = [0u8; INIT_NOISE_LEN];
     initiate(
         &a,
         [5u8; 32],
         0x0102_0304,
         ts(1),
         Cipher::ChaCha20Poly1305,
+        ann(1),
         &mut m1b,
     )
     .unwrap();
     assert_eq!(m1, m1b, "deterministic for fixed seeds");
     assert_eq!(&m1[..4], &[1, 2, 3, 4]);
-    assert_eq!(INIT_BODY_LEN, 113);
-    assert_eq!(RESPONSE_BODY_LEN, 57);
+    assert_eq!(INIT_NOISE_LEN, 129);
+    assert_eq!(RESPONSE_NOISE_LEN, 73);
     // The ephemeral key on the wire is the X25519 public key of the first
     // 32 bytes drawn from ChaCha20 seeded with [5; 32] (Noise: e first).
     let mut eph = [0u8; 32];

@@ -7,6 +7,8 @@
 //! * [`aead`] — ChaCha20-Poly1305 (RFC 8439) and AES-256-GCM for data, with
 //!   the 36-byte mpt header as associated data;
 //! * [`replay`] — the RFC 6479 sliding-window anti-replay check;
+//! * [`cookie`] — the MACs and cookie replies that keep handshake floods
+//!   from spoofed sources away from the Diffie-Hellman work (WireGuard);
 //! * [`ratelimit`] — per-source token buckets for handshake initiations.
 //!
 //! Invariants: no function here touches the OS. Randomness comes from a
@@ -14,6 +16,7 @@
 //! key material is never formatted by `Debug`.
 
 pub mod aead;
+pub mod cookie;
 pub mod handshake;
 pub mod keys;
 pub mod ratelimit;
@@ -37,8 +40,16 @@ pub mod knobs {
     pub const REJECT_AFTER: Nanos = 180_000 * NANOS_PER_MS;
     /// Never send more packets than this under one key (nonce space).
     pub const REJECT_AFTER_PACKETS: u64 = u64::MAX - (1 << 13);
-    /// Retry an unanswered handshake initiation after this long.
-    pub const HANDSHAKE_RETRY: Nanos = 1_000 * NANOS_PER_MS;
+    /// Retry an unanswered handshake initiation after this long, doubling
+    /// with every attempt up to `HANDSHAKE_RETRY_MAX` (backoff while the
+    /// server stays away).
+    pub const HANDSHAKE_RETRY: Nanos = 250 * NANOS_PER_MS;
+    pub const HANDSHAKE_RETRY_MAX: Nanos = 4_000 * NANOS_PER_MS;
+    /// Initiations with a valid mac1 per second (sustained, and as a burst)
+    /// above which a responder is under load and answers initiations that
+    /// carry no valid mac2 with a cookie reply (`cookie.rs`). One peer
+    /// handshakes once per rekey interval; a flood goes far beyond.
+    pub const HANDSHAKE_LOAD_PER_S: u32 = 10;
     /// Keep accepting the previous session this long after a new one.
     pub const PREVIOUS_SESSION_GRACE: Nanos = 10_000 * NANOS_PER_MS;
     /// Handshake initiations accepted per source address: burst and rate.

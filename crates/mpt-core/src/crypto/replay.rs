@@ -41,6 +41,11 @@ impl Default for ReplayWindow {
 
 impl ReplayWindow {
     /// Whether `c` would be accepted (no state change).
+    /// Whether `c` would be newer than every counter accepted so far.
+    pub fn is_newest(&self, c: u64) -> bool {
+        !self.any || c > self.highest
+    }
+
     pub fn check(&self, c: u64) -> Replay {
         if !self.any || c > self.highest {
             return Replay::Fresh;

@@ -118,6 +118,11 @@ impl Session {
         }
     }
 
+    /// Whether `counter` is newer than every packet accepted so far.
+    pub fn is_newest(&self, counter: u64) -> bool {
+        self.replay.is_newest(counter)
+    }
+
     pub fn age(&self, now: Nanos) -> Nanos {
         now.saturating_sub(self.created)
     }
@@ -133,12 +138,14 @@ mod tests {
             recv_key: [2; 32],
             remote_index: 20,
             cipher: Cipher::ChaCha20Poly1305,
+            peer: Default::default(),
         };
         let e2 = Established {
             send_key: [2; 32],
             recv_key: [1; 32],
             remote_index: 10,
             cipher: Cipher::ChaCha20Poly1305,
+            peer: Default::default(),
         };
         (Session::new(&e1, 10, 0), Session::new(&e2, 20, 0))
     }

@@ -14,18 +14,20 @@
 //! beyond `REJECT_AFTER` or its packet limit.
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
 use super::aead::{cpu_has_aes, Cipher, DataKey};
+use super::cookie::{self, Cookie, CookieMaker, MacKeys, MAC_LEN};
 use super::handshake::{
-    self, HandshakeError, Identity, Initiation, INIT_BODY_LEN, RESPONSE_BODY_LEN, TIMESTAMP_LEN,
+    self, Announce, HandshakeError, Identity, Initiation, INIT_NOISE_LEN, RESPONSE_NOISE_LEN,
+    TIMESTAMP_LEN,
 };
 use super::knobs;
-use super::ratelimit::RateLimiter;
+use super::ratelimit::{Bucket, RateLimiter};
 use super::session::Session;
 use crate::stats::DropReason;
 use crate::Nanos;
@@ -64,6 +66,14 @@ pub struct CryptoStats {
     pub initiations_rate_limited: u64,
     pub rekeys: u64,
     pub sessions_expired: u64,
+    /// Responder: initiations answered with a cookie (under load).
+    pub cookies_sent: u64,
+    /// Initiator: cookie replies received and used.
+    pub cookies_received: u64,
+    /// Handshakes started because every path fell silent.
+    pub silence_handshakes: u64,
+    /// Sessions with a peer that had restarted (new incarnation).
+    pub peer_restarts: u64,
 }
 
 /// Something for the log.
@@ -86,6 +96,23 @@ pub enum CryptoEvent {
 struct Pending {
     init: Initiation,
     sent_at: Nanos,
+    /// The initiation's mac1 (a cookie reply must name it).
+    mac1: [u8; MAC_LEN],
+    /// Path it went out on (the cookie it earns is for that path).
+    path: usize,
+    /// A cookie reply arrived: resend at once with mac2.
+    retry_now: bool,
+}
+
+/// What [`CryptoState::handle_initiation`] wrote into the body buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitOutcome {
+    /// A handshake response body of this length; `restarted` holds the
+    /// peer's next tunnel sequence number if the peer is a new incarnation
+    /// (it restarted, or this is the first contact).
+    Response { len: usize, restarted: Option<u64> },
+    /// Under load without a valid mac2: a cookie reply body of this length.
+    Cookie { len: usize },
 }
 
 pub struct CryptoState {
@@ -99,6 +126,18 @@ pub struct CryptoState {
     attempts: u64,
     last_init_timestamp: Option<[u8; TIMESTAMP_LEN]>,
     limiter: RateLimiter,
+    /// Initiations with a valid mac1 per second beyond which the responder
+    /// is under load and asks for cookies.
+    load: Bucket,
+    /// Random per start: announced in handshakes (peers detect restarts).
+    incarnation: u64,
+    peer_incarnation: Option<u64>,
+    /// Checks mac1 of datagrams to us; the responder's cookie secret.
+    cookies: CookieMaker,
+    /// MAC keys of datagrams to the peer (and cookie replies from it).
+    peer_macs: MacKeys,
+    /// Initiator: the latest cookie per path, with when it arrived.
+    path_cookies: Vec<Option<(Cookie, Nanos)>>,
     pub stats: CryptoStats,
     events: VecDeque<CryptoEvent>,
 }
@@ -114,9 +153,14 @@ pub fn timestamp(wall_ns: u64) -> [u8; TIMESTAMP_LEN] {
 impl CryptoState {
     pub fn new(cfg: SecurityConfig, seed: [u8; 32]) -> Self {
         let want = cfg.role == HandshakeRole::Initiator;
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let incarnation = rng.next_u64();
+        let cookies = CookieMaker::new(&cfg.identity.private.public());
+        let peer_macs = MacKeys::new(&cfg.identity.peer_public);
+        let load_rate = f64::from(knobs::HANDSHAKE_LOAD_PER_S);
         Self {
             cfg,
-            rng: ChaCha20Rng::from_seed(seed),
+            rng,
             current: None,
             previous: None,
             next: None,
@@ -125,9 +169,96 @@ impl CryptoState {
             attempts: 0,
             last_init_timestamp: None,
             limiter: RateLimiter::default(),
+            load: Bucket::full(load_rate),
+            incarnation,
+            peer_incarnation: None,
+            cookies,
+            peer_macs,
+            path_cookies: vec![None; crate::MAX_PATHS],
             stats: CryptoStats::default(),
             events: VecDeque::new(),
         }
+    }
+
+    /// This side's announcement for a handshake message.
+    fn announce(&self, next_seq: u64) -> Announce {
+        Announce {
+            incarnation: self.incarnation,
+            next_seq,
+        }
+    }
+
+    /// Record what the peer announced; its next sequence number if it is a
+    /// new incarnation (a restart, or the first contact).
+    fn note_peer(&mut self, a: Announce) -> Option<u64> {
+        if self.peer_incarnation == Some(a.incarnation) {
+            return None;
+        }
+        if self.peer_incarnation.is_some() {
+            self.stats.peer_restarts += 1;
+        }
+        self.peer_incarnation = Some(a.incarnation);
+        Some(a.next_seq)
+    }
+
+    /// Write mac1 and mac2 into the end of a handshake datagram to the
+    /// peer sent on `path`; an initiation remembers its mac1.
+    pub fn write_macs(&mut self, now: Nanos, path: usize, dgram: &mut [u8]) {
+        let cookie = match self.cfg.role {
+            HandshakeRole::Initiator => self
+                .path_cookies
+                .get(path)
+                .copied()
+                .flatten()
+                .filter(|(_, at)| now.saturating_sub(*at) < cookie::COOKIE_USE_LIFETIME)
+                .map(|(c, _)| c),
+            HandshakeRole::Responder => None,
+        };
+        let mac1 = self.peer_macs.write_macs(dgram, cookie.as_ref());
+        if let (Some(p), Some(m)) = (self.pending.as_mut(), mac1) {
+            if self.cfg.role == HandshakeRole::Initiator {
+                p.mac1 = m;
+                p.path = path;
+            }
+        }
+    }
+
+    /// Initiator: every path fell silent (the server may have restarted):
+    /// handshake now instead of waiting for the rekey timer. Retries back
+    /// off while nothing answers.
+    pub fn handshake_on_silence(&mut self) {
+        if self.cfg.role == HandshakeRole::Initiator
+            && self.pending.is_none()
+            && !self.want_handshake
+        {
+            self.want_handshake = true;
+            self.stats.silence_handshakes += 1;
+        }
+    }
+
+    /// Initiator: a cookie reply (under load, the server asks for proof of
+    /// our address). The cookie is kept for the path the initiation went
+    /// out on and the initiation is resent at once with mac2.
+    pub fn handle_cookie_reply(&mut self, now: Nanos, body: &[u8]) -> Result<(), DropReason> {
+        if self.cfg.role != HandshakeRole::Initiator {
+            return Err(DropReason::HandshakeUnexpected);
+        }
+        let Some(p) = self.pending.as_mut() else {
+            return Err(DropReason::HandshakeUnexpected);
+        };
+        if cookie::cookie_reply_receiver(body) != Some(p.init.local_index) || p.retry_now {
+            return Err(DropReason::HandshakeUnexpected);
+        }
+        let c = self
+            .peer_macs
+            .open_cookie_reply(body, &p.mac1)
+            .ok_or(DropReason::HandshakeFailed)?;
+        if let Some(slot) = self.path_cookies.get_mut(p.path) {
+            *slot = Some((c, now));
+        }
+        p.retry_now = true;
+        self.stats.cookies_received += 1;
+        Ok(())
     }
 
     pub fn role(&self) -> HandshakeRole {
@@ -237,6 +368,19 @@ impl CryptoState {
         s.precheck(counter).map_err(|_| DropReason::Replay)
     }
 
+    /// Whether a packet to session `index` with `counter` is newer than
+    /// every packet accepted so far in that session (call before commit).
+    pub fn is_newest(&self, index: u32, counter: u64) -> bool {
+        self.session(index).is_some_and(|s| s.is_newest(counter))
+    }
+
+    /// A random token (path validation).
+    pub fn random_token(&mut self) -> [u8; 8] {
+        let mut t = [0u8; 8];
+        self.rng.fill_bytes(&mut t);
+        t
+    }
+
     /// The receive key of session `index` (shared, for parallel opens).
     pub fn recv_key(&self, index: u32) -> Option<&DataKey> {
         self.session(index).map(Session::recv_key)
@@ -276,19 +420,50 @@ impl CryptoState {
         self.current.as_ref()
     }
 
-    /// Server: process an initiation from `src`. On success writes the
-    /// response body into `out` and returns its length.
+    /// Server: process the initiation datagram `dgram` (header, body and
+    /// MACs) from `src`. Writes a response body (or, under load without a
+    /// valid mac2, a cookie reply body) into `out`. `next_seq` is the next
+    /// tunnel sequence number this side will send.
     pub fn handle_initiation(
         &mut self,
         now: Nanos,
-        src: IpAddr,
-        body: &[u8],
+        src: SocketAddr,
+        dgram: &[u8],
+        next_seq: u64,
         out: &mut [u8],
-    ) -> Result<usize, DropReason> {
+    ) -> Result<InitOutcome, DropReason> {
         if self.cfg.role != HandshakeRole::Responder {
             return Err(DropReason::HandshakeUnexpected);
         }
-        if !self.limiter.allow(src, now) {
+        let noise_end = crate::wire::HEADER_LEN + INIT_NOISE_LEN;
+        if dgram.len() != noise_end + cookie::MACS_LEN {
+            return Err(DropReason::Truncated);
+        }
+        // One keyed hash: whoever does not know our public key stops here.
+        if !self.cookies.own().check_mac1(dgram) {
+            return Err(DropReason::HandshakeBadMac);
+        }
+        let load = f64::from(knobs::HANDSHAKE_LOAD_PER_S);
+        if !self.load.take(now, load, load) {
+            let secret = self.seed();
+            if !self.cookies.check_mac2(now, dgram, &src, || secret) {
+                let mut nonce = [0u8; cookie::COOKIE_NONCE_LEN];
+                self.rng.fill_bytes(&mut nonce);
+                let sender = u32::from_be_bytes([
+                    dgram[noise_end - INIT_NOISE_LEN],
+                    dgram[noise_end - INIT_NOISE_LEN + 1],
+                    dgram[noise_end - INIT_NOISE_LEN + 2],
+                    dgram[noise_end - INIT_NOISE_LEN + 3],
+                ]);
+                let len = self
+                    .cookies
+                    .write_reply(now, dgram, &src, sender, nonce, || secret, out)
+                    .ok_or(DropReason::TooBig)?;
+                self.stats.cookies_sent += 1;
+                return Ok(InitOutcome::Cookie { len });
+            }
+        }
+        if !self.limiter.allow(src.ip(), now) {
             self.stats.initiations_rate_limited += 1;
             return Err(DropReason::HandshakeRateLimited);
         }
@@ -300,6 +475,8 @@ impl CryptoState {
             CipherPref::Auto if offer == Cipher::Aes256Gcm && cpu_has_aes() => Cipher::Aes256Gcm,
             CipherPref::Auto => Cipher::ChaCha20Poly1305,
         };
+        let body = &dgram[crate::wire::HEADER_LEN..noise_end];
+        let announce = self.announce(next_seq);
         match handshake::respond(
             &self.cfg.identity,
             seed,
@@ -307,6 +484,7 @@ impl CryptoState {
             index,
             self.last_init_timestamp,
             choose,
+            announce,
             out,
         ) {
             Ok(r) => {
@@ -321,7 +499,11 @@ impl CryptoState {
                     cipher: r.established.cipher.name(),
                     rekey,
                 });
-                Ok(RESPONSE_BODY_LEN)
+                let restarted = self.note_peer(r.established.peer);
+                Ok(InitOutcome::Response {
+                    len: RESPONSE_NOISE_LEN + cookie::MACS_LEN,
+                    restarted,
+                })
             }
             Err(e) => Err(self.fail(e)),
         }
@@ -338,14 +520,24 @@ impl CryptoState {
         }
     }
 
-    /// Client: process a response.
-    pub fn handle_response(&mut self, now: Nanos, body: &[u8]) -> Result<(), DropReason> {
+    /// Client: process a response datagram (header, body and MACs).
+    /// Returns the server's next tunnel sequence number if the server is a
+    /// new incarnation (it restarted, or this is the first session).
+    pub fn handle_response(&mut self, now: Nanos, dgram: &[u8]) -> Result<Option<u64>, DropReason> {
         if self.cfg.role != HandshakeRole::Initiator {
             return Err(DropReason::HandshakeUnexpected);
         }
+        let noise_end = crate::wire::HEADER_LEN + RESPONSE_NOISE_LEN;
+        if dgram.len() != noise_end + cookie::MACS_LEN {
+            return Err(DropReason::Truncated);
+        }
+        if !self.cookies.own().check_mac1(dgram) {
+            return Err(DropReason::HandshakeBadMac);
+        }
+        let body = &dgram[crate::wire::HEADER_LEN..noise_end];
         let matches = self.pending.as_ref().map(|p| p.init.local_index)
             == handshake::response_receiver_index(body);
-        if !matches || self.pending.is_none() {
+        if !matches {
             return Err(DropReason::HandshakeUnexpected);
         }
         let Some(p) = self.pending.take() else {
@@ -367,7 +559,7 @@ impl CryptoState {
                     cipher: e.cipher.name(),
                     rekey,
                 });
-                Ok(())
+                Ok(self.note_peer(e.peer))
             }
             Err(err) => {
                 // Keep waiting for a genuine response to a new initiation.
@@ -377,21 +569,39 @@ impl CryptoState {
         }
     }
 
-    /// Client: an initiation to send now, written into `out`; returns its
-    /// length and the attempt number (to rotate paths).
+    /// When the pending initiation is due to be sent again: at once after
+    /// a cookie reply, else after an interval that doubles with every
+    /// unanswered attempt ([`knobs::HANDSHAKE_RETRY`] to
+    /// [`knobs::HANDSHAKE_RETRY_MAX`]).
+    fn retry_at(&self) -> Option<Nanos> {
+        let p = self.pending.as_ref()?;
+        if p.retry_now {
+            return Some(p.sent_at);
+        }
+        let shift = self.attempts.saturating_sub(1).min(16) as u32;
+        let wait = knobs::HANDSHAKE_RETRY
+            .saturating_mul(1 << shift)
+            .min(knobs::HANDSHAKE_RETRY_MAX);
+        Some(p.sent_at.saturating_add(wait))
+    }
+
+    /// Client: an initiation to send now, written into `out` (the body,
+    /// without MACs: [`CryptoState::write_macs`] adds them once the header
+    /// is written); returns the body length with room for the MACs and the
+    /// attempt number (to rotate paths). `next_seq` is the next tunnel
+    /// sequence number this side will send.
     pub fn poll_initiation(
         &mut self,
         now: Nanos,
         wall_ns: u64,
+        next_seq: u64,
         out: &mut [u8],
     ) -> Option<(usize, u64)> {
-        if self.cfg.role != HandshakeRole::Initiator || out.len() < INIT_BODY_LEN {
+        let len = INIT_NOISE_LEN + cookie::MACS_LEN;
+        if self.cfg.role != HandshakeRole::Initiator || out.len() < len {
             return None;
         }
-        let retry_due = self
-            .pending
-            .as_ref()
-            .is_some_and(|p| now >= p.sent_at + knobs::HANDSHAKE_RETRY);
+        let retry_due = self.retry_at().is_some_and(|t| now >= t);
         let first = self.want_handshake && self.pending.is_none();
         if !first && !retry_due {
             return None;
@@ -403,28 +613,39 @@ impl CryptoState {
         }
         let seed = self.seed();
         let index = self.new_index();
+        let announce = self.announce(next_seq);
         let init = handshake::initiate(
             &self.cfg.identity,
             seed,
             index,
             timestamp(wall_ns),
             self.offer(),
+            announce,
             out,
         )
         .ok()?;
-        self.pending = Some(Pending { init, sent_at: now });
+        let cookie_retry = self.pending.as_ref().is_some_and(|p| p.retry_now);
+        self.pending = Some(Pending {
+            init,
+            sent_at: now,
+            mac1: [0; MAC_LEN],
+            path: 0,
+            retry_now: false,
+        });
         self.want_handshake = false;
         self.stats.initiations_sent += 1;
-        self.attempts += 1;
-        Some((INIT_BODY_LEN, self.attempts))
+        if !cookie_retry {
+            self.attempts += 1;
+        }
+        Some((len, self.attempts))
     }
 
     /// Earliest time `handle_timeout` has work.
     pub fn poll_timeout(&self) -> Option<Nanos> {
         let mut t: Option<Nanos> = None;
         let mut min = |x: Nanos| t = Some(t.map_or(x, |y| y.min(x)));
-        if let Some(p) = &self.pending {
-            min(p.sent_at + knobs::HANDSHAKE_RETRY);
+        if let Some(t) = self.retry_at() {
+            min(t);
         }
         if let Some(s) = &self.current {
             min(s.created + knobs::REJECT_AFTER);
@@ -470,10 +691,7 @@ impl CryptoState {
     pub fn wants_initiation(&self, now: Nanos) -> bool {
         self.cfg.role == HandshakeRole::Initiator
             && ((self.want_handshake && self.pending.is_none())
-                || self
-                    .pending
-                    .as_ref()
-                    .is_some_and(|p| now >= p.sent_at + knobs::HANDSHAKE_RETRY))
+                || self.retry_at().is_some_and(|t| now >= t))
     }
 
     pub fn poll_event(&mut self) -> Option<CryptoEvent> {

@@ -28,6 +28,9 @@
 //!   that did not authenticate;
 //! * nothing here blocks, allocates per in-order packet, or panics on input.
 
+mod address;
+mod control;
+mod handshake;
 mod recovery;
 mod recv;
 mod split;
@@ -46,9 +49,7 @@ use crate::path::{PathConfig, PathState};
 use crate::reorder::{PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly};
 use crate::sched::{Scheduler, Share, SmoothWrr};
 use crate::stats::{DropCounters, DropReason, TunnelCounters};
-use crate::wire::{
-    self, HeaderFields, PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN, PROBE_FLAG_HEARING,
-};
+use crate::wire::{self, HeaderFields, PacketType, HEADER_LEN};
 use crate::{Nanos, PathId};
 
 /// Which reorder release policy to use.
@@ -130,6 +131,18 @@ pub enum Event {
         reason: &'static str,
     },
     AllPathsDown,
+    /// Our receive direction of a path changed: we hear the peer on it
+    /// again, or no longer (sending on it continues while the peer hears us).
+    Receiving {
+        path: PathId,
+        up: bool,
+    },
+    /// A new address of the peer did not answer its path challenge; the
+    /// path stays with the old address.
+    ValidationFailed {
+        path: PathId,
+        addr: SocketAddr,
+    },
     /// The peer's address on a path changed (NAT rebinding, roaming).
     RemoteChanged {
         path: PathId,
@@ -167,10 +180,14 @@ pub struct Tunnel {
     adapt_to_loss: bool,
     reorder_max_delay: Nanos,
     recovery: Option<recovery::Recovery>,
+    /// When [`Tunnel::handle_timeout`] last ran: deadlines up to it are done.
+    timers_ran_at: Option<Nanos>,
 }
 
-/// Handshake responses queued at most (they are rate-limited anyway).
-const HANDSHAKE_OUT_MAX: usize = 8;
+/// Handshake responses and cookie replies queued at most: a flood answered
+/// with cookies must not crowd out the reply to a real client within one
+/// receive batch (tuning knob; each entry is at most 141 bytes).
+const HANDSHAKE_OUT_MAX: usize = 256;
 
 impl Tunnel {
     pub fn new(cfg: TunnelConfig, now: Nanos) -> Self {
@@ -203,6 +220,7 @@ impl Tunnel {
             adapt_to_loss: cfg.adapt_to_loss,
             reorder_max_delay: cfg.reorder_max_delay,
             recovery: cfg.recover.then(recovery::Recovery::new),
+            timers_ran_at: None,
         }
     }
 
@@ -241,6 +259,13 @@ impl Tunnel {
     pub fn reorder_stats(&self) -> &ReorderStats {
         self.reorder.stats()
     }
+    /// Whether this side is the server of a secure tunnel.
+    fn is_responder(&self) -> bool {
+        self.crypto
+            .as_ref()
+            .is_some_and(|c| c.role() == HandshakeRole::Responder)
+    }
+
     /// Whether a session is established (always true in plaintext mode).
     pub fn has_session(&self) -> bool {
         self.crypto.as_ref().is_none_or(|c| c.has_session())
@@ -430,37 +455,6 @@ impl Tunnel {
         self.burst_path = None;
     }
 
-    /// Re-evaluate whether path `pid` is up, emitting events on change.
-    fn refresh_up(&mut self, pid: PathId, now: Nanos) {
-        let p = &mut self.paths[pid as usize];
-        let hearing = p.hearing(now);
-        let up = hearing && p.peer_hears_us && !p.send_blocked;
-        if up == p.up {
-            return;
-        }
-        p.up = up;
-        self.up[pid as usize] = up;
-        if up {
-            p.ups += 1;
-            p.reset_loss();
-            self.events.push_back(Event::PathUp { path: pid });
-            self.adapt_weights();
-        } else {
-            p.downs += 1;
-            let reason = if p.send_blocked {
-                "send failed: network unreachable"
-            } else if hearing {
-                "peer stopped hearing us"
-            } else {
-                "silent for dead interval"
-            };
-            self.events.push_back(Event::PathDown { path: pid, reason });
-            if !self.up.iter().any(|u| *u) {
-                self.events.push_back(Event::AllPathsDown);
-            }
-        }
-    }
-
     /// Next inner packet released by the reorder buffer, in order.
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
         let b = self.reorder.pop()?;
@@ -474,164 +468,25 @@ impl Tunnel {
         self.reorder.recycle(buf);
     }
 
-    /// Path on which the `attempt`-th handshake initiation goes: rotating
-    /// over the paths that are up, or over all paths with a known remote.
-    fn initiation_path(&self, attempt: u64) -> Option<PathId> {
-        let up: Vec<usize> = (0..self.paths.len()).filter(|i| self.up[*i]).collect();
-        let known: Vec<usize> = (0..self.paths.len())
-            .filter(|i| self.paths[*i].remote.is_some())
-            .collect();
-        let set = if up.is_empty() { known } else { up };
-        set.get((attempt as usize) % set.len().max(1))
-            .map(|i| *i as PathId)
-    }
-
-    /// Write the next due control packet into `buf` (at least 256 bytes):
-    /// handshake responses, then initiations, then echoes and probes.
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if buf.len() < 256 {
-            return None;
-        }
-        if let Some((path, dst, bytes)) = self.handshake_out.pop_front() {
-            buf[..bytes.len()].copy_from_slice(&bytes);
-            let local_key = self.paths[path as usize].cfg.local_key;
-            return Some(Transmit {
-                path,
-                local_key,
-                dst,
-                len: bytes.len(),
-            });
-        }
-        if let Some(t) = self.poll_initiation(now, buf) {
-            return Some(t);
-        }
-        if !self.has_session() {
-            return None;
-        }
-        if let Some(t) = self.poll_recovery(now, buf) {
-            return Some(t);
-        }
-        for i in 0..self.paths.len() {
-            let pid = i as PathId;
-            let p = &mut self.paths[i];
-            if p.remote.is_none() {
-                continue;
-            }
-            let (ty, echo_ts, hold) = if let Some((ts, arrived)) = p.echo_due.take() {
-                (PacketType::Echo, ts, now.saturating_sub(arrived))
-            } else if p.probe_due {
-                p.probe_due = false;
-                (PacketType::Probe, 0, 0)
-            } else {
-                continue;
-            };
-            let (rx_packets, rx_path_seq) = p.report();
-            let flags = if p.hearing(now) {
-                PROBE_FLAG_HEARING
-            } else {
-                0
-            };
-            ProbeBody {
-                echo_timestamp_ns: echo_ts,
-                hold_ns: hold,
-                rx_packets,
-                rx_path_seq,
-                flags,
-            }
-            .write(&mut buf[HEADER_LEN..]);
-            let seq = self.next_tunnel_seq;
-            if let Some(t) = self.control_transmit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN) {
-                return Some(t);
-            }
-        }
-        None
-    }
-
-    /// Write header (and seal) a packet whose body is at `buf[HEADER_LEN..]`
-    /// for `path`, outside the data path's accounting.
-    #[allow(clippy::too_many_arguments)] // the header's fields, as they are
-    fn control_transmit(
-        &mut self,
-        now: Nanos,
-        path: PathId,
-        ty: PacketType,
-        class: u8,
-        seq: u64,
-        buf: &mut [u8],
-        body_len: usize,
-    ) -> Option<Transmit> {
-        let dst = self.paths[path as usize].remote?;
-        let len = self.emit(now, path, ty, class, seq, buf, body_len, true)?;
-        Some(Transmit {
-            path,
-            local_key: self.paths[path as usize].cfg.local_key,
-            dst,
-            len,
-        })
-    }
-
-    fn poll_initiation(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        let wall = self.wall(now);
-        let c = self.crypto.as_mut()?;
-        if !c.wants_initiation(now) {
-            return None;
-        }
-        let (body_len, attempt) = c.poll_initiation(now, wall, &mut buf[HEADER_LEN..])?;
-        let path = self.initiation_path(attempt)?;
-        let dst = self.paths[path as usize].remote?;
-        let total = HEADER_LEN + body_len;
-        let path_seq = self.paths[path as usize].on_transmit(total);
-        let f = HeaderFields {
-            path,
-            path_seq,
-            timestamp_ns: wall,
-            ..Default::default()
-        };
-        wire::write_header(buf, PacketType::HandshakeInit, &f);
-        let local_key = self.paths[path as usize].cfg.local_key;
-        Some(Transmit {
-            path,
-            local_key,
-            dst,
-            len: total,
-        })
-    }
-
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
-        let mut t = self.reorder.poll_timeout();
-        let mut min = |x: Nanos| t = Some(t.map_or(x, |y: Nanos| y.min(x)));
-        for p in &self.paths {
-            min(p.next_probe_at);
-            if let (true, Some(rx)) = (p.up, p.last_rx) {
-                min(rx.saturating_add(p.cfg.dead));
-            }
-        }
-        if let Some(c) = &self.crypto {
-            if let Some(x) = c.poll_timeout() {
-                min(x);
-            }
-        }
-        if let Some(x) = self
-            .recovery
-            .as_ref()
-            .and_then(recovery::Recovery::deadline)
-        {
-            min(x);
-        }
-        t
+        [
+            self.reorder.poll_timeout(),
+            self.liveness_deadline(),
+            self.crypto.as_ref().and_then(CryptoState::poll_timeout),
+            self.recovery
+                .as_ref()
+                .and_then(recovery::Recovery::deadline),
+            self.validation_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Run timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
-        for i in 0..self.paths.len() {
-            let p = &mut self.paths[i];
-            if p.next_probe_at <= now {
-                p.probe_due = true;
-                p.next_probe_at = now + p.cfg.keepalive;
-            }
-            self.refresh_up(i as PathId, now);
-        }
+        self.liveness_timers(now);
         self.reorder.handle_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);
@@ -644,6 +499,7 @@ impl Tunnel {
         {
             self.apply_policy(now);
         }
+        self.timers_ran_at = Some(now);
     }
 
     /// Next event for the log.

@@ -3,20 +3,18 @@
 //!
 //! Order of checks (cheapest first, nothing before authentication can
 //! change state except drop counters and the handshake rate limiter):
-//! header → path and socket → source address (plaintext, and the client in
-//! secure mode) → session lookup, replay window and AEAD → remote address
-//! learning (server) → per-path accounting → data or control processing.
+//! header → path and socket → source address (every path that does not
+//! learn: plaintext, the client, and server paths with a configured
+//! `remote`) → session lookup, replay window and AEAD → address learning
+//! and validation (`address.rs`) → per-path accounting → data or control.
 
 use std::net::SocketAddr;
 
-use super::{Event, Received, RecvStart, Tunnel, HANDSHAKE_OUT_MAX};
-use crate::crypto::handshake::RESPONSE_BODY_LEN;
-use crate::crypto::state::HandshakeRole;
+use super::{Received, RecvStart, Tunnel};
 use crate::reorder::Accept;
 use crate::stats::DropReason;
 use crate::wire::{
     self, Header, HeaderFields, NackBody, PacketType, ProbeBody, WireError, HEADER_LEN,
-    PROBE_FLAG_HEARING,
 };
 use crate::{Nanos, PathId};
 
@@ -54,17 +52,14 @@ impl Tunnel {
         }
         if matches!(
             ty,
-            PacketType::HandshakeInit | PacketType::HandshakeResponse
+            PacketType::HandshakeInit | PacketType::HandshakeResponse | PacketType::CookieReply
         ) {
             return RecvStart::Done(self.recv_handshake(now, pid, ty, from, buf));
         }
-        // A secure server learns its peer's address from authentic packets;
-        // everyone else accepts only the known remote.
-        let learns = self
-            .crypto
-            .as_ref()
-            .is_some_and(|c| c.role() == HandshakeRole::Responder);
-        if !learns && self.paths[pid as usize].remote != Some(from) {
+        // A secure server path without a configured remote learns its
+        // peer's address from authentic packets; every other path accepts
+        // only its known remote.
+        if !self.learns(pid) && self.paths[pid as usize].remote != Some(from) {
             return RecvStart::Done(self.drop_counted(DropReason::UnknownSource));
         }
         let r = match self.crypto.as_ref() {
@@ -83,7 +78,8 @@ impl Tunnel {
     }
 
     /// An authentic datagram (opened, or plaintext from the known remote)
-    /// whose body is `buf[HEADER_LEN..HEADER_LEN + body_len]`.
+    /// whose body is `buf[HEADER_LEN..HEADER_LEN + body_len]`; `newest`:
+    /// newer than every packet accepted before in its session.
     #[allow(clippy::too_many_arguments)] // the header's parts, as parsed
     pub(super) fn recv_authentic(
         &mut self,
@@ -91,15 +87,16 @@ impl Tunnel {
         ty: PacketType,
         f: &HeaderFields,
         from: SocketAddr,
-        learns: bool,
+        newest: bool,
         buf: &[u8],
         body_len: usize,
     ) -> Received {
         let pid = f.path;
-        if learns {
-            self.learn_remote(pid, from);
-        }
         let body = &buf[HEADER_LEN..HEADER_LEN + body_len];
+        if ty == PacketType::PathResponse {
+            return self.recv_path_response(pid, from, body);
+        }
+        self.consider_address(pid, from, newest);
         if ty == PacketType::Data && wire::inner_ip_version(body).is_none() {
             return self.drop_counted(DropReason::BadInner);
         }
@@ -109,95 +106,8 @@ impl Tunnel {
         match ty {
             PacketType::Data => self.recv_data(now, pid, f.tunnel_seq, body),
             PacketType::Nack => self.recv_nack(now, pid, f.tunnel_seq, body),
-            _ => {
-                self.recv_control(now, pid, ty, f, body);
-                Received::Consumed
-            }
-        }
-    }
-
-    fn learn_remote(&mut self, pid: PathId, from: SocketAddr) {
-        let p = &mut self.paths[pid as usize];
-        if p.remote != Some(from) {
-            self.events.push_back(Event::RemoteChanged {
-                path: pid,
-                from: p.remote,
-                to: from,
-            });
-            p.remote = Some(from);
-        }
-    }
-
-    fn recv_handshake(
-        &mut self,
-        now: Nanos,
-        pid: PathId,
-        ty: PacketType,
-        from: SocketAddr,
-        buf: &[u8],
-    ) -> Received {
-        let Some(c) = self.crypto.as_mut() else {
-            return self.drop_counted(DropReason::HandshakeUnexpected);
-        };
-        let body = &buf[HEADER_LEN..];
-        let res = match ty {
-            PacketType::HandshakeInit => {
-                let mut out = vec![0u8; HEADER_LEN + RESPONSE_BODY_LEN];
-                match c.handle_initiation(now, from.ip(), body, &mut out[HEADER_LEN..]) {
-                    Ok(n) => {
-                        out.truncate(HEADER_LEN + n);
-                        let path_seq = self.paths[pid as usize].on_transmit(out.len());
-                        let f = HeaderFields {
-                            path: pid,
-                            path_seq,
-                            timestamp_ns: self.wall(now),
-                            ..Default::default()
-                        };
-                        wire::write_header(&mut out, PacketType::HandshakeResponse, &f);
-                        if self.handshake_out.len() < HANDSHAKE_OUT_MAX {
-                            self.handshake_out.push_back((pid, from, out));
-                        }
-                        // The initiation is authentic and fresh (timestamp).
-                        self.learn_remote(pid, from);
-                        Ok(())
-                    }
-                    Err(r) => Err(r),
-                }
-            }
-            _ => {
-                if self.paths[pid as usize].remote != Some(from) {
-                    return self.drop_counted(DropReason::UnknownSource);
-                }
-                let r = c.handle_response(now, body);
-                if r.is_ok() {
-                    // Confirm the new session to the server at once.
-                    self.paths.iter_mut().for_each(|p| p.probe_due = true);
-                }
-                r
-            }
-        };
-        match res {
-            Ok(()) => {
-                let transit = (self.wall(now) as i64)
-                    .wrapping_sub(Header::new_checked(buf).map_or(0, |h| h.timestamp_ns()) as i64);
-                let path_seq = Header::new_checked(buf).map_or(0, |h| h.path_seq());
-                self.paths[pid as usize].on_receive(now, buf.len(), path_seq, transit);
-                self.refresh_up(pid, now);
-                Received::Consumed
-            }
-            Err(r) => {
-                if matches!(
-                    r,
-                    DropReason::HandshakeFailed | DropReason::HandshakeUnexpected
-                ) {
-                    self.events.push_back(Event::HandshakeRejected {
-                        path: pid,
-                        from,
-                        reason: r,
-                    });
-                }
-                self.drop_counted(r)
-            }
+            PacketType::PathChallenge => self.recv_path_challenge(pid, body),
+            _ => self.recv_control(now, pid, ty, f, body),
         }
     }
 
@@ -254,6 +164,7 @@ impl Tunnel {
         Received::Consumed
     }
 
+    /// A probe or echo: hearing mask, echo due, loss reports, RTT.
     fn recv_control(
         &mut self,
         now: Nanos,
@@ -261,26 +172,17 @@ impl Tunnel {
         ty: PacketType,
         f: &HeaderFields,
         body: &[u8],
-    ) {
+    ) -> Received {
         let Ok(b) = ProbeBody::parse(body) else {
-            return;
+            // Authentic but short: the peer's bug, counted all the same.
+            return self.drop_counted(DropReason::Truncated);
         };
-        let hearing = b.flags & PROBE_FLAG_HEARING != 0;
         let wall_now = self.wall(now);
-        let mut adapt = false;
         let p = &mut self.paths[pid as usize];
+        let adapt = p.on_peer_report(now, b.rx_packets, b.rx_path_seq);
         match ty {
-            PacketType::Probe => {
-                p.echo_due = Some((f.timestamp_ns, now));
-                if p.on_peer_report(now, b.rx_packets, b.rx_path_seq, hearing) {
-                    adapt = true;
-                }
-            }
+            PacketType::Probe => p.echo_due = Some((f.timestamp_ns, now)),
             PacketType::Echo => {
-                // The echo answers our probe: the peer hears us by definition.
-                if p.on_peer_report(now, b.rx_packets, b.rx_path_seq, true) {
-                    adapt = true;
-                }
                 let rtt = wall_now
                     .wrapping_sub(b.echo_timestamp_ns)
                     .saturating_sub(b.hold_ns);
@@ -294,8 +196,10 @@ impl Tunnel {
         if adapt {
             self.adapt_weights();
         }
+        let echo = ty == PacketType::Echo;
+        self.on_hearing_mask(now, pid, f.timestamp_ns, b.hearing_mask, echo);
         self.policy.on_frontier(pid, f.tunnel_seq);
-        self.refresh_up(pid, now);
         self.apply_policy(now);
+        Received::Consumed
     }
 }

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 
 use super::{Received, Tunnel};
 use crate::crypto::session::Session;
-use crate::crypto::state::{CryptoState, HandshakeRole};
+use crate::crypto::state::CryptoState;
 use crate::crypto::TAG_LEN;
 use crate::stats::DropReason;
 use crate::wire::{Header, HEADER_LEN};
@@ -150,10 +150,10 @@ impl Tunnel {
         let Some(c) = self.crypto.as_mut() else {
             return self.drop_counted(DropReason::NoSession);
         };
+        let newest = c.is_newest(f.session, f.counter);
         if let Err(r) = c.commit(f.session, f.counter, now) {
             return self.drop_counted(r);
         }
-        let learns = c.role() == HandshakeRole::Responder;
-        self.recv_authentic(now, ty, &f, from, learns, buf, body_len)
+        self.recv_authentic(now, ty, &f, from, newest, buf, body_len)
     }
 }

@@ -1,0 +1,242 @@
+//! Control traffic of the tunnel: what [`Tunnel::poll_transmit`] sends
+//! (handshake messages, NACKs, path validation, probes and echoes), and the
+//! liveness of each path and direction that probes maintain.
+//!
+//! Invariants:
+//! * probes and echoes carry the sender's hearing mask (bit i: it hears
+//!   path i), so a peer learns on every path which of its send directions
+//!   work; a change of our receive state is announced on every path at
+//!   once;
+//! * a path's `up` (usable for sending) follows the peer's reports only,
+//!   its `rx_up` (we hear the peer) follows what arrives only
+//!   (`path/liveness.rs`).
+
+use std::net::SocketAddr;
+
+use super::{Event, Transmit, Tunnel};
+use crate::wire::{PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN};
+use crate::{Nanos, PathId};
+
+impl Tunnel {
+    /// Bit i set: we hear the peer on path i.
+    pub(super) fn hearing_mask(&self) -> u32 {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.rx_up)
+            .fold(0, |m, (i, _)| m | (1 << i))
+    }
+
+    /// Re-evaluate both directions of path `pid`, emitting events on change.
+    pub(super) fn refresh_up(&mut self, pid: PathId, now: Nanos) {
+        let p = &mut self.paths[pid as usize];
+        let rx = p.hearing(now);
+        if rx != p.rx_up {
+            p.rx_up = rx;
+            self.events
+                .push_back(Event::Receiving { path: pid, up: rx });
+            // Tell the peer on every path which of its directions work.
+            self.paths.iter_mut().for_each(|q| q.probe_due = true);
+        }
+        let p = &mut self.paths[pid as usize];
+        let up = p.sendable(now);
+        if up == p.up {
+            return;
+        }
+        p.up = up;
+        self.up[pid as usize] = up;
+        if up {
+            p.ups += 1;
+            p.reset_loss();
+            self.events.push_back(Event::PathUp { path: pid });
+            self.adapt_weights();
+        } else {
+            p.downs += 1;
+            let reason = if p.send_blocked {
+                "send failed: network unreachable"
+            } else if !p.peer_hears_us {
+                "the peer stopped hearing us on it"
+            } else {
+                "no report from the peer within the dead interval"
+            };
+            self.events.push_back(Event::PathDown { path: pid, reason });
+            if !self.up.iter().any(|u| *u) {
+                self.events.push_back(Event::AllPathsDown);
+            }
+        }
+    }
+
+    /// Re-evaluate every path (after a report that concerns them all).
+    pub(super) fn refresh_all(&mut self, now: Nanos) {
+        for i in 0..self.paths.len() {
+            self.refresh_up(i as PathId, now);
+        }
+    }
+
+    /// A probe or echo from the peer on `pid`: its hearing mask tells which
+    /// of our send directions work; an echo also proves that it hears us on
+    /// `pid` (it answers our probe there).
+    pub(super) fn on_hearing_mask(
+        &mut self,
+        now: Nanos,
+        pid: PathId,
+        sent: u64,
+        mask: u32,
+        echo: bool,
+    ) {
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            let bit = mask & (1 << i) != 0;
+            p.on_hearing_report(now, sent, bit || (echo && i == pid as usize));
+        }
+        self.refresh_all(now);
+    }
+
+    /// Write the next due control packet into `buf` (at least 256 bytes):
+    /// handshake responses and cookie replies, then initiations, then NACKs,
+    /// path validation, echoes and probes.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < 256 {
+            return None;
+        }
+        if let Some((path, dst, bytes)) = self.handshake_out.pop_front() {
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            let local_key = self.paths[path as usize].cfg.local_key;
+            return Some(Transmit {
+                path,
+                local_key,
+                dst,
+                len: bytes.len(),
+            });
+        }
+        if let Some(t) = self.poll_initiation(now, buf) {
+            return Some(t);
+        }
+        if !self.has_session() {
+            return None;
+        }
+        if let Some(t) = self.poll_recovery(now, buf) {
+            return Some(t);
+        }
+        if let Some(t) = self.poll_validation(now, buf) {
+            return Some(t);
+        }
+        let mask = self.hearing_mask();
+        for i in 0..self.paths.len() {
+            let pid = i as PathId;
+            let p = &mut self.paths[i];
+            if p.remote.is_none() {
+                continue;
+            }
+            let (ty, echo_ts, hold) = if let Some((ts, arrived)) = p.echo_due.take() {
+                (PacketType::Echo, ts, now.saturating_sub(arrived))
+            } else if p.probe_due {
+                p.probe_due = false;
+                (PacketType::Probe, 0, 0)
+            } else {
+                continue;
+            };
+            let (rx_packets, rx_path_seq) = p.report();
+            ProbeBody {
+                echo_timestamp_ns: echo_ts,
+                hold_ns: hold,
+                rx_packets,
+                rx_path_seq,
+                hearing_mask: mask,
+            }
+            .write(&mut buf[HEADER_LEN..]);
+            let seq = self.next_tunnel_seq;
+            if let Some(t) = self.control_transmit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Write header (and seal) a packet whose body is at `buf[HEADER_LEN..]`
+    /// for `path`, outside the data path's accounting.
+    #[allow(clippy::too_many_arguments)] // the header's fields, as they are
+    pub(super) fn control_transmit(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        ty: PacketType,
+        class: u8,
+        seq: u64,
+        buf: &mut [u8],
+        body_len: usize,
+    ) -> Option<Transmit> {
+        let dst = self.paths[path as usize].remote?;
+        let len = self.emit(now, path, ty, class, seq, buf, body_len, true)?;
+        Some(Transmit {
+            path,
+            local_key: self.paths[path as usize].cfg.local_key,
+            dst,
+            len,
+        })
+    }
+
+    /// Like [`Tunnel::control_transmit`], to an explicit destination (a
+    /// path challenge goes to the address being validated).
+    pub(super) fn control_transmit_to(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        ty: PacketType,
+        dst: SocketAddr,
+        buf: &mut [u8],
+        body_len: usize,
+    ) -> Option<Transmit> {
+        let seq = self.next_tunnel_seq;
+        let len = self.emit(now, path, ty, 0, seq, buf, body_len, true)?;
+        Some(Transmit {
+            path,
+            local_key: self.paths[path as usize].cfg.local_key,
+            dst,
+            len,
+        })
+    }
+
+    /// Probe timers and liveness: a suspect path is probed fast; a client
+    /// whose paths have all been silent for their dead interval handshakes
+    /// again at once (the server may have restarted).
+    pub(super) fn liveness_timers(&mut self, now: Nanos) {
+        for i in 0..self.paths.len() {
+            let p = &mut self.paths[i];
+            let fast_due = p.suspect(now) && p.next_probe_at > now + p.fast_probe_interval();
+            if p.next_probe_at <= now || fast_due {
+                p.probe_due = true;
+                p.next_probe_at = now + p.probe_interval(now);
+            }
+            self.refresh_up(i as PathId, now);
+        }
+        let heard = self.paths.iter().any(|p| p.last_rx.is_some());
+        let all_silent = self
+            .paths
+            .iter()
+            .all(|p| p.silent_for(now).is_none_or(|s| s >= p.cfg.dead));
+        if heard && all_silent && self.has_session() {
+            if let Some(c) = self.crypto.as_mut() {
+                c.handshake_on_silence();
+            }
+        }
+    }
+
+    /// The earliest instant at which path liveness changes by itself.
+    pub(super) fn liveness_deadline(&self) -> Option<Nanos> {
+        let after = self.timers_ran_at;
+        self.paths
+            .iter()
+            .flat_map(|p| {
+                let rx = p.next_liveness_deadline(after.unwrap_or(0));
+                let silence = p.last_rx.map(|t| t.saturating_add(p.cfg.dead));
+                let stale = p
+                    .report_at
+                    .filter(|_| p.up)
+                    .map(|t| t.saturating_add(p.cfg.dead));
+                [Some(p.next_probe_at), rx, silence, stale]
+            })
+            .flatten()
+            .filter(|t| after.is_none_or(|a| *t > a))
+            .min()
+    }
+}

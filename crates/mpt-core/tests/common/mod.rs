@@ -1,0 +1,345 @@
+#![allow(dead_code)] // each test file uses a part
+//! The virtual-time simulation shared by the simulation tests: two
+//! [`Tunnel`]s joined by N simulated paths.
+//!
+//! Deterministic simulated network in virtual time.
+//!
+//! Two [`Tunnel`]s are joined by N simulated paths, each with its own delay,
+//! jitter and loss, and FIFO per direction (as a real link is). Time is
+//! virtual: the simulation jumps from one event to the next, so the tests are
+//! exact and fast. A seeded xorshift generator makes every run identical.
+//!
+//! What is checked: every inner packet that the links did not lose is
+//! delivered exactly once and in order; paths die and return as their links
+//! do; traffic moves to the surviving paths.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+
+use mpt_core::crypto::handshake::Identity;
+use mpt_core::crypto::keys::{PresharedKey, PrivateKey};
+use mpt_core::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
+use mpt_core::path::PathConfig;
+pub use mpt_core::stats::DropReason;
+use mpt_core::tunnel::{Event, Received, ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::wire::HEADER_LEN;
+use mpt_core::{Nanos, NANOS_PER_MS};
+
+pub const MS: Nanos = NANOS_PER_MS;
+
+pub struct Rng(u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() % 1_000_000) as f64 / 1_000_000.0 < p
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct Link {
+    pub delay: Nanos,
+    pub jitter: Nanos,
+    pub loss: f64,
+    pub up: bool,
+}
+
+pub fn addr(side: u8, path: usize) -> SocketAddr {
+    format!("10.{side}.{path}.1:{}", 4000 + path)
+        .parse()
+        .unwrap()
+}
+
+/// Key pairs for the secure simulations: side 0 is the server (responder).
+pub fn security(side: u8, psk_ok: bool) -> SecurityConfig {
+    let keys = [
+        PrivateKey::from_random([10; 32]),
+        PrivateKey::from_random([11; 32]),
+    ];
+    let peer = 1 - side as usize;
+    SecurityConfig {
+        identity: Identity {
+            private: keys[side as usize].clone(),
+            peer_public: keys[peer].public(),
+            psk: PresharedKey(if psk_ok || side == 0 {
+                [7; 32]
+            } else {
+                [8; 32]
+            }),
+        },
+        role: if side == 0 {
+            HandshakeRole::Responder
+        } else {
+            HandshakeRole::Initiator
+        },
+        cipher: CipherPref::Auto,
+        rekey_after: 120_000 * MS,
+        rekey_after_packets: 1 << 40,
+    }
+}
+
+pub fn tunnel(side: u8, n: usize, release: ReleaseKind) -> Tunnel {
+    tunnel_with(side, n, release, None)
+}
+
+pub fn tunnel_with(
+    side: u8,
+    n: usize,
+    release: ReleaseKind,
+    sec: Option<SecurityConfig>,
+) -> Tunnel {
+    Tunnel::new(config(side, n, release, sec), 0)
+}
+
+pub fn config(
+    side: u8,
+    n: usize,
+    release: ReleaseKind,
+    sec: Option<SecurityConfig>,
+) -> TunnelConfig {
+    let peer = 1 - side;
+    let paths = (0..n)
+        .map(|i| PathConfig {
+            name: format!("p{i}"),
+            local_key: i,
+            local: addr(side, i),
+            remote: Some(addr(peer, i)),
+            weight: 1,
+            keepalive: 100 * MS,
+            dead: 500 * MS,
+        })
+        .collect();
+    TunnelConfig {
+        paths,
+        mtu: 1400,
+        reorder_window: 1024,
+        reorder_max_delay: 200 * MS,
+        release,
+        share: mpt_core::sched::Share::Bytes,
+        security: sec,
+        seed: [side; 32],
+        adapt_to_loss: true,
+        recover: false,
+    }
+}
+
+/// A fake IPv4 packet carrying its index.
+pub fn inner(idx: u64) -> Vec<u8> {
+    let mut p = vec![0u8; 60];
+    p[0] = 0x45;
+    p[20..28].copy_from_slice(&idx.to_be_bytes());
+    p
+}
+
+pub fn index_of(p: &[u8]) -> u64 {
+    u64::from_be_bytes(p[20..28].try_into().unwrap())
+}
+
+/// A datagram in flight: (arrival, tiebreak, to side, path, bytes).
+pub type InFlight = Reverse<(Nanos, u64, usize, usize, Vec<u8>)>;
+
+pub struct Sim {
+    pub t: [Tunnel; 2],
+    pub links: Vec<[Link; 2]>,
+    pub queue: BinaryHeap<InFlight>,
+    pub last_arrival: Vec<[Nanos; 2]>,
+    pub tiebreak: u64,
+    pub rng: Rng,
+    pub delivered: Vec<Vec<u64>>,
+    pub lost_data: Vec<u64>,
+    pub events: Vec<(Nanos, usize, Event)>,
+    pub sent_on_path: Vec<u64>,
+    /// Source address the server sees for the client's packets on a path.
+    pub client_src: Vec<SocketAddr>,
+    /// Unexpected drops at the receivers (side, reason).
+    pub drops_seen: Vec<(usize, mpt_core::stats::DropReason)>,
+    /// Every datagram that crossed a link, for replay experiments.
+    pub captured: Vec<(usize, usize, Vec<u8>)>,
+}
+
+impl Sim {
+    pub fn new(links: Vec<Link>, release: ReleaseKind, seed: u64) -> Self {
+        let n = links.len();
+        Self::with_tunnels(links, [tunnel(0, n, release), tunnel(1, n, release)], seed)
+    }
+
+    pub fn secure(links: Vec<Link>, seed: u64, client: SecurityConfig) -> Self {
+        let n = links.len();
+        let t = [
+            tunnel_with(0, n, ReleaseKind::PathFrontier, Some(security(0, true))),
+            tunnel_with(1, n, ReleaseKind::PathFrontier, Some(client)),
+        ];
+        Self::with_tunnels(links, t, seed)
+    }
+
+    /// A secure pair whose server has no `remote` on its paths: it learns
+    /// (and validates) the client's addresses.
+    pub fn secure_learning(links: Vec<Link>, seed: u64) -> Self {
+        let n = links.len();
+        let mut server = config(0, n, ReleaseKind::PathFrontier, Some(security(0, true)));
+        server.paths.iter_mut().for_each(|p| p.remote = None);
+        let t = [
+            Tunnel::new(server, 0),
+            tunnel_with(1, n, ReleaseKind::PathFrontier, Some(security(1, true))),
+        ];
+        Self::with_tunnels(links, t, seed)
+    }
+
+    pub fn with_tunnels(links: Vec<Link>, t: [Tunnel; 2], seed: u64) -> Self {
+        let n = links.len();
+        Sim {
+            client_src: (0..n).map(|i| addr(1, i)).collect(),
+            drops_seen: vec![],
+            captured: vec![],
+            t,
+            links: links.into_iter().map(|l| [l, l]).collect(),
+            queue: BinaryHeap::new(),
+            last_arrival: vec![[0, 0]; n],
+            tiebreak: 0,
+            rng: Rng(seed),
+            delivered: vec![vec![], vec![]],
+            lost_data: vec![],
+            events: vec![],
+            sent_on_path: vec![0; n],
+        }
+    }
+
+    pub fn emit(
+        &mut self,
+        now: Nanos,
+        from: usize,
+        path: usize,
+        dgram: Vec<u8>,
+        data_idx: Option<u64>,
+    ) {
+        let link = self.links[path][from];
+        if !link.up || self.rng.chance(link.loss) {
+            if let Some(i) = data_idx {
+                self.lost_data.push(i);
+            }
+            return;
+        }
+        let jitter = if link.jitter > 0 {
+            self.rng.next() % link.jitter
+        } else {
+            0
+        };
+        // FIFO per link direction.
+        let at = (now + link.delay + jitter).max(self.last_arrival[path][from]);
+        self.last_arrival[path][from] = at;
+        self.tiebreak += 1;
+        self.queue
+            .push(Reverse((at, self.tiebreak, 1 - from, path, dgram)));
+    }
+
+    pub fn send_data(&mut self, now: Nanos, from: usize, idx: u64) {
+        let pkt = inner(idx);
+        let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
+        buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+        if let Some(tx) = self.t[from].send(now, &mut buf, pkt.len()) {
+            self.sent_on_path[tx.path as usize] += 1;
+            buf.truncate(tx.len);
+            self.emit(now, from, tx.path as usize, buf, Some(idx));
+        }
+    }
+
+    pub fn pump_control(&mut self, now: Nanos) {
+        for side in 0..2 {
+            let mut buf = [0u8; 512];
+            while let Some(tx) = self.t[side].poll_transmit(now, &mut buf) {
+                self.emit(now, side, tx.path as usize, buf[..tx.len].to_vec(), None);
+            }
+            while let Some(e) = self.t[side].poll_event() {
+                self.events.push((now, side, e));
+            }
+        }
+    }
+
+    pub fn deliver_until(&mut self, until: Nanos) {
+        loop {
+            let next_pkt = self.queue.peek().map(|Reverse(e)| e.0);
+            let timers = [self.t[0].poll_timeout(), self.t[1].poll_timeout()];
+            let next_timer = timers.iter().flatten().min().copied();
+            let now = match (next_pkt, next_timer) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            if now > until {
+                break;
+            }
+            if next_pkt == Some(now) {
+                let Reverse((_, _, to, path, mut dgram)) = self.queue.pop().unwrap();
+                self.captured.push((to, path, dgram.clone()));
+                let from = if to == 0 {
+                    self.client_src[path]
+                } else {
+                    addr(0, path)
+                };
+                match self.t[to].recv(now, path, from, &mut dgram) {
+                    Received::Deliver { offset, len } => {
+                        self.delivered[to].push(index_of(&dgram[offset..offset + len]))
+                    }
+                    Received::Consumed => {}
+                    Received::Dropped(r) => self.drops_seen.push((to, r)),
+                }
+            } else {
+                for side in 0..2 {
+                    self.t[side].handle_timeout(now);
+                }
+            }
+            for side in 0..2 {
+                while let Some(p) = self.t[side].poll_deliver() {
+                    self.delivered[side].push(index_of(&p));
+                    self.t[side].recycle(p);
+                }
+            }
+            self.pump_control(now);
+        }
+    }
+
+    /// Send `count` packets from side 0 every `gap`, starting at `start`.
+    pub fn run_traffic(&mut self, start: Nanos, count: u64, gap: Nanos, first_idx: u64) -> Nanos {
+        let mut now = start;
+        for i in 0..count {
+            self.deliver_until(now);
+            self.send_data(now, 0, first_idx + i);
+            self.pump_control(now);
+            now += gap;
+        }
+        now
+    }
+}
+
+pub fn assert_in_order_exactly_once(delivered: &[u64], sent: u64, lost: &[u64]) {
+    assert!(
+        delivered.windows(2).all(|w| w[0] < w[1]),
+        "out of order or duplicated"
+    );
+    let expected: Vec<u64> = (0..sent).filter(|i| !lost.contains(i)).collect();
+    assert_eq!(delivered, expected.as_slice());
+}
+
+pub fn links(spec: &[(u64, u64, f64)]) -> Vec<Link> {
+    spec.iter()
+        .map(|&(d, j, l)| Link {
+            delay: d * MS,
+            jitter: j * MS,
+            loss: l,
+            up: true,
+        })
+        .collect()
+}
+
+pub fn count(sim: &Sim, side: usize, r: DropReason) -> usize {
+    sim.drops_seen
+        .iter()
+        .filter(|(s, d)| *s == side && *d == r)
+        .count()
+}
