@@ -54,17 +54,13 @@ pub enum DropReason {
     /// An initiation answered with a cookie reply instead of a handshake:
     /// the server is under load and the initiation had no valid mac2.
     HandshakeCookieSent,
-    /// An authentic packet from an address the path does not accept yet:
-    /// older than the newest packet of its session, or waiting for the
-    /// address to be validated (path challenge).
-    UnvalidatedSource,
     /// A path challenge or response that is malformed, names no challenge
     /// of ours, or comes from another address than the challenged one.
     PathValidationFailed,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 23] = [
+    pub const ALL: [DropReason; 22] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -86,7 +82,6 @@ impl DropReason {
         Self::NackUnexpected,
         Self::HandshakeBadMac,
         Self::HandshakeCookieSent,
-        Self::UnvalidatedSource,
         Self::PathValidationFailed,
     ];
 
@@ -113,7 +108,6 @@ impl DropReason {
             Self::NackUnexpected => "nack_unexpected",
             Self::HandshakeBadMac => "handshake_bad_mac",
             Self::HandshakeCookieSent => "handshake_cookie_sent",
-            Self::UnvalidatedSource => "unvalidated_source",
             Self::PathValidationFailed => "path_validation_failed",
         }
     }

@@ -14,7 +14,12 @@ use mpt_core::Nanos;
 
 /// A restarted side: same configuration, new seed (new incarnation).
 fn restarted(side: u8, n: usize, now: Nanos, generation: u8) -> Tunnel {
-    let mut c = config(side, n, ReleaseKind::PathFrontier, Some(security(side, true)));
+    let mut c = config(
+        side,
+        n,
+        ReleaseKind::PathFrontier,
+        Some(security(side, true)),
+    );
     c.seed[31] = c.seed[31].wrapping_add(generation);
     Tunnel::new(c, now)
 }
@@ -68,13 +73,26 @@ fn restarted_client_delivers_from_its_first_packet() {
         now += MS;
     }
     sim.deliver_until(now + 500 * MS);
-    let got: Vec<u64> = sim.delivered[0].iter().copied().filter(|i| *i >= 100_000).collect();
-    assert_eq!(got, sent_in_session, "every packet of the new session, in order");
+    let got: Vec<u64> = sim.delivered[0]
+        .iter()
+        .copied()
+        .filter(|i| *i >= 100_000)
+        .collect();
+    assert_eq!(
+        got, sent_in_session,
+        "every packet of the new session, in order"
+    );
     let first = *sent_in_session.first().unwrap();
     let outage = (first - 100_000) * MS;
-    println!("client restart: first packet of the new session sent {} ms after the restart", outage / MS);
+    println!(
+        "client restart: first packet of the new session sent {} ms after the restart",
+        outage / MS
+    );
     assert!(outage <= 1_000 * MS);
-    assert_eq!(count(&sim, 0, DropReason::Duplicate) + count(&sim, 0, DropReason::Late), 0);
+    assert_eq!(
+        count(&sim, 0, DropReason::Duplicate) + count(&sim, 0, DropReason::Late),
+        0
+    );
     let sec = sim.t[0].status(now).security.unwrap();
     assert_eq!(sec.stats.peer_restarts, 1);
 }
@@ -113,13 +131,30 @@ fn restarted_server_is_found_again_without_waiting_for_rekey() {
     sim.deliver_until(now + 500 * MS);
     let session_at = session_at.expect("the client found the restarted server");
     let outage = session_at - restart;
-    println!("server restart: new session {} ms after the restart", outage / MS);
+    println!(
+        "server restart: new session {} ms after the restart",
+        outage / MS
+    );
     assert!(outage <= 2_000 * MS, "{} ms", outage / MS);
-    let got: Vec<u64> = sim.delivered[1].iter().copied().filter(|i| *i >= 200_000).collect();
-    assert_eq!(got, from_server, "the server's new session, from its first packet");
-    let got: Vec<u64> = sim.delivered[0].iter().copied().filter(|i| *i >= 300_000).collect();
+    let got: Vec<u64> = sim.delivered[1]
+        .iter()
+        .copied()
+        .filter(|i| *i >= 200_000)
+        .collect();
+    assert_eq!(
+        got, from_server,
+        "the server's new session, from its first packet"
+    );
+    let got: Vec<u64> = sim.delivered[0]
+        .iter()
+        .copied()
+        .filter(|i| *i >= 300_000)
+        .collect();
     assert!(from_client.iter().all(|i| got.contains(i)));
-    assert_eq!(count(&sim, 1, DropReason::Duplicate) + count(&sim, 1, DropReason::Late), 0);
+    assert_eq!(
+        count(&sim, 1, DropReason::Duplicate) + count(&sim, 1, DropReason::Late),
+        0
+    );
     let sec = sim.t[1].status(now).security.unwrap();
     assert_eq!(sec.stats.silence_handshakes, 1);
     assert_eq!(sec.stats.peer_restarts, 1);
@@ -129,8 +164,16 @@ fn restarted_server_is_found_again_without_waiting_for_rekey() {
 fn silent_paths_trigger_a_handshake_with_backoff() {
     let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 43, security(1, true));
     sim.deliver_until(1_000 * MS);
-    let before = sim.t[1].status(1_000 * MS).security.unwrap().stats.initiations_sent;
-    sim.links[0] = [Link { up: false, ..sim.links[0][0] }; 2];
+    let before = sim.t[1]
+        .status(1_000 * MS)
+        .security
+        .unwrap()
+        .stats
+        .initiations_sent;
+    sim.links[0] = [Link {
+        up: false,
+        ..sim.links[0][0]
+    }; 2];
     sim.deliver_until(11_000 * MS);
     let st = sim.t[1].status(11_000 * MS).security.unwrap().stats;
     let sent = st.initiations_sent - before;
@@ -139,7 +182,10 @@ fn silent_paths_trigger_a_handshake_with_backoff() {
     // 0.5 s of silence, then retries after 0.25, 0.5, 1, 2, 4, 4 s.
     assert!((5..=8).contains(&sent), "{sent}");
     // The links return: a new session follows within the backoff cap.
-    sim.links[0] = [Link { up: true, ..sim.links[0][0] }; 2];
+    sim.links[0] = [Link {
+        up: true,
+        ..sim.links[0][0]
+    }; 2];
     sim.deliver_until(16_000 * MS);
     let st = sim.t[1].status(16_000 * MS).security.unwrap().stats;
     assert_eq!(st.handshakes_completed, 2);
@@ -171,13 +217,19 @@ fn client_completes_its_handshake_during_a_flood_of_spoofed_initiations() {
     while now < 2_000 * MS {
         for _ in 0..10 {
             n += 1;
-            let src = SocketAddr::from(([198, 18, (n >> 8) as u8, n as u8], 1024 + (n % 20_000) as u16));
+            let src = SocketAddr::from((
+                [198, 18, (n >> 8) as u8, n as u8],
+                1024 + (n % 20_000) as u16,
+            ));
             let mut d = init.clone();
             let _ = sim.t[0].recv(now, 0, src, &mut d);
         }
         // Cookie replies to spoofed sources go nowhere.
         let mut out = [0u8; 512];
-        while sim.t[0].poll_transmit(now, &mut out).is_some_and(|t| t.dst != addr(1, 0)) {}
+        while sim.t[0]
+            .poll_transmit(now, &mut out)
+            .is_some_and(|t| t.dst != addr(1, 0))
+        {}
         sim.deliver_until(now);
         if sim.t[1].has_session() && session_at.is_none() {
             session_at = Some(now);
@@ -220,11 +272,18 @@ fn spoofed_or_relayed_packets_do_not_move_a_learning_path() {
         now += MS;
     }
     for mut d in withheld {
-        assert!(matches!(sim.t[0].recv(now, 0, attacker, &mut d), Received::Deliver { .. } | Received::Consumed));
+        assert!(matches!(
+            sim.t[0].recv(now, 0, attacker, &mut d),
+            Received::Deliver { .. } | Received::Consumed
+        ));
     }
     sim.pump_control(now);
     sim.deliver_until(now + 2_000 * MS);
-    assert_eq!(sim.t[0].path(0).unwrap().remote, Some(real), "attack 1 moved the path");
+    assert_eq!(
+        sim.t[0].path(0).unwrap().remote,
+        Some(real),
+        "attack 1 moved the path"
+    );
     // Attack 2: a relay with a faster route copies every datagram of the
     // client and sends it first, from its own address; the challenge it
     // is sent can reach the client, whose answer comes from the real
@@ -242,12 +301,19 @@ fn spoofed_or_relayed_packets_do_not_move_a_learning_path() {
             sim.emit(now, 1, 0, b, None);
         }
         sim.pump_control(now);
-        assert_eq!(sim.t[0].path(0).unwrap().remote, Some(real), "attack 2 moved the path");
+        assert_eq!(
+            sim.t[0].path(0).unwrap().remote,
+            Some(real),
+            "attack 2 moved the path"
+        );
         now += MS;
     }
     sim.deliver_until(now + 1_000 * MS);
     assert_eq!(sim.t[0].path(0).unwrap().remote, Some(real));
-    assert!(!sim.events.iter().any(|e| matches!(e.2, Event::RemoteChanged { to, .. } if to == attacker)));
+    assert!(!sim
+        .events
+        .iter()
+        .any(|e| matches!(e.2, Event::RemoteChanged { to, .. } if to == attacker)));
     assert!(sim.t[0].drops().get(DropReason::PathValidationFailed) > 0);
     // The real peer moving (NAT rebinding) still works: validated, moved.
     let moved: SocketAddr = "192.0.2.77:40001".parse().unwrap();
@@ -283,13 +349,25 @@ fn one_way_failure_is_found_fast_and_the_working_direction_kept() {
     let down = sim
         .events
         .iter()
-        .find(|(at, side, e)| *at >= cut && *side == 1 && matches!(e, Event::PathDown { path: 1, .. }))
+        .find(|(at, side, e)| {
+            *at >= cut && *side == 1 && matches!(e, Event::PathDown { path: 1, .. })
+        })
         .expect("the client stops sending into the broken direction")
         .0;
-    println!("one-way failure found by the sender after {} ms", (down - cut) / MS);
+    println!(
+        "one-way failure found by the sender after {} ms",
+        (down - cut) / MS
+    );
     assert!(down - cut <= 300 * MS, "{} ms", (down - cut) / MS);
     // The server still sends on path 1, whose server→client direction works.
-    assert!(!sim.events.iter().any(|(at, side, e)| *at >= cut && *side == 0 && matches!(e, Event::PathDown { path: 1, .. })));
-    assert!(sim.sent_on_path[1] - before[1] > 500, "{:?} {:?}", before, sim.sent_on_path);
+    assert!(!sim.events.iter().any(|(at, side, e)| *at >= cut
+        && *side == 0
+        && matches!(e, Event::PathDown { path: 1, .. })));
+    assert!(
+        sim.sent_on_path[1] - before[1] > 500,
+        "{:?} {:?}",
+        before,
+        sim.sent_on_path
+    );
     assert_in_order_exactly_once(&sim.delivered[1], 2_500, &sim.lost_data);
 }

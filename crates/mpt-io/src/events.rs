@@ -86,7 +86,12 @@ impl EventLog {
             }
             Event::HandshakeRejected { path, from, reason } => {
                 if let Some(suppressed) = self.allow("handshake-rejected") {
-                    warn!(tunnel = %tunnel_name, path = %name(path), from = %from, reason = reason.as_str(), suppressed, "handshake message rejected")
+                    let why = if reason == mpt_core::stats::DropReason::HandshakeBadMac {
+                        "handshake message not addressed to our public key (the sender's peer_public_key is not ours, or a scan)"
+                    } else {
+                        "handshake message rejected"
+                    };
+                    warn!(tunnel = %tunnel_name, path = %name(path), from = %from, reason = reason.as_str(), suppressed, "{why}")
                 }
             }
         }

@@ -93,8 +93,8 @@ def bad_tag(g):
 
 
 def handshake_init(path):
-    h = struct.pack("!BBBBIQIQQ", 1, 4, path, 0, 0, 0, 0, time.time_ns(), 0)
-    return h + os.urandom(113)
+    h = struct.pack("!BBBBIQIQQ", 2, 4, path, 0, 0, 0, 0, time.time_ns(), 0)
+    return h + os.urandom(161)  # Noise part and the two MACs
 
 
 kinds = {

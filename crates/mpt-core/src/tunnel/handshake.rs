@@ -140,7 +140,9 @@ impl Tunnel {
             Err(r) => {
                 if matches!(
                     r,
-                    DropReason::HandshakeFailed | DropReason::HandshakeUnexpected
+                    DropReason::HandshakeFailed
+                        | DropReason::HandshakeUnexpected
+                        | DropReason::HandshakeBadMac
                 ) {
                     self.events.push_back(Event::HandshakeRejected {
                         path: pid,

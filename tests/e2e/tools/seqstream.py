@@ -1,0 +1,47 @@
+"""Sequence-numbered UDP stream for the restart tests.
+
+usage: seqstream.py send DST PORT PPS SECONDS
+       seqstream.py recv BIND PORT SECONDS
+The sender ignores send errors (the tunnel may be down while a daemon
+restarts). The receiver prints one JSON line: [[seq, arrival_s], ...].
+"""
+
+import json
+import socket
+import sys
+import time
+
+mode = sys.argv[1]
+if mode == "send":
+    dst, port, pps, seconds = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+    fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    start = time.monotonic()
+    seq = 0
+    while True:
+        due = start + seq / pps
+        now = time.monotonic()
+        if now - start >= seconds:
+            break
+        if due > now:
+            time.sleep(due - now)
+        try:
+            s.sendto(seq.to_bytes(8, "big") + b"x" * 92, (dst, port))
+        except OSError:
+            pass
+        seq += 1
+else:
+    bind, port, seconds = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    fam = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.bind((bind, port))
+    s.settimeout(0.2)
+    end = time.monotonic() + seconds
+    got = []
+    while time.monotonic() < end:
+        try:
+            d = s.recv(2048)
+        except (TimeoutError, OSError):
+            continue
+        got.append([int.from_bytes(d[:8], "big"), time.monotonic()])
+    print(json.dumps(got), flush=True)
