@@ -19,11 +19,12 @@ PPS = 1000
 
 
 def _restart_outage(workdir: Path, restart: str) -> tuple[float, int, int]:
-    """Stream from the side that is not restarted's peer... (see callers):
-    the receiver stays up, the restarted side sends. Returns (outage s,
+    """The restarted side sends, its peer receives. Returns (outage in s,
     packets missing after the first arrival of the new session, received)."""
     with Topology(2) as topo:
-        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)], tunnel_v6=False), workdir)
+        a, b = start_pair(
+            topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)], tunnel_v6=False), workdir
+        )
         peers = {"a": a, "b": b}
         recv_side = "b" if restart == "a" else "a"
         send_side = restart
@@ -47,7 +48,7 @@ def _restart_outage(workdir: Path, restart: str) -> tuple[float, int, int]:
         out, _ = rx.communicate(timeout=20)
         got = json.loads(out.strip().splitlines()[-1])
         times = [t for _, t in got]
-        gaps = [(t2 - t1, i) for i, (t1, t2) in enumerate(zip(times, times[1:]))]
+        gaps = [(t2 - t1, i) for i, (t1, t2) in enumerate(zip(times, times[1:], strict=False))]
         outage, at = max(gaps)
         after = [s for s, _ in got[at + 1 :]]
         missing = (max(after) - min(after) + 1 - len(set(after))) if after else 0
@@ -56,13 +57,13 @@ def _restart_outage(workdir: Path, restart: str) -> tuple[float, int, int]:
 
 def test_server_restart_outage(workdir: Path) -> None:
     outage, missing, n = _restart_outage(workdir, "a")
-    print(f"server restart: outage {outage * 1000:.0f} ms, {missing} missing after it, {n} received")
+    print(f"server restart: outage {outage * 1000:.0f} ms, {missing} missing after, {n} received")
     assert outage <= 2.0
     assert missing == 0
 
 
 def test_client_restart_outage(workdir: Path) -> None:
     outage, missing, n = _restart_outage(workdir, "b")
-    print(f"client restart: outage {outage * 1000:.0f} ms, {missing} missing after it, {n} received")
+    print(f"client restart: outage {outage * 1000:.0f} ms, {missing} missing after, {n} received")
     assert outage <= 1.0
     assert missing == 0
