@@ -116,7 +116,16 @@ impl Tunnel {
                 buf[HEADER_LEN..HEADER_LEN + PATH_TOKEN_LEN].copy_from_slice(&token);
                 let dst = self.paths[i].remote?;
                 let t = PacketType::PathResponse;
-                if let Some(tx) = self.control_transmit_to(now, pid, t, dst, buf, PATH_TOKEN_LEN) {
+                if let Some(tx) = self.control_transmit_to(
+                    now,
+                    pid,
+                    t,
+                    0,
+                    self.next_tunnel_seq,
+                    dst,
+                    buf,
+                    PATH_TOKEN_LEN,
+                ) {
                     return Some(tx);
                 }
             }
@@ -144,7 +153,16 @@ impl Tunnel {
             });
             buf[HEADER_LEN..HEADER_LEN + PATH_TOKEN_LEN].copy_from_slice(&c.token);
             let t = PacketType::PathChallenge;
-            if let Some(tx) = self.control_transmit_to(now, pid, t, c.addr, buf, PATH_TOKEN_LEN) {
+            if let Some(tx) = self.control_transmit_to(
+                now,
+                pid,
+                t,
+                0,
+                self.next_tunnel_seq,
+                c.addr,
+                buf,
+                PATH_TOKEN_LEN,
+            ) {
                 return Some(tx);
             }
         }

@@ -166,28 +166,24 @@ impl Tunnel {
         body_len: usize,
     ) -> Option<Transmit> {
         let dst = self.paths[path as usize].remote?;
-        let len = self.emit(now, path, ty, class, seq, buf, body_len, true)?;
-        Some(Transmit {
-            path,
-            local_key: self.paths[path as usize].cfg.local_key,
-            dst,
-            len,
-        })
+        self.control_transmit_to(now, path, ty, class, seq, dst, buf, body_len)
     }
 
     /// Like [`Tunnel::control_transmit`], to an explicit destination (a
     /// path challenge goes to the address being validated).
+    #[allow(clippy::too_many_arguments)] // the header's fields, as they are
     pub(super) fn control_transmit_to(
         &mut self,
         now: Nanos,
         path: PathId,
         ty: PacketType,
+        class: u8,
+        seq: u64,
         dst: SocketAddr,
         buf: &mut [u8],
         body_len: usize,
     ) -> Option<Transmit> {
-        let seq = self.next_tunnel_seq;
-        let len = self.emit(now, path, ty, 0, seq, buf, body_len, true)?;
+        let len = self.emit(now, path, ty, class, seq, buf, body_len, true)?;
         Some(Transmit {
             path,
             local_key: self.paths[path as usize].cfg.local_key,
