@@ -57,10 +57,14 @@ pub enum DropReason {
     /// A path challenge or response that is malformed, names no challenge
     /// of ours, or comes from another address than the challenged one.
     PathValidationFailed,
+    /// An initiation not processed because the handshake answers waiting
+    /// to be sent are at their bound (the event loop sends them after every
+    /// receive batch, so this means a flood larger than one batch).
+    HandshakeQueueFull,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 23] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -83,6 +87,7 @@ impl DropReason {
         Self::HandshakeBadMac,
         Self::HandshakeCookieSent,
         Self::PathValidationFailed,
+        Self::HandshakeQueueFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -109,6 +114,7 @@ impl DropReason {
             Self::HandshakeBadMac => "handshake_bad_mac",
             Self::HandshakeCookieSent => "handshake_cookie_sent",
             Self::PathValidationFailed => "path_validation_failed",
+            Self::HandshakeQueueFull => "handshake_queue_full",
         }
     }
 

@@ -78,8 +78,17 @@ impl EventLog {
                     warn!(tunnel = %tunnel_name, reason, suppressed, "handshake failed")
                 }
             }
-            Event::Security(CryptoEvent::Unanswered { attempts }) => {
+            Event::Security(CryptoEvent::Unanswered {
+                attempts,
+                under_load: false,
+            }) => {
                 warn!(tunnel = %tunnel_name, attempts, "no handshake response yet (peer down, unreachable, or it does not accept our key?)")
+            }
+            Event::Security(CryptoEvent::Unanswered {
+                attempts,
+                under_load: true,
+            }) => {
+                warn!(tunnel = %tunnel_name, attempts, "handshake not complete yet: the peer answers with cookie replies (it is under load, maybe a handshake flood); retrying at its pace")
             }
             Event::Security(CryptoEvent::Expired) => {
                 warn!(tunnel = %tunnel_name, "session expired without rekey; waiting for a new handshake")

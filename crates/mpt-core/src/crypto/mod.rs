@@ -9,7 +9,10 @@
 //! * [`replay`] — the RFC 6479 sliding-window anti-replay check;
 //! * [`cookie`] — the MACs and cookie replies that keep handshake floods
 //!   from spoofed sources away from the Diffie-Hellman work (WireGuard);
-//! * [`ratelimit`] — per-source token buckets for handshake initiations.
+//! * [`ratelimit`] — per-source token buckets for handshake initiations;
+//! * [`retry`] — the initiator's retry intervals and the cookies it holds;
+//! * [`session`] — one session's keys, counters and replay window;
+//! * [`state`] — the whole security state of one tunnel.
 //!
 //! Invariants: no function here touches the OS. Randomness comes from a
 //! ChaCha20 generator seeded by the caller; time comes in as `now`. Secret
@@ -21,6 +24,7 @@ pub mod handshake;
 pub mod keys;
 pub mod ratelimit;
 pub mod replay;
+pub mod retry;
 pub mod session;
 pub mod state;
 
@@ -42,9 +46,11 @@ pub mod knobs {
     pub const REJECT_AFTER_PACKETS: u64 = u64::MAX - (1 << 13);
     /// Retry an unanswered handshake initiation after this long, doubling
     /// with every attempt up to `HANDSHAKE_RETRY_MAX` (backoff while the
-    /// server stays away).
+    /// server stays away). The cap is low because an unanswered initiation
+    /// may just have been lost in a flooded server's socket queue, and
+    /// one 197-byte initiation per second costs an absent server nothing.
     pub const HANDSHAKE_RETRY: Nanos = 250 * NANOS_PER_MS;
-    pub const HANDSHAKE_RETRY_MAX: Nanos = 4_000 * NANOS_PER_MS;
+    pub const HANDSHAKE_RETRY_MAX: Nanos = 1_000 * NANOS_PER_MS;
     /// Initiations with a valid mac1 per second (sustained, and as a burst)
     /// above which a responder is under load and answers initiations that
     /// carry no valid mac2 with a cookie reply (`cookie.rs`). One peer

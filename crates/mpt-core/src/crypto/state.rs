@@ -21,13 +21,14 @@ use rand_chacha::ChaCha20Rng;
 use serde::Serialize;
 
 use super::aead::{cpu_has_aes, Cipher, DataKey};
-use super::cookie::{self, Cookie, CookieMaker, MacKeys, MAC_LEN};
+use super::cookie::{self, CookieMaker, MacKeys};
 use super::handshake::{
     self, Announce, HandshakeError, Identity, Initiation, INIT_NOISE_LEN, RESPONSE_NOISE_LEN,
     TIMESTAMP_LEN,
 };
 use super::knobs;
 use super::ratelimit::{Bucket, RateLimiter};
+use super::retry::{Retry, SentInit};
 use super::session::Session;
 use crate::stats::DropReason;
 use crate::Nanos;
@@ -87,8 +88,11 @@ pub enum CryptoEvent {
         reason: &'static str,
     },
     /// Initiations went unanswered (logged at 2, 4, 8, ... attempts).
+    /// `under_load`: the server did answer with cookie replies (it is there
+    /// but busy, maybe flooded) and the handshake has not completed yet.
     Unanswered {
         attempts: u64,
+        under_load: bool,
     },
     Expired,
 }
@@ -96,12 +100,11 @@ pub enum CryptoEvent {
 struct Pending {
     init: Initiation,
     sent_at: Nanos,
-    /// The initiation's mac1 (a cookie reply must name it).
-    mac1: [u8; MAC_LEN],
-    /// Path it went out on (the cookie it earns is for that path).
-    path: usize,
     /// A cookie reply arrived: resend at once with mac2.
     retry_now: bool,
+    /// It went out with a valid mac2 (a late cookie reply to an earlier
+    /// initiation does not replace it then).
+    with_mac2: bool,
 }
 
 /// What [`CryptoState::handle_initiation`] wrote into the body buffer.
@@ -123,7 +126,8 @@ pub struct CryptoState {
     next: Option<Session>,
     pending: Option<Pending>,
     want_handshake: bool,
-    attempts: u64,
+    /// Initiator: retry intervals, recent initiations, cookies per path.
+    retry: Retry,
     last_init_timestamp: Option<[u8; TIMESTAMP_LEN]>,
     limiter: RateLimiter,
     /// Initiations with a valid mac1 per second beyond which the responder
@@ -136,8 +140,6 @@ pub struct CryptoState {
     cookies: CookieMaker,
     /// MAC keys of datagrams to the peer (and cookie replies from it).
     peer_macs: MacKeys,
-    /// Initiator: the latest cookie per path, with when it arrived.
-    path_cookies: Vec<Option<(Cookie, Nanos)>>,
     pub stats: CryptoStats,
     events: VecDeque<CryptoEvent>,
 }
@@ -166,7 +168,7 @@ impl CryptoState {
             next: None,
             pending: None,
             want_handshake: want,
-            attempts: 0,
+            retry: Retry::new(crate::MAX_PATHS),
             last_init_timestamp: None,
             limiter: RateLimiter::default(),
             load: Bucket::full(load_rate),
@@ -174,7 +176,6 @@ impl CryptoState {
             peer_incarnation: None,
             cookies,
             peer_macs,
-            path_cookies: vec![None; crate::MAX_PATHS],
             stats: CryptoStats::default(),
             events: VecDeque::new(),
         }
@@ -205,20 +206,19 @@ impl CryptoState {
     /// peer sent on `path`; an initiation remembers its mac1.
     pub fn write_macs(&mut self, now: Nanos, path: usize, dgram: &mut [u8]) {
         let cookie = match self.cfg.role {
-            HandshakeRole::Initiator => self
-                .path_cookies
-                .get(path)
-                .copied()
-                .flatten()
-                .filter(|(_, at)| now.saturating_sub(*at) < cookie::COOKIE_USE_LIFETIME)
-                .map(|(c, _)| c),
+            HandshakeRole::Initiator => self.retry.cookie_for(now, path),
             HandshakeRole::Responder => None,
         };
         let mac1 = self.peer_macs.write_macs(dgram, cookie.as_ref());
-        if let (Some(p), Some(m)) = (self.pending.as_mut(), mac1) {
+        if let (Some(p), Some(mac1)) = (self.pending.as_mut(), mac1) {
             if self.cfg.role == HandshakeRole::Initiator {
-                p.mac1 = m;
-                p.path = path;
+                p.with_mac2 = cookie.is_some();
+                self.retry.on_sent(SentInit {
+                    index: p.init.local_index,
+                    mac1,
+                    path,
+                    sent_at: p.sent_at,
+                });
             }
         }
     }
@@ -237,28 +237,33 @@ impl CryptoState {
     }
 
     /// Initiator: a cookie reply (under load, the server asks for proof of
-    /// our address). The cookie is kept for the path the initiation went
-    /// out on and the initiation is resent at once with mac2.
+    /// our address). It may answer any recent initiation; the cookie is
+    /// kept for the path that initiation went out on, and the pending
+    /// initiation is resent at once with mac2 unless it already carried one
+    /// (its answer may be on its way).
     pub fn handle_cookie_reply(&mut self, now: Nanos, body: &[u8]) -> Result<(), DropReason> {
-        if self.cfg.role != HandshakeRole::Initiator {
+        if self.cfg.role != HandshakeRole::Initiator || self.pending.is_none() {
             return Err(DropReason::HandshakeUnexpected);
         }
-        let Some(p) = self.pending.as_mut() else {
-            return Err(DropReason::HandshakeUnexpected);
-        };
-        if cookie::cookie_reply_receiver(body) != Some(p.init.local_index) || p.retry_now {
-            return Err(DropReason::HandshakeUnexpected);
-        }
+        let sent = cookie::cookie_reply_receiver(body)
+            .and_then(|i| self.retry.sent(i))
+            .ok_or(DropReason::HandshakeUnexpected)?;
         let c = self
             .peer_macs
-            .open_cookie_reply(body, &p.mac1)
+            .open_cookie_reply(body, &sent.mac1)
             .ok_or(DropReason::HandshakeFailed)?;
-        if let Some(slot) = self.path_cookies.get_mut(p.path) {
-            *slot = Some((c, now));
+        self.retry.on_cookie(now, &sent, c);
+        if let Some(p) = self.pending.as_mut().filter(|p| !p.with_mac2) {
+            p.retry_now = true;
         }
-        p.retry_now = true;
         self.stats.cookies_received += 1;
         Ok(())
+    }
+
+    /// Initiator: the path whose cookie is the freshest one still usable,
+    /// if any (an initiation there can carry mac2 at once).
+    pub fn cookie_path(&self, now: Nanos) -> Option<usize> {
+        self.retry.cookie_path(now)
     }
 
     pub fn role(&self) -> HandshakeRole {
@@ -554,7 +559,7 @@ impl CryptoState {
                 if rekey {
                     self.stats.rekeys += 1;
                 }
-                self.attempts = 0;
+                self.retry.on_established();
                 self.events.push_back(CryptoEvent::Established {
                     cipher: e.cipher.name(),
                     rekey,
@@ -570,19 +575,14 @@ impl CryptoState {
     }
 
     /// When the pending initiation is due to be sent again: at once after
-    /// a cookie reply, else after an interval that doubles with every
-    /// unanswered attempt ([`knobs::HANDSHAKE_RETRY`] to
-    /// [`knobs::HANDSHAKE_RETRY_MAX`]).
+    /// a cookie reply, else after the interval of the retry policy
+    /// (`retry.rs`).
     fn retry_at(&self) -> Option<Nanos> {
         let p = self.pending.as_ref()?;
         if p.retry_now {
             return Some(p.sent_at);
         }
-        let shift = self.attempts.saturating_sub(1).min(16) as u32;
-        let wait = knobs::HANDSHAKE_RETRY
-            .saturating_mul(1 << shift)
-            .min(knobs::HANDSHAKE_RETRY_MAX);
-        Some(p.sent_at.saturating_add(wait))
+        Some(p.sent_at.saturating_add(self.retry.interval()))
     }
 
     /// Client: an initiation to send now, written into `out` (the body,
@@ -606,9 +606,11 @@ impl CryptoState {
         if !first && !retry_due {
             return None;
         }
-        if retry_due && self.attempts.is_power_of_two() && self.attempts >= 2 {
+        let attempts = self.retry.attempts();
+        if retry_due && attempts.is_power_of_two() && attempts >= 2 {
             self.events.push_back(CryptoEvent::Unanswered {
-                attempts: self.attempts,
+                attempts,
+                under_load: self.retry.under_load(),
             });
         }
         let seed = self.seed();
@@ -628,16 +630,15 @@ impl CryptoState {
         self.pending = Some(Pending {
             init,
             sent_at: now,
-            mac1: [0; MAC_LEN],
-            path: 0,
             retry_now: false,
+            with_mac2: false,
         });
         self.want_handshake = false;
         self.stats.initiations_sent += 1;
         if !cookie_retry {
-            self.attempts += 1;
+            self.retry.on_attempt();
         }
-        Some((len, self.attempts))
+        Some((len, self.retry.attempts()))
     }
 
     /// Earliest time `handle_timeout` has work.

@@ -33,7 +33,7 @@ impl Tunnel {
             return None;
         }
         let (body_len, attempt) = c.poll_initiation(now, wall, next_seq, &mut buf[HEADER_LEN..])?;
-        let path = self.initiation_path(attempt)?;
+        let path = self.initiation_path(now, attempt)?;
         let dst = self.paths[path as usize].remote?;
         let total = HEADER_LEN + body_len;
         let path_seq = self.paths[path as usize].on_transmit(total);
@@ -55,14 +55,20 @@ impl Tunnel {
         })
     }
 
-    /// Path on which the `attempt`-th handshake initiation goes: rotating
-    /// over the paths that are up, or over all paths with a known remote.
-    fn initiation_path(&self, attempt: u64) -> Option<PathId> {
+    /// Path on which the `attempt`-th handshake initiation goes: the path
+    /// holding the freshest cookie (the server is under load and wants
+    /// mac2, which is bound to that path's address), else rotating over the
+    /// paths that are up, or over all paths with a known remote.
+    fn initiation_path(&self, now: Nanos, attempt: u64) -> Option<PathId> {
         let up: Vec<usize> = (0..self.paths.len()).filter(|i| self.up[*i]).collect();
         let known: Vec<usize> = (0..self.paths.len())
             .filter(|i| self.paths[*i].remote.is_some())
             .collect();
         let set = if up.is_empty() { known } else { up };
+        let cookie = self.crypto.as_ref().and_then(|c| c.cookie_path(now));
+        if let Some(p) = cookie.filter(|p| set.contains(p)) {
+            return Some(p as PathId);
+        }
         set.get((attempt as usize) % set.len().max(1))
             .map(|i| *i as PathId)
     }
@@ -90,6 +96,7 @@ impl Tunnel {
                 c.write_macs(now, pid as usize, &mut out);
             }
         }
+        // Bounded: initiations are refused before any work while full.
         if self.handshake_out.len() < HANDSHAKE_OUT_MAX {
             self.handshake_out.push_back((pid, dst, out));
         }
@@ -164,6 +171,9 @@ impl Tunnel {
         from: SocketAddr,
         buf: &[u8],
     ) -> Result<(), DropReason> {
+        if self.handshake_out.len() >= HANDSHAKE_OUT_MAX {
+            return Err(DropReason::HandshakeQueueFull);
+        }
         let next_seq = self.next_tunnel_seq;
         let room = (RESPONSE_NOISE_LEN + MACS_LEN).max(COOKIE_REPLY_BODY_LEN);
         let mut out = vec![0u8; HEADER_LEN + room];
