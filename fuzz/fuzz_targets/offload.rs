@@ -32,7 +32,10 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         1 => {
-            let h = VnetHdr { gso_type: GSO_UDP_L4, ..h };
+            let h = VnetHdr {
+                gso_type: GSO_UDP_L4,
+                ..h
+            };
             let fits = pkt.len() <= offload::MAX_SUPER_PACKET;
             if let (true, Ok((iph, _, n))) = (fits, offload_udp::segments(pkt, &h)) {
                 let mut c = UdpCoalescer::default();

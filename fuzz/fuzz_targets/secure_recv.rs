@@ -1,64 +1,54 @@
 //! Fuzz the secure receive path as a server (handshake responder and data
-//! decryptor): any datagram sequence — initiations, responses, sealed data
-//! with arbitrary headers — must be refused or accepted without a panic,
-//! and nothing unauthenticated may be delivered.
+//! decryptor) or as a client (cookie replies, handshake responses): any
+//! datagram sequence — initiations, responses, cookie replies, path
+//! challenges, sealed data with arbitrary headers — must be refused or
+//! accepted without a panic, and nothing unauthenticated may be delivered.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mpt_core::crypto::handshake::Identity;
-use mpt_core::crypto::keys::{PresharedKey, PrivateKey};
-use mpt_core::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
-use mpt_core::path::PathConfig;
-use mpt_core::sched::Share;
-use mpt_core::tunnel::{ReleaseKind, Received, Tunnel, TunnelConfig};
+use mpt_core::testing::{addr, security, TestConfig};
+use mpt_core::tunnel::{Received, Tunnel};
+
+/// The first byte picks the side: even, a learning server (responder);
+/// odd, a client (initiator, which takes cookie replies and handshake
+/// responses). The peer's key is not the fixed test key of the other side,
+/// so nothing the fuzzer makes can authenticate.
+fn tunnel(first: u8) -> Tunnel {
+    let side = first & 1;
+    let mut sec = security(side, true);
+    sec.identity.peer_public = mpt_core::crypto::keys::PrivateKey::from_random([99; 32]).public();
+    let c = TestConfig::new(side, 2)
+        .one_socket(addr(side, 0))
+        .reorder(64, 10_000_000)
+        .recover(true)
+        .security(sec)
+        .seed([3; 32]);
+    if side == 0 {
+        c.learning().tunnel()
+    } else {
+        c.tunnel()
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
-    let local: std::net::SocketAddr = "10.0.0.1:1".parse().unwrap();
-    let paths = (0..2)
-        .map(|i| PathConfig {
-            name: format!("p{i}"),
-            local_key: 0,
-            local,
-            remote: None,
-            weight: 1,
-            keepalive: 100_000_000,
-            dead: 500_000_000,
-        })
-        .collect();
-    let security = SecurityConfig {
-        identity: Identity {
-            private: PrivateKey::from_random([1; 32]),
-            peer_public: PrivateKey::from_random([2; 32]).public(),
-            psk: PresharedKey([0; 32]),
-        },
-        role: HandshakeRole::Responder,
-        cipher: CipherPref::Auto,
-        rekey_after: 120_000_000_000,
-        rekey_after_packets: 1 << 40,
-    };
-    let mut t = Tunnel::new(
-        TunnelConfig {
-            paths,
-            mtu: 1400,
-            reorder_window: 64,
-            reorder_max_delay: 10_000_000,
-            release: ReleaseKind::PathFrontier,
-            share: Share::Bytes,
-            security: Some(security),
-            seed: [3; 32],
-            adapt_to_loss: true,
-            recover: true,
-        },
-        0,
-    );
+    let mut t = tunnel(data.first().copied().unwrap_or(0));
+    let client = data.first().is_some_and(|b| b & 1 == 1);
     let mut now = 0u64;
     let mut buf = [0u8; 512];
     for chunk in data.split(|b| *b == 0xa5) {
         now += 1_000_000;
         let mut d = chunk.to_vec();
-        let src = std::net::SocketAddr::from(([10, 0, 0, chunk.len() as u8], 1000));
+        // The client takes packets from its server only; the server any.
+        let src = if client {
+            addr(0, 0)
+        } else {
+            std::net::SocketAddr::from(([10, 0, 0, chunk.len() as u8], 1000))
+        };
         // Without the client's private key nothing can authenticate.
-        assert!(!matches!(t.recv(now, 0, src, &mut d), Received::Deliver { .. }));
+        assert!(!matches!(
+            t.recv(now, 0, src, &mut d),
+            Received::Deliver { .. }
+        ));
         t.handle_timeout(now);
         assert!(t.poll_deliver().is_none());
         while t.poll_transmit(now, &mut buf).is_some() {}

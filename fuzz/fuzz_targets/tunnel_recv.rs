@@ -4,39 +4,19 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mpt_core::path::PathConfig;
-use mpt_core::sched::Share;
-use mpt_core::tunnel::{ReleaseKind, Received, Tunnel, TunnelConfig};
+use mpt_core::testing::{addr, TestConfig};
+use mpt_core::tunnel::{Received, ReleaseKind};
 
 fuzz_target!(|data: &[u8]| {
-    let remote: std::net::SocketAddr = "10.0.0.2:1".parse().unwrap();
-    let local: std::net::SocketAddr = "10.0.0.1:1".parse().unwrap();
-    let paths = (0..3)
-        .map(|i| PathConfig {
-            name: format!("p{i}"),
-            local_key: 0,
-            local,
-            remote: Some(remote),
-            weight: 1,
-            keepalive: 100_000_000,
-            dead: 500_000_000,
-        })
-        .collect();
-    let mut t = Tunnel::new(
-        TunnelConfig {
-            paths,
-            mtu: 1400,
-            reorder_window: 64,
-            reorder_max_delay: 10_000_000,
-            release: ReleaseKind::PathFrontier,
-            share: Share::Bytes,
-            security: None,
-            seed: [0; 32],
-            adapt_to_loss: true,
-            recover: true,
-        },
-        0,
-    );
+    // Three plaintext paths on one socket, all from the peer's address.
+    let remote = addr(1, 0);
+    let mut t = TestConfig::new(0, 3)
+        .one_socket(addr(0, 0))
+        .release(ReleaseKind::PathFrontier)
+        .reorder(64, 10_000_000)
+        .recover(true)
+        .with(|c| c.paths.iter_mut().for_each(|p| p.remote = Some(remote)))
+        .tunnel();
     let mut now = 0u64;
     let mut buf = [0u8; 512];
     for chunk in data.split(|b| *b == 0xa5) {

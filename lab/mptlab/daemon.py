@@ -51,6 +51,8 @@ class TunnelOpts:
     workers: int | None = None
     # [tunnel] parallel: "auto" (the daemon's default) or "always".
     parallel: str | None = None
+    # The daemon binary; None: mpt_binary() (A/B runs use an earlier build).
+    binary: Path | None = None
 
 
 def _sock(addr: str, port: int) -> str:
@@ -127,15 +129,24 @@ def config_text(
 class Peer:
     """One running mpt daemon."""
 
-    def __init__(self, topo: Topology, side: str, cfg: Path, control: Path, log: Path):
+    def __init__(
+        self,
+        topo: Topology,
+        side: str,
+        cfg: Path,
+        control: Path,
+        log: Path,
+        binary: Path | None = None,
+    ):
         self.topo, self.side, self.cfg, self.control, self.log = topo, side, cfg, control, log
+        self.binary = binary or mpt_binary()
         self.proc: subprocess.Popen[Any] | None = None
 
     def start(self) -> Peer:
         logf = open(self.log, "w")  # noqa: SIM115 - owned by the process
         self.proc = self.topo.spawn(
             self.side,
-            [str(mpt_binary()), "up", "-c", str(self.cfg)],
+            [str(self.binary), "up", "-c", str(self.cfg)],
             stdout=logf,
             stderr=subprocess.STDOUT,
         )
@@ -148,7 +159,7 @@ class Peer:
         """`mpt status` of this daemon: the human view, or the JSON text."""
         p = run(
             [
-                str(mpt_binary()),
+                str(self.binary),
                 "status",
                 "-s",
                 str(self.control),
@@ -205,7 +216,8 @@ def start_pair(
         text = config_text(topo, side, opts, control, pubs)
         cfg.write_text(edit(side, text) if edit else text)
         cfg.chmod(0o600)
-        peers.append(Peer(topo, side, cfg, control, workdir / f"{side}.log").start())
+        log = workdir / f"{side}.log"
+        peers.append(Peer(topo, side, cfg, control, log, opts.binary).start())
     if wait:
         for p in peers:
             p.wait_ready(len(opts.paths))

@@ -28,6 +28,7 @@ from .netns import Topology
 from .probe import voip
 from .scenario import Scenario
 from .traffic import http_download, iperf3
+from .util import base_binary
 
 MPT_HEADER = 36
 AEAD_TAG = 16
@@ -94,6 +95,8 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-1w": {"workers": 1},
     "mpt-parallel": {"parallel": "always"},
     "mpt-recover": {"extra": "[reorder]\nrecover = true"},
+    # The same tunnel run by an earlier build ($MPT_BASE_BIN): A/B in one run.
+    "mpt-base": {"binary": base_binary},
 }
 
 
@@ -344,7 +347,11 @@ class Runner:
                     for variant, variant_kw in MPT_VARIANTS.items():
                         if variant not in sc.systems:
                             continue
-                        kw = {k: v for k, v in variant_kw.items() if k != "extra"}
+                        kw = {
+                            k: (v() if callable(v) else v)
+                            for k, v in variant_kw.items()
+                            if k != "extra"
+                        }
                         more = str(variant_kw.get("extra", ""))
                         extra = "\n".join(x for x in (sc.mpt_extra, more) if x)
                         cm = systems.mpt(

@@ -59,6 +59,7 @@ SYSTEMS = (
     "mpt-1w",
     "mpt-parallel",
     "mpt-recover",
+    "mpt-base",
     "mptcp",
     "hook",
 )

@@ -4,7 +4,8 @@
 * mpt    -- the mpt tunnel over every link (variants: mpt-insecure without
             encryption, mpt-1w with one worker thread, mpt-parallel with
             helpers working on every batch, mpt-recover with loss
-            recovery; see runner.MPT_VARIANTS);
+            recovery, mpt-base run by the earlier build in $MPT_BASE_BIN
+            for A/B comparisons in one run; see runner.MPT_VARIANTS);
 * mptcp  -- the kernel's Multipath TCP: B announces its address on every
             link (ADD_ADDR), A opens one subflow per link; applications are
             run under `mptcpize`;
@@ -70,6 +71,7 @@ def mpt(
     security: str = "keys",
     workers: int | None = None,
     parallel: str | None = None,
+    binary: Path | None = None,
 ) -> Iterator[Target]:
     """mpt over every link; `security` "keys" (encrypted) or "insecure";
     `workers` threads per daemon (None: one per core)."""
@@ -82,6 +84,7 @@ def mpt(
         security=security,
         workers=workers,
         parallel=parallel,
+        binary=binary,
     )
     a, b = start_pair(topo, opts, workdir)
     try:

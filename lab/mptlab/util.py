@@ -71,6 +71,18 @@ def mpt_binary() -> Path:
     return repo_root() / "target" / "release" / "mpt"
 
 
+def base_binary() -> Path:
+    """The mpt binary of the `mpt-base` system (A/B against an earlier
+    build in the same run): $MPT_BASE_BIN, which must be set."""
+    env = os.environ.get("MPT_BASE_BIN")
+    if not env:
+        raise CommandError("system mpt-base needs MPT_BASE_BIN (the earlier mpt binary)")
+    path = Path(env)
+    if not path.is_file():
+        raise CommandError(f"MPT_BASE_BIN={env}: no such file")
+    return path
+
+
 def netem_binary() -> Path:
     """The link emulator binary: $MPT_NETEM_BIN or the release build."""
     env = os.environ.get("MPT_NETEM_BIN")

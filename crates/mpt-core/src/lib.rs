@@ -8,7 +8,11 @@
 //!   loss and counters;
 //! * [`sched`] — the [`sched::Scheduler`] trait and smooth weighted round-robin;
 //! * [`reorder`] — the receive-side reorder buffer and its release policies;
-//! * [`tunnel`] — the state machine that ties them together.
+//! * [`crypto`] — keys, the Noise handshake, cookies, sessions and AEAD;
+//! * [`stats`] — drop reasons and their counters;
+//! * [`tunnel`] — the state machine that ties them together;
+//! * `testing` (cargo feature `testing`) — the one test-configuration
+//!   builder of the core's tests, benchmarks and fuzz targets.
 //!
 //! Invariants of the whole crate:
 //! * no socket, thread, file or clock is used: time enters only as a `now`
@@ -23,6 +27,8 @@ pub mod path;
 pub mod reorder;
 pub mod sched;
 pub mod stats;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tunnel;
 pub mod wire;
 

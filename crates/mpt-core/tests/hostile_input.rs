@@ -5,15 +5,15 @@
 
 use std::net::SocketAddr;
 
-use mpt_core::path::PathConfig;
-use mpt_core::sched::Share;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{Received, ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::testing::{addr, TestConfig};
+use mpt_core::tunnel::{Received, Tunnel};
 use mpt_core::wire::{write_header, HeaderFields, PacketType, HEADER_LEN};
 use proptest::prelude::*;
 
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
+/// The peer's address (the remote of both paths).
+fn peer() -> SocketAddr {
+    addr(1, 0)
 }
 
 fn tunnel() -> Tunnel {
@@ -21,32 +21,12 @@ fn tunnel() -> Tunnel {
 }
 
 fn tunnel_with(recover: bool) -> Tunnel {
-    let paths = (0..2)
-        .map(|i| PathConfig {
-            name: format!("p{i}"),
-            local_key: i,
-            local: addr("10.0.0.1:1"),
-            remote: Some(addr("10.0.0.2:1")),
-            weight: 1,
-            keepalive: 100_000_000,
-            dead: 500_000_000,
-        })
-        .collect();
-    Tunnel::new(
-        TunnelConfig {
-            paths,
-            mtu: 1400,
-            reorder_window: 32,
-            reorder_max_delay: 5_000_000,
-            release: ReleaseKind::PathFrontier,
-            share: Share::Bytes,
-            security: None,
-            seed: [0; 32],
-            adapt_to_loss: true,
-            recover,
-        },
-        0,
-    )
+    // Both paths take packets from the peer's first address only.
+    TestConfig::new(0, 2)
+        .recover(recover)
+        .reorder(32, 5_000_000)
+        .with(|c| c.paths.iter_mut().for_each(|p| p.remote = Some(peer())))
+        .tunnel()
 }
 
 fn data_packet(path: u8, seq: u64, inner_first: u8, len: usize) -> Vec<u8> {
@@ -75,7 +55,7 @@ proptest! {
         let mut dropped = 0;
         for (i, d) in dgrams.iter().enumerate() {
             let mut d = d.clone();
-            if let Received::Dropped(_) = t.recv(i as u64, i % 2, addr("10.0.0.2:1"), &mut d) {
+            if let Received::Dropped(_) = t.recv(i as u64, i % 2, peer(), &mut d) {
                 dropped += 1;
             }
             t.handle_timeout(i as u64 * 1_000_000);
@@ -94,7 +74,7 @@ proptest! {
         for (path, seq, first, len, wrong_src, dt) in ops {
             now += dt;
             let mut pkt = data_packet(path, seq, first, len);
-            let src = if wrong_src { addr("10.9.9.9:1") } else { addr("10.0.0.2:1") };
+            let src = if wrong_src { addr(9, 9) } else { peer() };
             match t.recv(now, path as usize % 2, src, &mut pkt) {
                 Received::Deliver { offset, len } => delivered.push(pkt[offset..offset + len].to_vec()),
                 Received::Consumed | Received::Dropped(_) => {}
@@ -120,7 +100,7 @@ fn bad_or_unwanted_nacks_are_counted_drops() {
         b.extend_from_slice(body);
         b
     };
-    let from = addr("10.0.0.2:1");
+    let from = peer();
     let good = [0u8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
     let mut t = tunnel_with(true);
     assert_eq!(t.recv(1, 0, from, &mut nack(&good)), Received::Consumed);
@@ -138,4 +118,80 @@ fn bad_or_unwanted_nacks_are_counted_drops() {
         Received::Dropped(DropReason::NackUnexpected)
     );
     assert_eq!(off.drops().get(DropReason::NackUnexpected), 1);
+}
+
+#[test]
+fn short_probes_are_counted_drops() {
+    // A probe or echo whose body is shorter than a probe body: refused and
+    // counted, never consumed silently.
+    for ty in [PacketType::Probe, PacketType::Echo] {
+        let mut t = tunnel();
+        let mut b = vec![0u8; HEADER_LEN + 10];
+        write_header(&mut b, ty, &HeaderFields::default());
+        assert_eq!(
+            t.recv(1, 0, peer(), &mut b),
+            Received::Dropped(DropReason::Truncated)
+        );
+        assert_eq!(t.drops().get(DropReason::Truncated), 1);
+    }
+}
+
+/// A datagram an attacker without keys could send: random bytes, or a
+/// well-formed header of any type (known or not) with a random body.
+fn hostile_datagram() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..400),
+        (
+            0u8..12,
+            0u8..3,
+            any::<u32>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..300)
+        )
+            .prop_map(|(ty, path, session, seq, body)| {
+                let mut b = vec![0u8; HEADER_LEN];
+                let f = HeaderFields {
+                    path,
+                    session,
+                    tunnel_seq: seq,
+                    ..Default::default()
+                };
+                write_header(&mut b, PacketType::Data, &f);
+                b[1] = ty;
+                b.extend_from_slice(&body);
+                b
+            }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Without the keys nothing authenticates: on an encrypted tunnel,
+    /// server (learning or not) or client, every such datagram is dropped
+    /// (not consumed, not delivered) and counted exactly once.
+    #[test]
+    fn unauthenticatable_input_is_dropped(
+        side in 0u8..2,
+        learning in any::<bool>(),
+        dgrams in proptest::collection::vec((hostile_datagram(), any::<bool>()), 1..100),
+    ) {
+        let mut c = TestConfig::new(side, 2).secure();
+        if learning && side == 0 {
+            c = c.learning();
+        }
+        let mut t = c.tunnel();
+        let mut buf = [0u8; 1500];
+        for (i, (d, from_peer)) in dgrams.iter().enumerate() {
+            let now = (i as u64 + 1) * 1_000_000;
+            let from = if *from_peer { addr(1 - side, i % 2) } else { addr(9, i) };
+            let mut d = d.clone();
+            let got = t.recv(now, i % 2, from, &mut d);
+            prop_assert!(matches!(got, Received::Dropped(_)), "datagram {} was {:?}", i, got);
+            t.handle_timeout(now);
+            prop_assert!(t.poll_deliver().is_none());
+            while t.poll_transmit(now, &mut buf).is_some() {}
+        }
+        prop_assert_eq!(t.drops().total(), dgrams.len() as u64);
+    }
 }

@@ -10,13 +10,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::net::SocketAddr;
 
-use mpt_core::crypto::handshake::Identity;
-use mpt_core::crypto::keys::{PresharedKey, PrivateKey};
-use mpt_core::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
-use mpt_core::path::PathConfig;
-use mpt_core::tunnel::{Received, RecvStart, ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::testing::{addr, TestConfig};
+use mpt_core::tunnel::{Received, RecvStart, Tunnel};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, NANOS_PER_MS};
 
@@ -59,57 +55,12 @@ static GLOBAL: Counting = Counting;
 const MS: Nanos = NANOS_PER_MS;
 const PATHS: usize = 2;
 
-fn addr(side: u8, path: usize) -> SocketAddr {
-    SocketAddr::from(([10, side, path as u8, 1], 4000 + path as u16))
-}
-
 fn tunnel(side: u8, recover: bool) -> Tunnel {
-    let keys = [
-        PrivateKey::from_random([1; 32]),
-        PrivateKey::from_random([2; 32]),
-    ];
-    let me = side as usize;
-    let security = SecurityConfig {
-        identity: Identity {
-            private: keys[me].clone(),
-            peer_public: keys[1 - me].public(),
-            psk: PresharedKey([7; 32]),
-        },
-        role: if side == 0 {
-            HandshakeRole::Responder
-        } else {
-            HandshakeRole::Initiator
-        },
-        cipher: CipherPref::Auto,
-        rekey_after: 120_000 * MS,
-        rekey_after_packets: 1 << 40,
-    };
-    let paths = (0..PATHS)
-        .map(|i| PathConfig {
-            name: format!("p{i}"),
-            local_key: i,
-            local: addr(side, i),
-            remote: Some(addr(1 - side, i)),
-            weight: 1,
-            keepalive: 100 * MS,
-            dead: 500 * MS,
-        })
-        .collect();
-    Tunnel::new(
-        TunnelConfig {
-            paths,
-            mtu: 1400,
-            reorder_window: 1024,
-            reorder_max_delay: 200 * MS,
-            release: ReleaseKind::PathFrontier,
-            share: mpt_core::sched::Share::Bytes,
-            security: Some(security),
-            seed: [side; 32],
-            adapt_to_loss: false,
-            recover,
-        },
-        0,
-    )
+    TestConfig::new(side, PATHS)
+        .secure()
+        .adapt_to_loss(false)
+        .recover(recover)
+        .tunnel()
 }
 
 /// Exchange control packets (handshake, probes) until both have a session.

@@ -17,10 +17,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 
-use mpt_core::crypto::handshake::Identity;
-use mpt_core::crypto::keys::{PresharedKey, PrivateKey};
-use mpt_core::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
-use mpt_core::path::PathConfig;
+use mpt_core::crypto::state::SecurityConfig;
 pub use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{Event, Received, ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::wire::HEADER_LEN;
@@ -49,39 +46,7 @@ pub struct Link {
     pub up: bool,
 }
 
-pub fn addr(side: u8, path: usize) -> SocketAddr {
-    format!("10.{side}.{path}.1:{}", 4000 + path)
-        .parse()
-        .unwrap()
-}
-
-/// Key pairs for the secure simulations: side 0 is the server (responder).
-pub fn security(side: u8, psk_ok: bool) -> SecurityConfig {
-    let keys = [
-        PrivateKey::from_random([10; 32]),
-        PrivateKey::from_random([11; 32]),
-    ];
-    let peer = 1 - side as usize;
-    SecurityConfig {
-        identity: Identity {
-            private: keys[side as usize].clone(),
-            peer_public: keys[peer].public(),
-            psk: PresharedKey(if psk_ok || side == 0 {
-                [7; 32]
-            } else {
-                [8; 32]
-            }),
-        },
-        role: if side == 0 {
-            HandshakeRole::Responder
-        } else {
-            HandshakeRole::Initiator
-        },
-        cipher: CipherPref::Auto,
-        rekey_after: 120_000 * MS,
-        rekey_after_packets: 1 << 40,
-    }
-}
+pub use mpt_core::testing::{addr, security, TestConfig};
 
 pub fn tunnel(side: u8, n: usize, release: ReleaseKind) -> Tunnel {
     tunnel_with(side, n, release, None)
@@ -102,29 +67,10 @@ pub fn config(
     release: ReleaseKind,
     sec: Option<SecurityConfig>,
 ) -> TunnelConfig {
-    let peer = 1 - side;
-    let paths = (0..n)
-        .map(|i| PathConfig {
-            name: format!("p{i}"),
-            local_key: i,
-            local: addr(side, i),
-            remote: Some(addr(peer, i)),
-            weight: 1,
-            keepalive: 100 * MS,
-            dead: 500 * MS,
-        })
-        .collect();
-    TunnelConfig {
-        paths,
-        mtu: 1400,
-        reorder_window: 1024,
-        reorder_max_delay: 200 * MS,
-        release,
-        share: mpt_core::sched::Share::Bytes,
-        security: sec,
-        seed: [side; 32],
-        adapt_to_loss: true,
-        recover: false,
+    let c = TestConfig::new(side, n).release(release);
+    match sec {
+        Some(s) => c.security(s).config(),
+        None => c.config(),
     }
 }
 
@@ -181,11 +127,9 @@ impl Sim {
     /// (and validates) the client's addresses.
     pub fn secure_learning(links: Vec<Link>, seed: u64) -> Self {
         let n = links.len();
-        let mut server = config(0, n, ReleaseKind::PathFrontier, Some(security(0, true)));
-        server.paths.iter_mut().for_each(|p| p.remote = None);
         let t = [
-            Tunnel::new(server, 0),
-            tunnel_with(1, n, ReleaseKind::PathFrontier, Some(security(1, true))),
+            TestConfig::new(0, n).secure().learning().tunnel(),
+            TestConfig::new(1, n).secure().tunnel(),
         ];
         Self::with_tunnels(links, t, seed)
     }

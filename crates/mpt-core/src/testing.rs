@@ -1,0 +1,167 @@
+//! Test configurations shared by the core's tests, benchmarks and fuzz
+//! targets (cargo feature `testing`; not part of the daemon's build).
+//!
+//! Two sides of a tunnel: side 0 is the server (handshake responder), side
+//! 1 the client. Path `i` of side `s` is bound to [`addr`]`(s, i)` and
+//! sends to the same path of the other side. Keys are fixed, so tests and
+//! fuzz targets are reproducible, and both sides of a secure pair built
+//! here know each other's public key.
+//!
+//! Invariant: one place builds a [`TunnelConfig`] for tests; a new field of
+//! the configuration gets its test default here and nowhere else.
+
+use std::net::SocketAddr;
+
+use crate::crypto::handshake::Identity;
+use crate::crypto::keys::{PresharedKey, PrivateKey};
+use crate::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
+use crate::path::PathConfig;
+use crate::sched::Share;
+use crate::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
+use crate::{Nanos, NANOS_PER_MS};
+
+const MS: Nanos = NANOS_PER_MS;
+
+/// Address of path `path` on side `side`: `10.side.path.1:(4000 + path)`.
+pub fn addr(side: u8, path: usize) -> SocketAddr {
+    SocketAddr::from(([10, side, path as u8, 1], 4000 + path as u16))
+}
+
+/// The fixed static key of side 0 (server) or 1 (client).
+pub fn private_key(side: u8) -> PrivateKey {
+    PrivateKey::from_random([10 + side; 32])
+}
+
+/// Security of `side` towards the other side. With `psk_ok` false the
+/// client holds a different pre-shared key than the server (its handshakes
+/// fail).
+pub fn security(side: u8, psk_ok: bool) -> SecurityConfig {
+    SecurityConfig {
+        identity: Identity {
+            private: private_key(side),
+            peer_public: private_key(1 - side).public(),
+            psk: PresharedKey(if psk_ok || side == 0 {
+                [7; 32]
+            } else {
+                [8; 32]
+            }),
+        },
+        role: if side == 0 {
+            HandshakeRole::Responder
+        } else {
+            HandshakeRole::Initiator
+        },
+        cipher: CipherPref::Auto,
+        rekey_after: 120_000 * MS,
+        rekey_after_packets: 1 << 40,
+    }
+}
+
+/// A tunnel configuration for tests, with defaults that every test shares.
+#[derive(Clone)]
+pub struct TestConfig {
+    side: u8,
+    config: TunnelConfig,
+}
+
+impl TestConfig {
+    /// Side `side` with `paths` paths, each with its remote configured;
+    /// plaintext, path-frontier release, no loss recovery.
+    pub fn new(side: u8, paths: usize) -> Self {
+        let paths = (0..paths)
+            .map(|i| PathConfig {
+                name: format!("p{i}"),
+                local_key: i,
+                local: addr(side, i),
+                remote: Some(addr(1 - side, i)),
+                weight: 1,
+                keepalive: 100 * MS,
+                dead: 500 * MS,
+            })
+            .collect();
+        Self {
+            side,
+            config: TunnelConfig {
+                paths,
+                mtu: 1400,
+                reorder_window: 1024,
+                reorder_max_delay: 200 * MS,
+                release: ReleaseKind::PathFrontier,
+                share: Share::Bytes,
+                security: None,
+                seed: [side; 32],
+                adapt_to_loss: true,
+                recover: false,
+            },
+        }
+    }
+
+    pub fn release(mut self, release: ReleaseKind) -> Self {
+        self.config.release = release;
+        self
+    }
+
+    /// Encrypted with this side's fixed keys (and the right pre-shared key).
+    pub fn secure(self) -> Self {
+        let side = self.side;
+        self.security(security(side, true))
+    }
+
+    pub fn security(mut self, security: SecurityConfig) -> Self {
+        self.config.security = Some(security);
+        self
+    }
+
+    /// No `remote` on any path: the side learns (a server behind which
+    /// clients roam).
+    pub fn learning(mut self) -> Self {
+        self.config.paths.iter_mut().for_each(|p| p.remote = None);
+        self
+    }
+
+    pub fn recover(mut self, on: bool) -> Self {
+        self.config.recover = on;
+        self
+    }
+
+    pub fn adapt_to_loss(mut self, on: bool) -> Self {
+        self.config.adapt_to_loss = on;
+        self
+    }
+
+    pub fn reorder(mut self, window: usize, max_delay: Nanos) -> Self {
+        self.config.reorder_window = window;
+        self.config.reorder_max_delay = max_delay;
+        self
+    }
+
+    /// All paths bound to one local socket (key 0) at `local`, as a fuzz
+    /// target or a server on one address has it.
+    pub fn one_socket(mut self, local: SocketAddr) -> Self {
+        for p in &mut self.config.paths {
+            p.local_key = 0;
+            p.local = local;
+        }
+        self
+    }
+
+    pub fn seed(mut self, seed: [u8; 32]) -> Self {
+        self.config.seed = seed;
+        self
+    }
+
+    /// Change anything else.
+    pub fn with(mut self, f: impl FnOnce(&mut TunnelConfig)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    pub fn config(self) -> TunnelConfig {
+        self.config
+    }
+
+    /// The tunnel, created at time 0.
+    pub fn tunnel(self) -> Tunnel {
+        Tunnel::new(self.config, 0)
+    }
+}
