@@ -24,9 +24,7 @@ fuzz_target!(|data: &[u8]| {
         let mut d = chunk.to_vec();
         let _ = t.recv(now, 0, remote, &mut d);
         t.handle_timeout(now);
-        while let Some(p) = t.poll_deliver() {
-            t.recycle(p);
-        }
+        t.deliver_ready(|_| Ok(()));
         while t.poll_transmit(now, &mut buf).is_some() {}
         let _ = Received::Consumed;
     }

@@ -3,54 +3,19 @@
 //! A counting global allocator (counting only on the test's own thread)
 //! watches an encrypted tunnel pair carry 20,000 packets through the split
 //! API the I/O layer uses (`send_unsealed`, `Sealer::seal`, `recv_start`,
-//! `Opener::open`, `recv_finish`, `poll_deliver`/`recycle`) over two paths,
+//! `Opener::open`, `recv_finish`, `deliver_ready`) over two paths,
 //! with every other pair of packets swapped so that the reorder buffer holds
 //! and releases packets too. After a warm-up, not one allocation may happen,
 //! with loss recovery off or on.
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
 use mpt_core::testing::{addr, TestConfig};
 use mpt_core::tunnel::{Received, RecvStart, Tunnel};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, NANOS_PER_MS};
-
-struct Counting;
-
-thread_local! {
-    /// Whether this thread counts, and what it counted (per thread: the
-    /// tests run in parallel).
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    if COUNTING.with(Cell::get) {
-        ALLOCATIONS.with(|a| a.set(a.get() + 1));
-    }
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use mpt_sys::alloc::CountingAlloc;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 const MS: Nanos = NANOS_PER_MS;
 const PATHS: usize = 2;
@@ -114,7 +79,7 @@ fn check_no_allocation(recover: bool) {
                 buf[HEADER_LEN..HEADER_LEN + 1200].fill(0);
                 buf[HEADER_LEN] = 0x45;
                 let tx = a.send_unsealed(now, buf, 1200).expect("sent");
-                assert!(a.sealer().seal(&mut buf[..tx.len]));
+                assert!(a.sealer().seal(tx.seal, &mut buf[..tx.len]));
                 (lens[k], keys[k]) = (tx.len, tx.local_key);
             }
             let order = if pair % 2 == 0 { [0, 1] } else { [1, 0] };
@@ -122,9 +87,9 @@ fn check_no_allocation(recover: bool) {
                 let d = &mut bufs[k][..lens[k]];
                 let from = addr(0, keys[k]);
                 let r = match b.recv_start(now, keys[k], from, d) {
-                    RecvStart::Open => {
-                        let opened = b.opener().open(d);
-                        b.recv_finish(now, from, d, opened)
+                    RecvStart::Open(t) => {
+                        let opened = b.opener().open(&t, d);
+                        b.recv_finish(now, from, d, &t, opened)
                     }
                     RecvStart::Done(r) => r,
                 };
@@ -133,10 +98,7 @@ fn check_no_allocation(recover: bool) {
                     Received::Consumed => {}
                     Received::Dropped(why) => panic!("dropped: {why:?}"),
                 }
-                while let Some(p) = b.poll_deliver() {
-                    delivered += 1;
-                    b.recycle(p);
-                }
+                delivered += b.deliver_ready(|_| Ok(())) as u64;
             }
             // What the event loop does on every turn.
             let _ = (a.poll_timeout(), b.poll_timeout());
@@ -145,15 +107,11 @@ fn check_no_allocation(recover: bool) {
     // Warm-up: fills the reorder pool and, with recovery, the whole ring.
     let warm = 6_000;
     run(warm, a, b);
-    COUNTING.with(|c| c.set(true));
+    CountingAlloc::count_here(true);
     run(20_000, a, b);
-    COUNTING.with(|c| c.set(false));
+    CountingAlloc::count_here(false);
     assert_eq!(delivered, warm + 20_000, "everything delivered");
-    assert_eq!(
-        ALLOCATIONS.with(Cell::get),
-        0,
-        "allocations on the warm path"
-    );
+    assert_eq!(CountingAlloc::counted(), 0, "allocations on the warm path");
     assert!(
         b.reorder_stats().reordered > 0,
         "the reorder buffer took part"

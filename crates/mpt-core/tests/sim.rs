@@ -260,6 +260,56 @@ fn rekey_by_packet_count_does_not_interrupt_traffic() {
 }
 
 #[test]
+fn datagrams_queued_before_a_rekey_are_sealed_with_their_own_session() {
+    // The I/O layer queues unsealed datagrams and seals them later; a key
+    // change in between (here a whole rekey) must not drop them: each is
+    // sealed with the session and nonce it was handed.
+    let mut client = security(1, true);
+    client.rekey_after_packets = 10;
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 31, client);
+    sim.deliver_until(1_000 * MS);
+    let now = 1_000 * MS;
+    let rekeys_before = sim.t[1].status(now).security.unwrap().stats.rekeys;
+    let queued: Vec<_> = (0..20)
+        .map(|i| {
+            let pkt = inner(i);
+            let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
+            buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+            let tx = sim.t[1].send_unsealed(now, &mut buf, pkt.len()).unwrap();
+            buf.truncate(tx.len);
+            (buf, tx)
+        })
+        .collect();
+    // The rekey runs to completion while the batch waits.
+    sim.pump_control(now);
+    sim.deliver_until(now + 100 * MS);
+    let later = now + 100 * MS;
+    let rekeys = sim.t[1].status(later).security.unwrap().stats.rekeys;
+    assert_eq!(
+        rekeys,
+        rekeys_before + 1,
+        "the client changed its session meanwhile"
+    );
+    let sealer = sim.t[1].sealer();
+    let sealed: Vec<_> = queued
+        .into_iter()
+        .map(|(mut buf, tx)| {
+            assert!(sealer.seal(tx.seal, &mut buf), "sealed with its ticket");
+            (buf, tx.path as usize)
+        })
+        .collect();
+    for (i, (buf, path)) in sealed.into_iter().enumerate() {
+        sim.emit(later, 1, path, buf, Some(i as u64));
+    }
+    sim.deliver_until(later + 100 * MS);
+    assert_eq!(sim.delivered[0], (0..20).collect::<Vec<_>>());
+    assert_eq!(
+        count(&sim, 0, DropReason::NoSession) + count(&sim, 0, DropReason::BadTag),
+        0
+    );
+}
+
+#[test]
 fn server_follows_the_client_to_a_new_address() {
     let mut sim = Sim::secure_learning(links(&[(5, 0, 0.0)]), 25);
     sim.deliver_until(1_000 * MS);
@@ -319,19 +369,22 @@ fn batches_sealed_and_opened_apart_from_the_state_changes() {
     sim.deliver_until(1_000 * MS);
     assert!(sim.t[0].has_session() && sim.t[1].has_session());
     let now = 1_000 * MS;
-    let mut batch: Vec<Vec<u8>> = (0..32)
+    let (mut batch, tickets): (Vec<Vec<u8>>, Vec<_>) = (0..32)
         .map(|i| {
             let pkt = inner(i);
             let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
             buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
             let tx = sim.t[0].send_unsealed(now, &mut buf, pkt.len()).unwrap();
             buf.truncate(tx.len);
-            buf
+            (buf, tx.seal)
         })
-        .collect();
+        .unzip();
     let plain_copy = batch[7].clone();
     let sealer = sim.t[0].sealer();
-    assert!(batch.iter_mut().all(|d| sealer.seal(d)));
+    assert!(batch
+        .iter_mut()
+        .zip(&tickets)
+        .all(|(d, t)| sealer.seal(*t, d)));
     assert_ne!(batch[7], plain_copy, "sealing changed the datagram");
     batch.insert(6, batch[5].clone());
     batch.push(plain_copy);
@@ -340,13 +393,23 @@ fn batches_sealed_and_opened_apart_from_the_state_changes() {
         .iter()
         .map(|d| sim.t[1].recv_start(now, 0, from, d))
         .collect();
-    assert!(starts.iter().all(|s| *s == RecvStart::Open));
+    let tickets: Vec<_> = starts
+        .iter()
+        .map(|s| match s {
+            RecvStart::Open(t) => *t,
+            other => panic!("not passed on: {other:?}"),
+        })
+        .collect();
     let opener = sim.t[1].opener();
-    let opened: Vec<_> = batch.iter_mut().map(|d| opener.open(d)).collect();
+    let opened: Vec<_> = batch
+        .iter_mut()
+        .zip(&tickets)
+        .map(|(d, t)| opener.open(t, d))
+        .collect();
     let mut got = vec![];
     let mut drops = vec![];
-    for (d, o) in batch.iter().zip(opened) {
-        match sim.t[1].recv_finish(now, from, d, o) {
+    for ((d, o), t) in batch.iter().zip(opened).zip(&tickets) {
+        match sim.t[1].recv_finish(now, from, d, t, o) {
             Received::Deliver { offset, len } => got.push(index_of(&d[offset..offset + len])),
             Received::Dropped(r) => drops.push(r),
             Received::Consumed => {}

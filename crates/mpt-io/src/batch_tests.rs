@@ -1,27 +1,136 @@
-//! Batched UDP I/O tests on loopback, with and without GSO/GRO.
+//! Transmit slots and receive buffers: GSO grouping rules in memory, and a
+//! round trip through the real batch system calls on loopback.
 
+use std::net::UdpSocket;
 use std::time::Duration;
 
 use super::*;
+use crate::linux::UdpPaths;
+use crate::seam::PathIo;
+use crate::udp::PathSocket;
 
-fn pair(bind: &str) -> (UdpSocket, UdpSocket) {
-    let a = UdpSocket::bind(bind).unwrap();
-    let b = UdpSocket::bind(bind).unwrap();
-    a.set_nonblocking(true).unwrap();
-    b.set_nonblocking(true).unwrap();
-    (a, b)
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-fn receive_all(rb: &mut RecvBatch, b: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
+fn commit(tx: &mut TxBatch, socket: usize, dst: SocketAddr, len: usize, mark: u8) {
+    let s = tx.slot().unwrap();
+    s[..len].fill(mark);
+    tx.commit(TxMeta {
+        socket,
+        dst,
+        path: socket as u8,
+        len,
+        seal: None,
+    });
+}
+
+#[test]
+fn gso_groups_runs_of_one_destination_and_size_per_socket() {
+    let mut tx = TxBatch::new(16, 2048);
+    let (b, c) = (addr(2), addr(3));
+    // Socket 0: b b c b(600) b b(300) b(300); socket 1 interleaved.
+    for (socket, dst, len) in [
+        (0, b, 500),
+        (1, b, 500),
+        (0, b, 500),
+        (0, c, 500),
+        (0, b, 600),
+        (0, b, 500),
+        (0, b, 300),
+        (0, b, 300),
+    ] {
+        commit(&mut tx, socket, dst, len, 1);
+    }
+    let (_, msgs, chunks, infos) = tx.messages(0, true);
+    let shape: Vec<_> = msgs
+        .iter()
+        .zip(infos)
+        .map(|(m, i)| (m.dst.port(), m.count, m.segment, i.datagrams))
+        .collect();
+    // Another destination or a larger datagram starts a new message; a
+    // shorter one joins and closes it.
+    assert_eq!(
+        shape,
+        vec![(2, 2, 500, 2), (3, 1, 0, 1), (2, 2, 600, 2), (2, 2, 300, 2)]
+    );
+    assert_eq!(chunks.len(), 7);
+    let (_, msgs, _, _) = tx.messages(0, false);
+    assert_eq!(msgs.len(), 7, "without GSO one message per datagram");
+    assert!(msgs.iter().all(|m| m.segment == 0));
+    let (_, msgs, _, _) = tx.messages(1, true);
+    assert_eq!(msgs.len(), 1);
+}
+
+#[test]
+fn gso_messages_respect_the_kernel_limits() {
+    let mut tx = TxBatch::new(200, 1500);
+    for _ in 0..200 {
+        commit(&mut tx, 0, addr(2), 1000, 0);
+    }
+    let (_, msgs, _, infos) = tx.messages(0, true);
+    assert!(infos.iter().all(|i| i.datagrams <= GSO_MAX_SEGMENTS));
+    assert!(msgs.iter().all(|m| m.segment * m.count <= GSO_MAX_BYTES));
+    assert_eq!(infos.iter().map(|i| i.datagrams).sum::<usize>(), 200);
+}
+
+#[test]
+fn skipped_unsealed_and_failed_slots_never_leave() {
+    let mut tx = TxBatch::new(8, 256);
+    commit(&mut tx, 0, addr(2), 100, 0);
+    tx.slot().unwrap();
+    tx.skip();
+    let ticket = mpt_core::tunnel::SealTicket {
+        session: 1,
+        counter: 0,
+    };
+    for _ in 0..2 {
+        tx.slot().unwrap();
+        tx.commit(TxMeta {
+            socket: 0,
+            dst: addr(2),
+            path: 0,
+            len: 100,
+            seal: Some(ticket),
+        });
+    }
+    assert_eq!(tx.len(), 3);
+    let (_, msgs, _, _) = tx.messages(0, false);
+    assert_eq!(msgs.len(), 1, "unsealed slots wait");
+    let (_, spans, tickets) = tx.to_seal();
+    assert_eq!((spans.len(), tickets.len()), (2, 2));
+    assert_eq!(tx.sealed(&[true, false]), 1);
+    let (_, msgs, _, _) = tx.messages(0, false);
+    assert_eq!(
+        msgs.len(),
+        2,
+        "the sealed one joins, the failed one is gone"
+    );
+    tx.clear();
+    assert!(tx.is_empty() && tx.free() == 8);
+}
+
+fn path_socket(bind: &str) -> PathSocket {
+    let socket = UdpSocket::bind(bind).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    PathSocket {
+        local: socket.local_addr().unwrap(),
+        socket,
+        paths: vec!["test".into()],
+    }
+}
+
+fn receive_all(paths: &mut UdpPaths, want: usize) -> Vec<Vec<u8>> {
+    let mut rb = RecvBatch::new(8, 65_536);
     let mut got = vec![];
     for _ in 0..200 {
-        match rb.recv(b) {
+        let (bufs, meta) = rb.parts_mut();
+        match paths.recv(0, bufs, meta) {
             Ok(n) => {
                 for i in 0..n {
-                    let (_, parts) = rb.datagrams(i);
-                    let parts: Vec<_> = parts.collect();
-                    for (off, len) in parts {
-                        got.push(rb.slice_mut(i, off, len).to_vec());
+                    let spans: Vec<_> = rb.datagrams(i).collect();
+                    for s in spans {
+                        got.push(rb.slice_mut(s).to_vec());
                     }
                 }
             }
@@ -38,71 +147,49 @@ fn receive_all(rb: &mut RecvBatch, b: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
 fn batch_roundtrip_v4_and_v6_with_and_without_gso_gro() {
     for bind in ["127.0.0.1:0", "[::1]:0"] {
         for offload in [false, true] {
-            let (a, b) = pair(bind);
-            let gso = offload && gso_supported(&a);
-            if offload {
-                enable_gro(&b);
-            }
-            let mut sb = SendBatch::new(64, 2048, gso);
-            // 40 datagrams of 1000 bytes then a short one, all to b: one
+            let mut a = UdpPaths::new(vec![path_socket(bind)], 64);
+            let mut b = UdpPaths::new(vec![path_socket(bind)], 64);
+            let gso = offload && a.gso(0);
+            let dst = b.sockets[0].local;
+            let mut tx = TxBatch::new(64, 2048);
+            // 40 datagrams of 1000 bytes then a short one: one
             // super-datagram with GSO.
             let mut sent = vec![];
             for i in 0..41u32 {
                 let len = if i == 40 { 300 } else { 1000 };
-                let s = sb.slot().unwrap();
+                let s = tx.slot().unwrap();
                 s[..4].copy_from_slice(&i.to_be_bytes());
                 s[4..len].fill(i as u8);
                 sent.push(s[..len].to_vec());
-                sb.commit(len, b.local_addr().unwrap(), 1);
+                tx.commit(TxMeta {
+                    socket: 0,
+                    dst,
+                    path: 1,
+                    len,
+                    seal: None,
+                });
             }
-            assert_eq!(sb.len(), 41);
-            assert!(sb.flush(&a).is_empty());
-            let mut rb = RecvBatch::new(8, 65_536);
-            let got = receive_all(&mut rb, &b, 41);
+            let (buf, msgs, chunks, _) = tx.messages(0, gso);
+            assert_eq!(msgs.len(), if gso { 1 } else { 41 });
+            let mut failures = 0;
+            a.send(0, buf, msgs, chunks, &mut |_, _| failures += 1);
+            assert_eq!(failures, 0);
+            let got = receive_all(&mut b, 41);
             assert_eq!(got, sent, "{bind} offload {offload}");
         }
     }
 }
 
 #[test]
-fn gso_never_mixes_destinations_or_sizes() {
-    let (a, b) = pair("127.0.0.1:0");
-    let c = UdpSocket::bind("127.0.0.1:0").unwrap();
-    c.set_nonblocking(true).unwrap();
-    let mut sb = SendBatch::new(16, 2048, gso_supported(&a));
-    for (i, (to, len)) in [(&b, 500), (&c, 500), (&b, 500), (&b, 600), (&b, 500)]
-        .iter()
-        .enumerate()
-    {
-        let s = sb.slot().unwrap();
-        s[0] = i as u8;
-        sb.commit(*len, to.local_addr().unwrap(), i as u8);
-    }
-    assert!(sb.flush(&a).is_empty());
-    let mut rb = RecvBatch::new(8, 65_536);
-    let got_b: Vec<_> = receive_all(&mut rb, &b, 4)
-        .iter()
-        .map(|d| (d[0], d.len()))
-        .collect();
-    let got_c: Vec<_> = receive_all(&mut rb, &c, 1)
-        .iter()
-        .map(|d| (d[0], d.len()))
-        .collect();
-    assert_eq!(got_b, vec![(0, 500), (2, 500), (3, 600), (4, 500)]);
-    assert_eq!(got_c, vec![(1, 500)]);
-}
-
-#[test]
-fn send_failures_are_reported_with_their_tag() {
-    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut sb = SendBatch::new(4, 100, false);
-    sb.slot().unwrap();
+fn send_failures_are_reported_with_their_message() {
+    let mut a = UdpPaths::new(vec![path_socket("127.0.0.1:0")], 4);
+    let mut tx = TxBatch::new(4, 100);
     // An IPv6 destination on an IPv4 socket fails.
-    sb.commit(10, "[::1]:9".parse().unwrap(), 7);
-    sb.slot().unwrap();
-    sb.commit(10, a.local_addr().unwrap(), 8);
-    let f = sb.flush(&a);
-    assert_eq!(f.len(), 1);
-    assert_eq!((f[0].0, f[0].1), (7, 1));
-    assert!(sb.is_empty());
+    commit(&mut tx, 0, "[::1]:9".parse().unwrap(), 10, 0);
+    let own = a.sockets[0].local;
+    commit(&mut tx, 0, own, 10, 0);
+    let (buf, msgs, chunks, _) = tx.messages(0, false);
+    let mut failed = vec![];
+    a.send(0, buf, msgs, chunks, &mut |i, _| failed.push(i));
+    assert_eq!(failed, vec![0]);
 }

@@ -97,13 +97,7 @@ impl ControlSocket {
             }
             std::fs::remove_file(path).map_err(|e| err(path, "cannot remove stale file", e))?;
         }
-        // SAFETY: umask only changes this process's file creation mask; it
-        // is restored right after bind. No other thread creates files here.
-        let old = unsafe { libc::umask(0o177) };
-        let res = UnixListener::bind(path);
-        // SAFETY: as above, restoring the previous mask.
-        unsafe { libc::umask(old) };
-        let listener = res.map_err(|e| err(path, "cannot bind", e))?;
+        let listener = mpt_sys::fs::bind_private(path).map_err(|e| err(path, "cannot bind", e))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| err(path, "cannot set mode 0600", e))?;
         Ok(ControlSocket {

@@ -1,17 +1,26 @@
 //! # mpt-io — the Linux I/O layer of mpt
 //!
-//! Everything here touches the operating system, and this crate is the only
-//! place in the workspace with `unsafe` code (each block carries a
-//! `// SAFETY:` note):
+//! Everything here touches the operating system, through safe calls only
+//! (`unsafe` is forbidden here; the system calls that need it are in
+//! `mpt-sys`):
 //!
-//! * [`tun`] — create the TUN device, read and write packets;
-//! * [`batch`] — recvmmsg/sendmmsg batches of datagrams;
+//! * [`seam`] — the traits between the event loop and the OS: TUN device,
+//!   path sockets (batch-first) and clock;
+//! * [`engine`] — the event loop's work, generic over the seam: TUN reads
+//!   to sealed datagrams, datagrams to TUN writes, timers;
+//! * [`driver`] — the Linux loop around the engine: mio readiness,
+//!   signals, control requests, status;
+//! * [`linux`] — the seam on the real TUN, UDP sockets and clocks;
+//! * [`mem`] — the seam in memory and virtual time, for tests;
+//! * [`batch`] — receive buffers and transmit slots as plain memory;
+//! * [`workers`] — threads that seal and open a batch in parallel;
+//! * [`offload`], [`offload_udp`], [`tunwrite`] — TUN segmentation and
+//!   coalescing offloads (virtio-net header, TSO/USO, GRO);
 //! * [`udp`] — bind the path sockets;
 //! * [`netcfg`] — addresses, MTU, link state, routes;
 //! * [`control`] — the control socket for `mpt status`;
-//! * [`driver`] — the event loop that feeds the sans-IO core;
-//! * [`packet`] — raw link-layer sockets and precise waits for the lab's
-//!   link emulator.
+//! * [`events`] — the core's events as log lines, rate-limited;
+//! * [`tun`], [`packet`] — re-exported from `mpt-sys`.
 //!
 //! Invariant: this crate decides nothing about packets; every policy lives
 //! in `mpt-core`, which this crate calls with the current time and bytes.
@@ -19,12 +28,16 @@
 pub mod batch;
 pub mod control;
 pub mod driver;
+pub mod engine;
 pub mod events;
+pub mod linux;
+pub mod mem;
 pub mod netcfg;
 pub mod offload;
 pub mod offload_udp;
-pub mod packet;
-pub mod tun;
+pub mod seam;
 pub mod tunwrite;
 pub mod udp;
 pub mod workers;
+
+pub use mpt_sys::{packet, tun};

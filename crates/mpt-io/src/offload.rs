@@ -410,4 +410,4 @@ pub(crate) fn same_ip_fields(a: &[u8], b: &[u8], iph: usize) -> bool {
 
 #[cfg(test)]
 #[path = "offload_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn super_packet(v6: bool, payload_len: usize, flags: u8) -> Vec<u8> {
+pub(crate) fn super_packet(v6: bool, payload_len: usize, flags: u8) -> Vec<u8> {
     let iph = if v6 { 40 } else { 20 };
     let mut p = vec![0u8; iph + 32 + payload_len];
     let len = p.len();
@@ -42,7 +42,7 @@ fn super_packet(v6: bool, payload_len: usize, flags: u8) -> Vec<u8> {
     p
 }
 
-fn hdr(v6: bool) -> VnetHdr {
+pub(crate) fn hdr(v6: bool) -> VnetHdr {
     VnetHdr {
         flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
         gso_type: if v6 { GSO_TCPV6 } else { GSO_TCPV4 },

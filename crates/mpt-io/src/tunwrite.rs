@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::offload::{Coalescer, VnetHdr, GSO_NONE, VNET_HDR_LEN};
 use crate::offload_udp::{self, UdpCoalescer};
-use crate::tun::Tun;
+use crate::seam::TunDevice;
 
 /// Counters of the TUN write side, in `mpt status` under `io`.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -53,10 +53,10 @@ impl TunWriter {
 
     /// Write one inner packet (or hold it for coalescing). Returns whether
     /// every write this caused succeeded.
-    pub fn write(&mut self, tun: &Tun, pkt: &[u8]) -> bool {
+    pub fn write<T: TunDevice>(&mut self, tun: &mut T, pkt: &[u8]) -> bool {
         if self.tcp.is_none() {
             self.stats.tun_writes += 1;
-            return tun.write(pkt).is_ok();
+            return tun.write(&[], pkt).is_ok();
         }
         let is_udp = offload_udp::candidate(pkt).is_some();
         if let (true, Some(u)) = (is_udp, self.udp.as_mut()) {
@@ -90,12 +90,12 @@ impl TunWriter {
         ok & self.write_plain(tun, pkt)
     }
 
-    fn write_plain(&mut self, tun: &Tun, pkt: &[u8]) -> bool {
+    fn write_plain<T: TunDevice>(&mut self, tun: &mut T, pkt: &[u8]) -> bool {
         self.stats.tun_writes += 1;
-        tun.write_vectored(&[0u8; VNET_HDR_LEN], pkt).is_ok()
+        tun.write(&[0u8; VNET_HDR_LEN], pkt).is_ok()
     }
 
-    fn flush_tcp(&mut self, tun: &Tun) -> bool {
+    fn flush_tcp<T: TunDevice>(&mut self, tun: &mut T) -> bool {
         let bytes = self.tcp.as_mut().and_then(Coalescer::take);
         write_taken(
             tun,
@@ -105,7 +105,7 @@ impl TunWriter {
         )
     }
 
-    fn flush_udp(&mut self, tun: &Tun) -> bool {
+    fn flush_udp<T: TunDevice>(&mut self, tun: &mut T) -> bool {
         let bytes = self.udp.as_mut().and_then(UdpCoalescer::take);
         let st = &mut self.stats;
         write_taken(
@@ -117,31 +117,39 @@ impl TunWriter {
     }
 
     /// Write whatever is pending (end of a batch).
-    pub fn flush(&mut self, tun: &Tun) -> bool {
+    pub fn flush<T: TunDevice>(&mut self, tun: &mut T) -> bool {
         let ok = self.flush_tcp(tun);
         ok & self.flush_udp(tun)
     }
 
     /// Write one inner packet the core delivered; a failure is counted as
     /// a drop in the core.
-    pub fn deliver(&mut self, tun: &Tun, tunnel: &mut Tunnel, pkt: &[u8]) {
+    pub fn deliver<T: TunDevice>(&mut self, tun: &mut T, tunnel: &mut Tunnel, pkt: &[u8]) {
         if !self.write(tun, pkt) {
             tunnel.count_drop(DropReason::TunWriteFailed);
         }
     }
 
     /// Write every packet the reorder buffer releases, in order.
-    pub fn drain(&mut self, tun: &Tun, tunnel: &mut Tunnel) {
-        while let Some(p) = tunnel.poll_deliver() {
-            self.deliver(tun, tunnel, &p);
-            tunnel.recycle(p);
-        }
+    pub fn drain<T: TunDevice>(&mut self, tun: &mut T, tunnel: &mut Tunnel) {
+        tunnel.deliver_ready(|p| {
+            if self.write(tun, p) {
+                Ok(())
+            } else {
+                Err(DropReason::TunWriteFailed)
+            }
+        });
     }
 }
 
 /// Write what a coalescer gave up (if anything), counting the write and,
 /// if it is a super-packet, `merged`.
-fn write_taken(tun: &Tun, bytes: Option<&[u8]>, writes: &mut u64, merged: &mut u64) -> bool {
+fn write_taken<T: TunDevice>(
+    tun: &mut T,
+    bytes: Option<&[u8]>,
+    writes: &mut u64,
+    merged: &mut u64,
+) -> bool {
     let Some(bytes) = bytes else {
         return true;
     };
@@ -149,5 +157,5 @@ fn write_taken(tun: &Tun, bytes: Option<&[u8]>, writes: &mut u64, merged: &mut u
     if VnetHdr::parse(bytes).is_some_and(|h| h.gso_type != GSO_NONE) {
         *merged += 1;
     }
-    tun.write(bytes).is_ok()
+    tun.write(&[], bytes).is_ok()
 }

@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::packet::setsockopt_int;
+use mpt_sys::packet::setsockopt_int;
 
 /// Socket buffer size requested for each path socket (tuning knob).
 pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;

@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::batch::Span;
+
 /// Tuning knob: the smallest share of a batch worth handing to another
 /// worker, in datagrams (below it, the hand-off costs more than sealing).
 pub const MIN_SPLIT_DATAGRAMS: usize = 8;
@@ -56,9 +58,6 @@ pub enum Engage {
     /// For every batch large enough to split.
     Always,
 }
-
-/// A datagram inside a set of buffers: (buffer index, byte offset, length).
-pub type Span = (usize, usize, usize);
 
 #[derive(Default)]
 struct Counters {
@@ -212,13 +211,13 @@ impl Workers {
         self.counters.len()
     }
 
-    /// Run `f` on every span of `bufs` (spans sorted by buffer, then
-    /// offset, and disjoint), putting its result at the span's index in
-    /// `results` (which must be as long as `spans`).
+    /// Run `f(j, bytes)` on every span `j` of `bufs` (spans sorted by
+    /// buffer, then offset, and disjoint), putting its result at index `j`
+    /// in `results` (which must be as long as `spans`).
     pub fn for_each<R, F>(&self, bufs: &mut [Vec<u8>], spans: &[Span], results: &mut [R], f: &F)
     where
         R: Send,
-        F: Fn(&mut [u8]) -> R + Sync,
+        F: Fn(usize, &mut [u8]) -> R + Sync,
     {
         assert_eq!(spans.len(), results.len(), "one result per span");
         if spans.is_empty() {
@@ -228,8 +227,10 @@ impl Workers {
             counters: &self.counters,
         };
         match &self.pool {
-            Some(p) if self.gate.open => p.install(|| by_buffer(&ctx, bufs, 0, spans, results, f)),
-            _ => leaf(&ctx, bufs, 0, spans, results, f),
+            Some(p) if self.gate.open => {
+                p.install(|| by_buffer(&ctx, bufs, 0, 0, spans, results, f))
+            }
+            _ => leaf(&ctx, bufs, 0, 0, spans, results, f),
         }
     }
 
@@ -271,7 +272,7 @@ impl Ctx<'_> {
     /// Count a piece of a batch for the current worker.
     fn record(&self, spans: &[Span], started: Instant) {
         let packets = spans.len();
-        let bytes: u64 = spans.iter().map(|s| s.2 as u64).sum();
+        let bytes: u64 = spans.iter().map(|s| s.len as u64).sum();
         let id = rayon::current_thread_index().unwrap_or(0);
         if let Some(c) = self.counters.get(id) {
             let ns = started.elapsed().as_nanos() as u64;
@@ -284,30 +285,47 @@ impl Ctx<'_> {
     }
 }
 
-/// Process `spans` (all within `bufs`, whose first buffer has index `k0`)
-/// on the current thread, and count them for it.
-fn leaf<R, F>(ctx: &Ctx, bufs: &mut [Vec<u8>], k0: usize, spans: &[Span], results: &mut [R], f: &F)
-where
-    F: Fn(&mut [u8]) -> R,
+/// Process `spans` (all within `bufs`, whose first buffer has index `k0`;
+/// the first span has index `j0` of the whole batch) on the current
+/// thread, and count them for it.
+fn leaf<R, F>(
+    ctx: &Ctx,
+    bufs: &mut [Vec<u8>],
+    k0: usize,
+    j0: usize,
+    spans: &[Span],
+    results: &mut [R],
+    f: &F,
+) where
+    F: Fn(usize, &mut [u8]) -> R,
 {
     let started = Instant::now();
     let mut i = 0;
     while i < spans.len() {
-        let k = spans[i].0;
-        let j = i + spans[i..].partition_point(|s| s.0 == k);
-        apply(&mut bufs[k - k0], 0, &spans[i..j], &mut results[i..j], f);
+        let k = spans[i].buf;
+        let j = i + spans[i..].partition_point(|s| s.buf == k);
+        apply(
+            &mut bufs[k - k0],
+            0,
+            j0 + i,
+            &spans[i..j],
+            &mut results[i..j],
+            f,
+        );
         i = j;
     }
     ctx.record(spans, started);
 }
 
-/// Run `f` on each span of `buf` (whose first byte is at offset `base`).
-fn apply<R, F>(buf: &mut [u8], base: usize, spans: &[Span], results: &mut [R], f: &F)
+/// Run `f` on each span of `buf` (whose first byte is at offset `base`;
+/// the first span has index `j0` of the whole batch).
+fn apply<R, F>(buf: &mut [u8], base: usize, j0: usize, spans: &[Span], results: &mut [R], f: &F)
 where
-    F: Fn(&mut [u8]) -> R,
+    F: Fn(usize, &mut [u8]) -> R,
 {
-    for ((_, off, len), r) in spans.iter().zip(results.iter_mut()) {
-        *r = f(&mut buf[off - base..off - base + len]);
+    for (j, (s, r)) in spans.iter().zip(results.iter_mut()).enumerate() {
+        let at = s.offset - base;
+        *r = f(j0 + j, &mut buf[at..at + s.len]);
     }
 }
 
@@ -317,55 +335,64 @@ fn by_buffer<R, F>(
     ctx: &Ctx,
     bufs: &mut [Vec<u8>],
     k0: usize,
+    j0: usize,
     spans: &[Span],
     results: &mut [R],
     f: &F,
 ) where
     R: Send,
-    F: Fn(&mut [u8]) -> R + Sync,
+    F: Fn(usize, &mut [u8]) -> R + Sync,
 {
     if spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
-        return leaf(ctx, bufs, k0, spans, results, f);
+        return leaf(ctx, bufs, k0, j0, spans, results, f);
     }
-    let first = spans[0].0;
-    if spans[spans.len() - 1].0 == first {
-        return by_bytes(ctx, &mut bufs[first - k0], 0, spans, results, f);
+    let first = spans[0].buf;
+    if spans[spans.len() - 1].buf == first {
+        return by_bytes(ctx, &mut bufs[first - k0], 0, j0, spans, results, f);
     }
-    let mid = spans[spans.len() / 2].0;
-    let mut cut = spans.partition_point(|s| s.0 < mid);
+    let mid = spans[spans.len() / 2].buf;
+    let mut cut = spans.partition_point(|s| s.buf < mid);
     if cut == 0 {
-        cut = spans.partition_point(|s| s.0 <= first);
+        cut = spans.partition_point(|s| s.buf <= first);
     }
-    let k_cut = spans[cut].0;
+    let k_cut = spans[cut].buf;
     let (lb, rb) = bufs.split_at_mut(k_cut - k0);
     let (ls, rs) = spans.split_at(cut);
     let (lr, rr) = results.split_at_mut(cut);
     rayon::join(
-        || by_buffer(ctx, lb, k0, ls, lr, f),
-        || by_buffer(ctx, rb, k_cut, rs, rr, f),
+        || by_buffer(ctx, lb, k0, j0, ls, lr, f),
+        || by_buffer(ctx, rb, k_cut, j0 + cut, rs, rr, f),
     );
 }
 
-/// All spans lie in `buf`, whose first byte is at offset `base`.
-fn by_bytes<R, F>(ctx: &Ctx, buf: &mut [u8], base: usize, spans: &[Span], results: &mut [R], f: &F)
-where
+/// All spans lie in `buf`, whose first byte is at offset `base`; the first
+/// span has index `j0` of the whole batch.
+fn by_bytes<R, F>(
+    ctx: &Ctx,
+    buf: &mut [u8],
+    base: usize,
+    j0: usize,
+    spans: &[Span],
+    results: &mut [R],
+    f: &F,
+) where
     R: Send,
-    F: Fn(&mut [u8]) -> R + Sync,
+    F: Fn(usize, &mut [u8]) -> R + Sync,
 {
     if spans.len() < 2 * MIN_SPLIT_DATAGRAMS {
         let started = Instant::now();
-        apply(buf, base, spans, results, f);
+        apply(buf, base, j0, spans, results, f);
         ctx.record(spans, started);
         return;
     }
     let mid = spans.len() / 2;
-    let cut = spans[mid].1;
+    let cut = spans[mid].offset;
     let (lb, rb) = buf.split_at_mut(cut - base);
     let (ls, rs) = spans.split_at(mid);
     let (lr, rr) = results.split_at_mut(mid);
     rayon::join(
-        || by_bytes(ctx, lb, base, ls, lr, f),
-        || by_bytes(ctx, rb, cut, rs, rr, f),
+        || by_bytes(ctx, lb, base, j0, ls, lr, f),
+        || by_bytes(ctx, rb, cut, j0 + mid, rs, rr, f),
     );
 }
 
@@ -376,7 +403,13 @@ mod tests {
     fn spans_over(bufs: &[Vec<u8>], size: usize) -> Vec<Span> {
         bufs.iter()
             .enumerate()
-            .flat_map(|(k, b)| (0..b.len() / size).map(move |j| (k, j * size, size)))
+            .flat_map(|(k, b)| {
+                (0..b.len() / size).map(move |j| Span {
+                    buf: k,
+                    offset: j * size,
+                    len: size,
+                })
+            })
             .collect()
     }
 
@@ -400,14 +433,15 @@ mod tests {
                 let mut bufs = vec![vec![0u8; size]; count];
                 let spans = spans_over(&bufs, 64);
                 let mut results = vec![0usize; spans.len()];
-                w.for_each(&mut bufs, &spans, &mut results, &|d: &mut [u8]| {
+                w.for_each(&mut bufs, &spans, &mut results, &|j, d: &mut [u8]| {
                     for b in d.iter_mut() {
                         *b += 1;
                     }
-                    d.len()
+                    j
                 });
                 assert!(bufs.iter().flatten().all(|b| *b == 1), "n {n}: once each");
-                assert!(results.iter().all(|r| *r == 64));
+                let want: Vec<usize> = (0..spans.len()).collect();
+                assert_eq!(results, want, "n {n}: each span sees its own index");
             }
             let st = w.status();
             assert_eq!(st.len(), n);
@@ -429,7 +463,7 @@ mod tests {
         }
         let spans = spans_over(&bufs, 64);
         let mut results = vec![0u8; spans.len()];
-        w.for_each(&mut bufs, &spans, &mut results, &|d: &mut [u8]| d[0]);
+        w.for_each(&mut bufs, &spans, &mut results, &|_, d: &mut [u8]| d[0]);
         assert_eq!(results, (0..64).collect::<Vec<u8>>());
     }
 
@@ -440,7 +474,7 @@ mod tests {
             let mut bufs = vec![vec![0u8; 64 * 64]];
             let spans = spans_over(&bufs, 64);
             let mut results = vec![(); spans.len()];
-            w.for_each(&mut bufs, &spans, &mut results, &|_: &mut [u8]| ());
+            w.for_each(&mut bufs, &spans, &mut results, &|_, _: &mut [u8]| ());
             let st = w.pool_status();
             assert!(!st.engaged);
             assert_eq!(st.per_worker[0].packets, 64);

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use model::{DirSpec, Direction};
-use mpt_io::packet::{monotonic_ns, set_timer_slack_ns, wait_readable, PacketSocket};
+use mpt_sys::packet::{monotonic_ns, set_timer_slack_ns, wait_readable, PacketSocket};
 use serde::Deserialize;
 use std::os::fd::AsRawFd;
 

@@ -19,8 +19,10 @@ use mpt_core::sched;
 use mpt_core::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::NANOS_PER_MS;
 use mpt_io::control::ControlSocket;
-use mpt_io::driver::{Clock, Driver, Identity};
+use mpt_io::driver::{Driver, Identity};
+use mpt_io::linux::SystemClock;
 use mpt_io::netcfg::{self, Routes};
+use mpt_io::seam::Clock;
 use mpt_io::tun::Tun;
 use mpt_io::udp::{bind_path_sockets, PathBind};
 use mpt_io::workers::Engage;
@@ -109,7 +111,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
     let route_list: Vec<_> = cfg.routes.iter().map(|r| (r.network, r.metric)).collect();
     let routes = Routes::install(&cfg.tunnel.name, &route_list)?;
 
-    let clock = Clock::new();
+    let clock = SystemClock::new();
     if cfg.security == Security::InsecurePlaintext {
         warn!(
             tunnel = %cfg.tunnel.name,

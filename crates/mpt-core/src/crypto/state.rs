@@ -420,9 +420,16 @@ impl CryptoState {
         Err(DropReason::NoSession)
     }
 
-    /// The session that seals right now (shared, for parallel seals).
+    /// The session that seals right now.
     pub fn current_session(&self) -> Option<&Session> {
         self.current.as_ref()
+    }
+
+    /// The session with our index `index` (current, previous or next), to
+    /// seal a datagram it handed out a nonce for (shared, for parallel
+    /// seals).
+    pub fn sealing_session(&self, index: u32) -> Option<&Session> {
+        self.session(index)
     }
 
     /// Server: process the initiation datagram `dgram` (header, body and

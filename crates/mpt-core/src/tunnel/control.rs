@@ -106,6 +106,7 @@ impl Tunnel {
                 local_key,
                 dst,
                 len: bytes.len(),
+                seal: None,
             });
         }
         if let Some(t) = self.poll_initiation(now, buf) {
@@ -183,13 +184,15 @@ impl Tunnel {
         buf: &mut [u8],
         body_len: usize,
     ) -> Option<Transmit> {
-        let len = self.emit(now, path, ty, class, seq, buf, body_len, true)?;
-        Some(Transmit {
+        let (len, seal) = self.emit(now, path, ty, class, seq, buf, body_len)?;
+        let tx = Transmit {
             path,
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
             len,
-        })
+            seal,
+        };
+        self.seal_or_count(tx, buf)
     }
 
     /// Probe timers and liveness: a suspect path is probed fast; a client

@@ -52,6 +52,7 @@ impl Tunnel {
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
             len: total,
+            seal: None,
         })
     }
 

@@ -1,24 +1,25 @@
 //! The tunnel state machine: inner packets in, datagrams out, and back.
 //!
-//! The I/O layer drives a [`Tunnel`] with four kinds of calls, all taking
-//! `now` (monotonic nanoseconds):
+//! The I/O layer drives a [`Tunnel`] with these calls, all taking `now`
+//! (monotonic nanoseconds) where time matters:
 //!
-//! * [`Tunnel::send`] — an inner IP packet read from the TUN, already placed
-//!   at `buf[HEADER_LEN..]`; the header is written (and the body sealed) in
-//!   place and a [`Transmit`] names the path and destination;
-//! * [`Tunnel::recv`] — a datagram from a path socket, opened in place;
-//!   in-order data is delivered from the caller's buffer
-//!   ([`Received::Deliver`]), early data is copied into the reorder buffer
-//!   and drained with [`Tunnel::poll_deliver`] (see `recv.rs`);
-//! * [`Tunnel::send_unsealed`] / [`Tunnel::recv_start`] and
-//!   [`Tunnel::recv_finish`] — the same, split around the AEAD work so that
-//!   the I/O layer can seal and open a batch in parallel ([`Sealer`],
-//!   [`Opener`]; see `split.rs`);
-//! * [`Tunnel::poll_transmit`] — handshake messages, probes and echoes;
-//! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers.
-//!
-//! Events (path up/down, sessions, address changes) are drained with
-//! [`Tunnel::poll_event`].
+//! * sending — [`Tunnel::send_unsealed`] takes an inner IP packet read
+//!   from the TUN, already placed at `buf[HEADER_LEN..]`, writes the header
+//!   in place and returns a [`Transmit`] naming path, destination and the
+//!   [`SealTicket`] to seal it with ([`Tunnel::sealer`], in parallel for a
+//!   batch); [`Tunnel::send`] is the two in one; [`Tunnel::burst`] keeps
+//!   the segments of one super-packet on one path (a guard);
+//! * receiving — [`Tunnel::recv_start`], [`Opener::open`] and
+//!   [`Tunnel::recv_finish`] (or [`Tunnel::recv`], the three in one) open a
+//!   datagram in place; in-order data is delivered from the caller's
+//!   buffer ([`Received::Deliver`]), early data is copied into the reorder
+//!   buffer and handed out by [`Tunnel::deliver_ready`] (see `recv.rs`,
+//!   `split.rs`);
+//! * [`Tunnel::poll_transmit`] — handshake messages, probes and echoes,
+//!   complete;
+//! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers;
+//! * [`Tunnel::poll_event`] — events for the log (path up/down, sessions,
+//!   address changes).
 //!
 //! Invariants:
 //! * every packet that is neither transmitted nor delivered is counted under
@@ -40,7 +41,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 pub use recovery::RecoveryStats;
-pub use split::{Opener, RecvStart, Sealer};
+pub use split::{OpenTicket, Opener, RecvStart, SealTicket, Sealer};
 pub use status::{ReorderStatus, TunnelStatus};
 
 use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
@@ -106,6 +107,10 @@ pub struct Transmit {
     pub local_key: usize,
     pub dst: SocketAddr,
     pub len: usize,
+    /// What [`Sealer::seal`] still needs to do for this datagram: `Some`
+    /// only from [`Tunnel::send_unsealed`] on a secure tunnel; `None` when
+    /// the datagram is complete (sealed, plaintext, or a handshake message).
+    pub seal: Option<SealTicket>,
 }
 
 /// Result of [`Tunnel::recv`].
@@ -175,13 +180,37 @@ pub struct Tunnel {
     crypto: Option<CryptoState>,
     /// Handshake responses waiting to be sent: (path, destination, bytes).
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
-    /// Path chosen for the current burst (see [`Tunnel::begin_burst`]).
+    /// Path chosen for the current burst (see [`Tunnel::burst`]).
     burst_path: Option<PathId>,
     adapt_to_loss: bool,
     reorder_max_delay: Nanos,
     recovery: Option<recovery::Recovery>,
     /// When [`Tunnel::handle_timeout`] last ran: deadlines up to it are done.
     timers_ran_at: Option<Nanos>,
+}
+
+/// A burst of sends on one path (see [`Tunnel::burst`]); ends when dropped.
+pub struct Burst<'a> {
+    tunnel: &'a mut Tunnel,
+}
+
+impl std::ops::Deref for Burst<'_> {
+    type Target = Tunnel;
+    fn deref(&self) -> &Tunnel {
+        self.tunnel
+    }
+}
+
+impl std::ops::DerefMut for Burst<'_> {
+    fn deref_mut(&mut self) -> &mut Tunnel {
+        self.tunnel
+    }
+}
+
+impl Drop for Burst<'_> {
+    fn drop(&mut self) {
+        self.tunnel.burst_path = None;
+    }
 }
 
 /// Handshake responses and cookie replies queued at most: a flood answered
@@ -290,8 +319,9 @@ impl Tunnel {
     }
 
     /// Write the header for a packet of `ty` whose plaintext body occupies
-    /// `buf[HEADER_LEN..HEADER_LEN + body_len]`, seal the body when secure,
-    /// and return the datagram length. `None`: no session (counted).
+    /// `buf[HEADER_LEN..HEADER_LEN + body_len]`, and return the datagram
+    /// length (the tag's room included when secure) with what sealing it
+    /// needs. `None`: no session or no room (counted).
     #[allow(clippy::too_many_arguments)] // the header's fields, passed as they are
     fn emit(
         &mut self,
@@ -302,11 +332,16 @@ impl Tunnel {
         tunnel_seq: u64,
         buf: &mut [u8],
         body_len: usize,
-        seal: bool,
-    ) -> Option<usize> {
-        let (session, counter) = match self.crypto.as_mut() {
+    ) -> Option<(usize, Option<SealTicket>)> {
+        let (session, counter, ticket) = match self.crypto.as_mut() {
             Some(c) => match c.seal_session(now) {
-                Some((s, ctr)) => (s.remote_index, ctr),
+                Some((s, counter)) => {
+                    let t = SealTicket {
+                        session: s.local_index,
+                        counter,
+                    };
+                    (s.remote_index, counter, Some(t))
+                }
                 None => {
                     self.drops.add(DropReason::NoSession);
                     return None;
@@ -314,11 +349,10 @@ impl Tunnel {
             },
             None => {
                 self.counter += 1;
-                (0, self.counter - 1)
+                (0, self.counter - 1, None)
             }
         };
-        let secure = self.crypto.is_some();
-        let total = HEADER_LEN + body_len + if secure { TAG_LEN } else { 0 };
+        let total = HEADER_LEN + body_len + if ticket.is_some() { TAG_LEN } else { 0 };
         if buf.len() < total {
             self.drops.add(DropReason::TooBig);
             return None;
@@ -334,36 +368,16 @@ impl Tunnel {
             tunnel_seq,
         };
         wire::write_header(buf, ty, &f);
-        if let Some(c) = self.crypto.as_ref().filter(|_| seal) {
-            let mut aad = [0u8; HEADER_LEN];
-            aad.copy_from_slice(&buf[..HEADER_LEN]);
-            c.seal(counter, &aad, &mut buf[HEADER_LEN..], body_len)?;
-        }
-        Some(total)
+        Some((total, ticket))
     }
 
-    /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`.
-    /// `buf` needs `TAG_LEN` bytes of room after it when security is on.
-    pub fn send(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
-        self.send_inner(now, buf, len, true)
-    }
-
-    /// Like [`Tunnel::send`], but the body is left for the caller to seal
-    /// with [`Tunnel::sealer`] (in parallel, a batch at a time) before the
-    /// datagram leaves. `Transmit::len` includes the tag's room. The seal
-    /// must happen before the next call that can change sessions
-    /// ([`Tunnel::recv`], [`Tunnel::handle_timeout`]).
+    /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`
+    /// (`buf` needs `TAG_LEN` bytes of room after it when security is on)
+    /// and leave the body for the caller to seal with [`Tunnel::sealer`]
+    /// and [`Transmit::seal`] (in parallel, a batch at a time) before the
+    /// datagram leaves. `Transmit::len` includes the tag's room.
+    /// [`Tunnel::send`] does both at once.
     pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
-        self.send_inner(now, buf, len, false)
-    }
-
-    fn send_inner(
-        &mut self,
-        now: Nanos,
-        buf: &mut [u8],
-        len: usize,
-        seal: bool,
-    ) -> Option<Transmit> {
         if len > self.mtu || buf.len() < HEADER_LEN + len {
             self.drops.add(DropReason::TooBig);
             return None;
@@ -391,7 +405,7 @@ impl Tunnel {
         if let Some(r) = self.recovery.as_mut() {
             r.store(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
         }
-        let total = self.emit(now, path, PacketType::Data, class, seq, buf, len, seal)?;
+        let (total, seal) = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
         self.next_tunnel_seq += 1;
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
@@ -400,6 +414,7 @@ impl Tunnel {
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
             len: total,
+            seal,
         })
     }
 
@@ -436,36 +451,34 @@ impl Tunnel {
         }
     }
 
-    /// Send the next `packets` packets (`bytes` in all, the segments of one
-    /// TSO super-packet) on one path, so that the I/O layer can batch them
-    /// (sendmmsg, UDP GSO). The scheduler charges the burst as a whole.
-    pub fn begin_burst(&mut self, bytes: usize, packets: usize) {
+    /// Send the next packets (`packets` of them, `bytes` in all: the
+    /// segments of one TSO super-packet) on one path, so that the I/O layer
+    /// can batch them (sendmmsg, UDP GSO). The scheduler charges the burst
+    /// as a whole. The burst lasts as long as the returned guard; send
+    /// through it ([`Burst`] dereferences to the tunnel).
+    pub fn burst(&mut self, bytes: usize, packets: usize) -> Burst<'_> {
         self.burst_path = self.sched.pick_burst(&self.up, bytes, packets);
+        Burst { tunnel: self }
     }
 
-    /// The path and local socket of the current burst, if it is still up:
-    /// where the I/O layer can build the burst's datagrams in place.
-    pub fn burst_target(&self) -> Option<(PathId, usize)> {
-        let p = self.burst_path.filter(|p| self.up[*p as usize])?;
-        Some((p, self.paths[p as usize].cfg.local_key))
-    }
-
-    /// End the burst started by [`Tunnel::begin_burst`].
-    pub fn end_burst(&mut self) {
-        self.burst_path = None;
-    }
-
-    /// Next inner packet released by the reorder buffer, in order.
-    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
-        let b = self.reorder.pop()?;
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += b.len() as u64;
-        Some(b)
-    }
-
-    /// Return a buffer obtained from [`Tunnel::poll_deliver`].
-    pub fn recycle(&mut self, buf: Vec<u8>) {
-        self.reorder.recycle(buf);
+    /// Hand every inner packet the reorder buffer releases, in order, to
+    /// `write` (the TUN); an `Err` is counted as that drop. Returns how many
+    /// packets were handed over.
+    pub fn deliver_ready(
+        &mut self,
+        mut write: impl FnMut(&[u8]) -> Result<(), DropReason>,
+    ) -> usize {
+        let mut n = 0;
+        while let Some(b) = self.reorder.pop() {
+            n += 1;
+            self.counters.rx_packets += 1;
+            self.counters.rx_bytes += b.len() as u64;
+            if let Err(r) = write(&b) {
+                self.drops.add(r);
+            }
+            self.reorder.recycle(b);
+        }
+        n
     }
 
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.

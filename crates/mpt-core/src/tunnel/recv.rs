@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 
-use super::{Received, RecvStart, Tunnel};
+use super::{OpenTicket, Received, RecvStart, Tunnel};
 use crate::reorder::Accept;
 use crate::stats::DropReason;
 use crate::wire::{
@@ -65,7 +65,7 @@ impl Tunnel {
         let r = match self.crypto.as_ref() {
             Some(_) if f.session == 0 => DropReason::NoSession,
             Some(c) => match c.precheck(f.session, f.counter, now) {
-                Ok(()) => return RecvStart::Open,
+                Ok(()) => return RecvStart::Open(OpenTicket { ty, fields: f }),
                 Err(r) => r,
             },
             None if f.session != 0 => DropReason::NoSession,

@@ -3,10 +3,12 @@
 //! state change stays serial and in order.
 //!
 //! Send: [`Tunnel::send_unsealed`] (serial: path, sequence numbers, nonce,
-//! header) → [`Sealer::seal`] (parallel, shared key) → the datagram leaves.
-//! Receive: [`Tunnel::recv_start`] (serial: header, path, source, session,
-//! replay pre-check) → [`Opener::open`] (parallel) → [`Tunnel::recv_finish`]
-//! (serial: replay window, key confirmation, path statistics, reordering).
+//! header; hands out a [`SealTicket`]) → [`Sealer::seal`] with that ticket
+//! (parallel, shared keys) → the datagram leaves.
+//! Receive: [`Tunnel::recv_start`] (serial: header parsed once into an
+//! [`OpenTicket`], path, source, session, replay pre-check) →
+//! [`Opener::open`] (parallel) → [`Tunnel::recv_finish`] (serial: replay
+//! window, key confirmation, path statistics, reordering).
 //!
 //! Invariants:
 //! * the sealer and opener only read shared keys; nonces are handed out by
@@ -14,56 +16,80 @@
 //! * a packet changes state only in `recv_finish`, after it authenticated;
 //!   the replay window is updated there, so a duplicate within one batch
 //!   is dropped (`replay`) even if both copies opened;
-//! * `Tunnel::recv` is exactly `recv_start` + `open` + `recv_finish`, so
-//!   every test of `recv` covers the split path too.
+//! * a datagram is sealed with the session and nonce it was given, so no
+//!   session change between `send_unsealed` and the seal can break it;
+//! * `Tunnel::send` is exactly `send_unsealed` + `seal`, and `Tunnel::recv`
+//!   exactly `recv_start` + `open` + `recv_finish`, so every test of
+//!   `send`/`recv` covers the I/O layer's split path too.
 
 use std::net::SocketAddr;
 
-use super::{Received, Tunnel};
-use crate::crypto::session::Session;
+use super::{Received, Transmit, Tunnel};
 use crate::crypto::state::CryptoState;
 use crate::crypto::TAG_LEN;
 use crate::stats::DropReason;
-use crate::wire::{Header, HEADER_LEN};
+use crate::wire::{HeaderFields, PacketType, HEADER_LEN};
 use crate::Nanos;
+
+/// What sealing one datagram needs, handed out with it by the serial part:
+/// the session (our index for it) and the nonce. Sealing uses exactly
+/// these, whatever the current session is by then, so a session change
+/// between queueing and sealing cannot drop or mis-seal the datagram (the
+/// superseded session is kept for its grace period; see `crypto::state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealTicket {
+    /// Our local index of the session.
+    pub session: u32,
+    /// The AEAD nonce counter written into the header.
+    pub counter: u64,
+}
 
 /// Seals datagrams made by [`Tunnel::send_unsealed`]. `Sync`: share it
 /// among threads for one batch.
 #[derive(Clone, Copy)]
-pub enum Sealer<'a> {
-    /// No encryption configured: datagrams go as they are.
-    Plain,
-    /// The current session.
-    Key(&'a Session),
-    /// Security on but no session: nothing may leave.
-    Missing,
+pub struct Sealer<'a> {
+    /// `None`: no encryption configured, datagrams go as they are.
+    crypto: Option<&'a CryptoState>,
 }
 
 impl Sealer<'_> {
+    /// Whether sealing is a no-op (plaintext tunnel).
+    pub fn is_plain(&self) -> bool {
+        self.crypto.is_none()
+    }
+
     /// Seal `datagram` (its whole length, the tag's room at the end) in
-    /// place. `false` means it must not be sent: no session, or a header
-    /// that names another session (an I/O layer bug, never on purpose).
-    pub fn seal(&self, datagram: &mut [u8]) -> bool {
-        let s = match self {
-            Sealer::Plain => return true,
-            Sealer::Missing => return false,
-            Sealer::Key(s) => s,
+    /// place with the session and nonce of `ticket` ([`Transmit::seal`];
+    /// `None`: nothing to seal, the datagram is complete). `false` means it
+    /// must not be sent: the session is gone (expired while queued) or a
+    /// ticket reached a plaintext tunnel.
+    pub fn seal(&self, ticket: Option<SealTicket>, datagram: &mut [u8]) -> bool {
+        let Some(t) = ticket else {
+            return true;
         };
-        let Ok(h) = Header::new_checked(datagram) else {
+        let Some(c) = self.crypto else {
             return false;
         };
-        let (session, counter) = (h.session(), h.counter());
+        let Some(s) = c.sealing_session(t.session) else {
+            return false;
+        };
         let Some(body_len) = datagram.len().checked_sub(HEADER_LEN + TAG_LEN) else {
             return false;
         };
-        if session != s.remote_index {
-            return false;
-        }
         let mut aad = [0u8; HEADER_LEN];
         aad.copy_from_slice(&datagram[..HEADER_LEN]);
-        s.seal(counter, &aad, &mut datagram[HEADER_LEN..], body_len)
+        s.seal(t.counter, &aad, &mut datagram[HEADER_LEN..], body_len)
             .is_some()
     }
+}
+
+/// A received secure datagram's header, parsed once by
+/// [`Tunnel::recv_start`] and carried through [`Opener::open`] and
+/// [`Tunnel::recv_finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenTicket {
+    pub ty: PacketType,
+    pub fields: HeaderFields,
 }
 
 /// Opens datagrams that [`Tunnel::recv_start`] passed on. `Sync`.
@@ -75,14 +101,15 @@ pub struct Opener<'a> {
 impl Opener<'_> {
     /// Decrypt `datagram` in place; returns the body length, or the reason
     /// to drop it (to hand to [`Tunnel::recv_finish`] either way).
-    pub fn open(&self, datagram: &mut [u8]) -> Result<usize, DropReason> {
+    pub fn open(&self, t: &OpenTicket, datagram: &mut [u8]) -> Result<usize, DropReason> {
         let c = self.crypto.ok_or(DropReason::NoSession)?;
-        let h = Header::new_checked(datagram).map_err(|_| DropReason::Truncated)?;
-        let (index, counter) = (h.session(), h.counter());
-        let key = c.recv_key(index).ok_or(DropReason::NoSession)?;
+        let key = c.recv_key(t.fields.session).ok_or(DropReason::NoSession)?;
+        if datagram.len() < HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
         let mut aad = [0u8; HEADER_LEN];
         aad.copy_from_slice(&datagram[..HEADER_LEN]);
-        key.open(counter, &aad, &mut datagram[HEADER_LEN..])
+        key.open(t.fields.counter, &aad, &mut datagram[HEADER_LEN..])
             .map_err(|_| DropReason::BadTag)
     }
 }
@@ -92,16 +119,36 @@ impl Opener<'_> {
 pub enum RecvStart {
     /// Fully handled (dropped, a handshake message, or plaintext data).
     Done(Received),
-    /// Authenticate with [`Opener::open`], then call [`Tunnel::recv_finish`].
-    Open,
+    /// Authenticate with [`Opener::open`], then call [`Tunnel::recv_finish`],
+    /// both with this ticket.
+    Open(OpenTicket),
 }
 
 impl Tunnel {
-    /// The sealer for datagrams sent since the last session change.
+    /// The sealer for datagrams made by [`Tunnel::send_unsealed`].
     pub fn sealer(&self) -> Sealer<'_> {
-        match self.crypto.as_ref() {
-            None => Sealer::Plain,
-            Some(c) => c.current_session().map_or(Sealer::Missing, Sealer::Key),
+        Sealer {
+            crypto: self.crypto.as_ref(),
+        }
+    }
+
+    /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`
+    /// and seal it: exactly [`Tunnel::send_unsealed`] followed by
+    /// [`Sealer::seal`]. `buf` needs `TAG_LEN` bytes of room after the
+    /// packet when security is on.
+    pub fn send(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
+        let tx = self.send_unsealed(now, buf, len)?;
+        self.seal_or_count(tx, buf)
+    }
+
+    /// Seal a transmit made here; one that cannot be sealed is counted
+    /// (`no_session`) and not returned.
+    pub(super) fn seal_or_count(&mut self, tx: Transmit, buf: &mut [u8]) -> Option<Transmit> {
+        if self.sealer().seal(tx.seal, &mut buf[..tx.len]) {
+            Some(Transmit { seal: None, ..tx })
+        } else {
+            self.drops.add(DropReason::NoSession);
+            None
         }
     }
 
@@ -123,9 +170,9 @@ impl Tunnel {
     ) -> Received {
         match self.recv_start(now, local_key, from, buf) {
             RecvStart::Done(r) => r,
-            RecvStart::Open => {
-                let opened = self.opener().open(buf);
-                self.recv_finish(now, from, buf, opened)
+            RecvStart::Open(t) => {
+                let opened = self.opener().open(&t, buf);
+                self.recv_finish(now, from, buf, &t, opened)
             }
         }
     }
@@ -137,16 +184,14 @@ impl Tunnel {
         now: Nanos,
         from: SocketAddr,
         buf: &[u8],
+        t: &OpenTicket,
         opened: Result<usize, DropReason>,
     ) -> Received {
         let body_len = match opened {
             Ok(n) => n,
             Err(r) => return self.drop_counted(r),
         };
-        let Ok(h) = Header::new_checked(buf) else {
-            return self.drop_counted(DropReason::Truncated);
-        };
-        let (ty, f) = (h.packet_type(), h.fields());
+        let (ty, f) = (t.ty, t.fields);
         let Some(c) = self.crypto.as_mut() else {
             return self.drop_counted(DropReason::NoSession);
         };

@@ -239,10 +239,11 @@ impl Sim {
                 }
             }
             for side in 0..2 {
-                while let Some(p) = self.t[side].poll_deliver() {
-                    self.delivered[side].push(index_of(&p));
-                    self.t[side].recycle(p);
-                }
+                let delivered = &mut self.delivered[side];
+                self.t[side].deliver_ready(|p| {
+                    delivered.push(index_of(p));
+                    Ok(())
+                });
             }
             self.pump_control(now);
         }

@@ -30,7 +30,7 @@ fn last_err(what: &str, ifname: &str) -> io::Error {
     io::Error::new(e.kind(), format!("{what} on {ifname}: {e}"))
 }
 
-pub(crate) fn setsockopt_int(
+pub fn setsockopt_int(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,

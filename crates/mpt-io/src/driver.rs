@@ -1,0 +1,221 @@
+//! The Linux event loop: waits for readiness with mio and hands each turn
+//! to the [`Engine`] on the real TUN device, path sockets and clock.
+//!
+//! One thread polls the TUN, the path sockets, a signal pipe and a waker for
+//! control requests (mio, edge-triggered). A source reported readable stays
+//! marked ready until a turn finds it dry, so a source whose batch ran out
+//! is drained on the next turn without sleeping.
+//!
+//! Invariants:
+//! * the loop never blocks except in `poll`, whose timeout is the core's
+//!   next timer (or zero while a source is still ready);
+//! * only SIGINT/SIGTERM end it; I/O errors on packets are counted drops
+//!   (see the engine).
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::UnixStream as MioUnixStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+use mpt_core::tunnel::Tunnel;
+use mpt_sys::tun::Tun;
+use serde_json::{json, Value};
+use tracing::info;
+
+use crate::control::Request;
+use crate::engine::{Engine, Ready, BATCH_PACKETS};
+use crate::linux::{SystemClock, UdpPaths};
+use crate::seam::Clock;
+use crate::udp::PathSocket;
+use crate::workers::{Engage, Workers};
+
+const TOKEN_TUN: Token = Token(0);
+const TOKEN_SIGNAL: Token = Token(1);
+const TOKEN_WAKER: Token = Token(2);
+const TOKEN_SOCKET_BASE: usize = 16;
+
+/// Static facts about the daemon for status output.
+pub struct Identity {
+    pub name: String,
+    pub role: &'static str,
+    pub addresses: Vec<String>,
+    pub control_socket: String,
+}
+
+/// The event loop and everything it owns.
+pub struct Driver {
+    poll: Poll,
+    engine: Engine<Tun, UdpPaths, SystemClock>,
+    identity: Identity,
+    /// Kept open: the signal handlers write to its peer.
+    _signal_rx: MioUnixStream,
+    control_rx: mpsc::Receiver<Request>,
+    started: Instant,
+}
+
+/// What the control thread needs to hand requests to the loop.
+pub struct ControlHook {
+    pub tx: mpsc::Sender<Request>,
+    pub wake: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Driver {
+    /// Build the loop with `workers` threads for the AEAD work (the calling
+    /// thread, which must be the one that calls [`Driver::run`], being the
+    /// first).
+    pub fn new(
+        tun: Tun,
+        sockets: Vec<PathSocket>,
+        tunnel: Tunnel,
+        clock: SystemClock,
+        identity: Identity,
+        workers: usize,
+        engage: Engage,
+    ) -> io::Result<(Driver, ControlHook)> {
+        let workers = Workers::new(workers, &identity.name, engage)?;
+        let poll = Poll::new()?;
+        let reg = poll.registry();
+        reg.register(
+            &mut SourceFd(&tun.as_raw_fd()),
+            TOKEN_TUN,
+            Interest::READABLE,
+        )?;
+        for (i, s) in sockets.iter().enumerate() {
+            reg.register(
+                &mut SourceFd(&s.socket.as_raw_fd()),
+                Token(TOKEN_SOCKET_BASE + i),
+                Interest::READABLE,
+            )?;
+        }
+        let (sig_rx, sig_tx) = std::os::unix::net::UnixStream::pair()?;
+        sig_rx.set_nonblocking(true)?;
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?)?;
+        }
+        let mut signal_rx = MioUnixStream::from_std(sig_rx);
+        reg.register(&mut signal_rx, TOKEN_SIGNAL, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(reg, TOKEN_WAKER)?);
+        let (tx, control_rx) = mpsc::channel();
+        let hook = ControlHook {
+            tx,
+            wake: Arc::new(move || {
+                let _ = waker.wake();
+            }),
+        };
+        let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
+        let gro = paths.gro();
+        let mut engine = Engine::new(tun, paths, clock, tunnel, &identity.name, workers);
+        engine.io_stats_mut().udp_gro = gro;
+        Ok((
+            Driver {
+                poll,
+                engine,
+                identity,
+                _signal_rx: signal_rx,
+                control_rx,
+                started: Instant::now(),
+            },
+            hook,
+        ))
+    }
+
+    /// Whether TUN offloads are active.
+    pub fn offload(&self) -> bool {
+        self.engine.io_stats().tun_offload
+    }
+
+    /// Run until SIGINT or SIGTERM.
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        let mut ready = Ready::all(self.engine.paths.sockets.len());
+        let mut loop_idle = Duration::ZERO;
+        loop {
+            let timeout = if ready.any() {
+                Some(Duration::ZERO)
+            } else {
+                let now = self.engine.clock.now();
+                self.engine
+                    .poll_timeout()
+                    .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+            };
+            let waiting = Instant::now();
+            let polled = self.poll.poll(&mut events, timeout);
+            loop_idle += waiting.elapsed();
+            if let Err(e) = polled {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    TOKEN_TUN => ready.tun = true,
+                    TOKEN_SIGNAL => {
+                        info!(tunnel = %self.identity.name, "signal received, stopping");
+                        return Ok(());
+                    }
+                    TOKEN_WAKER => self.answer_control(),
+                    Token(t) if t >= TOKEN_SOCKET_BASE => {
+                        if let Some(r) = ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
+                            *r = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.engine.turn(&mut ready);
+            self.engine.workers_mut().tick(loop_idle);
+        }
+    }
+
+    fn answer_control(&mut self) {
+        while let Ok(req) = self.control_rx.try_recv() {
+            let answer = match req.command.as_str() {
+                "status" => self.status_json().to_string(),
+                other => json!({ "error": format!("unknown request '{other}'") }).to_string(),
+            };
+            let _ = req.reply.send(answer);
+        }
+    }
+
+    /// The full status document (`mpt status --json`).
+    pub fn status_json(&self) -> Value {
+        let e = &self.engine;
+        let now = e.clock.now();
+        let mut v = serde_json::to_value(e.tunnel().status(now)).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("name".into(), json!(self.identity.name));
+            m.insert("role".into(), json!(self.identity.role));
+            m.insert("pid".into(), json!(std::process::id()));
+            m.insert(
+                "uptime_s".into(),
+                json!(self.started.elapsed().as_secs_f64()),
+            );
+            m.insert("addresses".into(), json!(self.identity.addresses));
+            m.insert("control_socket".into(), json!(self.identity.control_socket));
+            let socks: Vec<Value> = e
+                .paths
+                .sockets
+                .iter()
+                .map(|s| json!({ "local": s.local.to_string(), "paths": s.paths }))
+                .collect();
+            m.insert("sockets".into(), Value::Array(socks));
+            let mut io = serde_json::to_value(e.io_stats()).unwrap_or(Value::Null);
+            if let (Value::Object(io), Ok(Value::Object(w))) =
+                (&mut io, serde_json::to_value(e.write_stats()))
+            {
+                io.extend(w);
+            }
+            m.insert("io".into(), io);
+            m.insert(
+                "workers".into(),
+                serde_json::to_value(e.workers().pool_status()).unwrap_or(Value::Null),
+            );
+        }
+        v
+    }
+}

@@ -1,0 +1,266 @@
+//! The event loop's work, generic over the seam ([`TunDevice`], [`PathIo`],
+//! [`Clock`]): what to do when the TUN or a path socket is readable and
+//! when the core's timers are due. The Linux driver (`driver.rs`) waits
+//! for readiness with mio and calls [`Engine::turn`]; tests call it on
+//! in-memory devices in virtual time (`engine/tests.rs`).
+//!
+//! The send half is in `tx.rs`, the receive half in `rx.rs`.
+//!
+//! Invariants:
+//! * a turn never blocks; each ready source is drained by at most one
+//!   batch ([`BATCH_PACKETS`]) so that no source starves the others, and
+//!   stays marked ready while its batch came back full;
+//! * every I/O error on a packet is counted as a drop in the core and the
+//!   loop continues;
+//! * received packets are decapsulated in place: in-order data goes from
+//!   the receive buffer straight to the TUN; sent packets are read from the
+//!   TUN straight into their transmit slot.
+
+use std::io;
+use std::net::SocketAddr;
+
+use mpt_core::crypto::TAG_LEN;
+use mpt_core::stats::DropReason;
+use mpt_core::tunnel::{OpenTicket, Tunnel};
+use mpt_core::wire::HEADER_LEN;
+use mpt_core::Nanos;
+use serde::Serialize;
+
+use crate::batch::{RecvBatch, Span, TxBatch};
+use crate::events::EventLog;
+use crate::seam::{Clock, PathIo, TunDevice};
+use crate::tunwrite::{TunWriter, WriteStats};
+use crate::workers::Workers;
+
+mod rx;
+#[cfg(test)]
+mod tests;
+mod tx;
+
+/// Packets handled per source before the loop looks at the others.
+pub const BATCH_PACKETS: usize = 64;
+/// Transmit slots: two batches, so a super-packet's segments fit beside
+/// what is already queued.
+pub const TX_SLOTS: usize = 2 * BATCH_PACKETS;
+/// Receive buffer size: the largest UDP datagram (or GRO buffer), and the
+/// largest TUN super-packet.
+pub const BUF_BYTES: usize = 65_536;
+/// How often the wall-clock offset is re-read (tuning knob).
+pub const WALL_REFRESH_NS: Nanos = 1_000_000_000;
+
+/// Which sources may have input: set from readiness events, cleared by a
+/// turn when a source ran dry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    pub tun: bool,
+    pub sockets: Vec<bool>,
+}
+
+impl Ready {
+    /// Everything possibly readable (the state at start).
+    pub fn all(sockets: usize) -> Self {
+        Self {
+            tun: true,
+            sockets: vec![true; sockets],
+        }
+    }
+    pub fn any(&self) -> bool {
+        self.tun || self.sockets.iter().any(|r| *r)
+    }
+}
+
+/// Data-plane I/O counters (batching effectiveness), in `mpt status`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct IoStats {
+    pub tun_reads: u64,
+    pub udp_recv_calls: u64,
+    pub udp_datagrams_received: u64,
+    pub udp_send_calls: u64,
+    pub udp_datagrams_sent: u64,
+    pub max_recv_batch: u64,
+    pub max_send_batch: u64,
+    /// TUN offloads active (TSO reads, GRO writes).
+    pub tun_offload: bool,
+    /// UDP segmentation on TUN reads and UDP coalescing on writes (USO).
+    pub tun_uso: bool,
+    /// UDP segmentation offload on every path socket.
+    pub udp_gso: bool,
+    /// UDP receive coalescing on every path socket.
+    pub udp_gro: bool,
+    /// TCP super-packets read and the segments cut from them.
+    pub tso_super_packets: u64,
+    pub tso_segments: u64,
+    /// UDP super-packets read and the datagrams cut from them.
+    pub uso_super_packets: u64,
+    pub uso_segments: u64,
+    /// Super-packets that could not be segmented (dropped).
+    pub offload_errors: u64,
+}
+
+/// Scratch of the receive half, reused batch after batch: the datagrams
+/// to open, their sources, tickets and results.
+#[derive(Default)]
+struct OpenScratch {
+    spans: Vec<Span>,
+    from: Vec<SocketAddr>,
+    tickets: Vec<OpenTicket>,
+    results: Vec<Result<usize, DropReason>>,
+}
+
+/// See the module documentation.
+pub struct Engine<T, P, C> {
+    pub tun: T,
+    pub paths: P,
+    pub clock: C,
+    tunnel: Tunnel,
+    name: String,
+    event_log: EventLog,
+    recv_batch: RecvBatch,
+    tx: TxBatch,
+    io: IoStats,
+    writer: TunWriter,
+    workers: Workers,
+    /// TUN reads in offload mode (super-packets) and control transmits.
+    scratch: Vec<u8>,
+    tun_lens: Vec<usize>,
+    seal_ok: Vec<bool>,
+    open: OpenScratch,
+    send_failures: Vec<(usize, io::Error)>,
+    last_wall: Option<Nanos>,
+}
+
+impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
+    /// `name` names the tunnel in logs; `workers` seal and open batches.
+    pub fn new(tun: T, paths: P, clock: C, tunnel: Tunnel, name: &str, workers: Workers) -> Self {
+        let offload = tun.offload();
+        let uso = tun.uso();
+        // One byte more than the MTU can hold: a longer TUN packet shows
+        // as too big instead of being cut.
+        let slot_bytes = HEADER_LEN + tunnel.mtu() + 1 + TAG_LEN;
+        let udp_gso = (0..paths.sockets()).all(|s| paths.gso(s));
+        Self {
+            tun,
+            paths,
+            clock,
+            tunnel,
+            name: name.to_string(),
+            event_log: EventLog::default(),
+            recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
+            tx: TxBatch::new(TX_SLOTS, slot_bytes),
+            io: IoStats {
+                tun_offload: offload,
+                tun_uso: uso,
+                udp_gso,
+                ..IoStats::default()
+            },
+            writer: TunWriter::new(offload, uso),
+            workers,
+            scratch: vec![0u8; BUF_BYTES],
+            tun_lens: vec![0; BATCH_PACKETS],
+            seal_ok: Vec::with_capacity(TX_SLOTS),
+            open: OpenScratch::default(),
+            send_failures: Vec::new(),
+            last_wall: None,
+        }
+    }
+
+    pub fn tunnel(&self) -> &Tunnel {
+        &self.tunnel
+    }
+    pub fn tunnel_mut(&mut self) -> &mut Tunnel {
+        &mut self.tunnel
+    }
+    pub fn io_stats(&self) -> &IoStats {
+        &self.io
+    }
+    pub fn io_stats_mut(&mut self) -> &mut IoStats {
+        &mut self.io
+    }
+    pub fn write_stats(&self) -> &WriteStats {
+        &self.writer.stats
+    }
+    pub fn workers(&self) -> &Workers {
+        &self.workers
+    }
+    pub fn workers_mut(&mut self) -> &mut Workers {
+        &mut self.workers
+    }
+
+    /// When the loop must run again without any input (the core's next
+    /// timer), as monotonic nanoseconds.
+    pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        self.tunnel.poll_timeout()
+    }
+
+    /// One turn of the loop: drain each ready source by one batch (a
+    /// source stays ready while its batch came back full), run due timers,
+    /// send control traffic, log events.
+    pub fn turn(&mut self, ready: &mut Ready) {
+        if ready.tun {
+            ready.tun = self.pump_tun();
+        }
+        for (i, r) in ready.sockets.iter_mut().enumerate() {
+            if *r {
+                *r = self.pump_socket(i);
+            }
+        }
+        let now = self.clock.now();
+        if self
+            .last_wall
+            .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
+        {
+            self.last_wall = Some(now);
+            self.tunnel.set_wall_offset(self.clock.wall_offset());
+        }
+        if self.tunnel.poll_timeout().is_some_and(|t| t <= now) {
+            self.tunnel.handle_timeout(now);
+            self.deliver_ready();
+            self.flush_writer();
+        }
+        self.flush_control(now);
+        self.log_events();
+    }
+
+    /// Send what the core has to say by itself (handshakes, probes).
+    fn flush_control(&mut self, now: Nanos) {
+        while let Some(tx) = self.tunnel.poll_transmit(now, &mut self.scratch) {
+            let d = &self.scratch[..tx.len];
+            if let Err(e) = self.paths.send_to(tx.local_key, d, tx.dst) {
+                self.tunnel.on_send_error(tx.path, is_hard(&e), now);
+            }
+        }
+    }
+
+    fn log_events(&mut self) {
+        while let Some(e) = self.tunnel.poll_event() {
+            self.event_log.log(&self.name, &self.tunnel, e);
+        }
+    }
+}
+
+/// Errors that mean the path cannot deliver at all right now (as opposed to
+/// a full buffer).
+pub fn is_hard(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENETUNREACH
+                | libc::ENETDOWN
+                | libc::EHOSTUNREACH
+                | libc::EADDRNOTAVAIL
+                | libc::ENODEV
+        )
+    )
+}
+
+/// Turn an IPv4-mapped IPv6 source back into IPv4 (not expected with
+/// V6ONLY sockets, but harmless).
+fn normalize(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        v4 => v4,
+    }
+}

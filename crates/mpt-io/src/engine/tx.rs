@@ -1,0 +1,325 @@
+//! The send half of the loop: TUN reads to sealed datagrams in batches.
+//!
+//! Without offloads, one batch read puts each TUN packet straight into a
+//! transmit slot, behind the room for the tunnel header; the core writes
+//! the header, picks the path and hands out a seal ticket; the slot is
+//! committed to its path's socket. With offloads, a read is one packet or
+//! a TCP/UDP super-packet (TSO/USO) read into scratch and cut into
+//! datagram-sized segments, each straight into its transmit slot, inside
+//! one [`mpt_core::tunnel::Burst`] so that they share a path. At the end
+//! of the batch (or when the slots run out) every slot is sealed with its
+//! own ticket, on the workers, and each socket's slots leave in one batch
+//! send.
+//!
+//! Invariants:
+//! * nothing leaves unsealed when security is on: a slot whose seal fails
+//!   is dropped and counted (`no_session`);
+//! * a session change between a packet's encapsulation and its seal does
+//!   not matter: the ticket names the session and nonce;
+//! * the segments of one super-packet go to one path, in order.
+
+use std::io;
+
+use mpt_core::crypto::TAG_LEN;
+use mpt_core::stats::DropReason;
+use mpt_core::tunnel::{Transmit, Tunnel};
+use mpt_core::wire::HEADER_LEN;
+use mpt_core::Nanos;
+use tracing::warn;
+
+use super::{is_hard, Engine, IoStats, BATCH_PACKETS};
+use crate::batch::{TxBatch, TxMeta};
+use crate::offload::{
+    self, OffloadError, VnetHdr, GSO_NONE, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
+};
+use crate::offload_udp;
+use crate::seam::{Clock, PathIo, Slots, TunDevice};
+use crate::workers::Workers;
+
+/// Segment `i` of a TCP or UDP super-packet.
+fn segment_at(pkt: &[u8], h: &VnetHdr, i: usize, out: &mut [u8]) -> Result<usize, OffloadError> {
+    if h.gso_type == GSO_UDP_L4 {
+        offload_udp::segment_at(pkt, h, i, out)
+    } else {
+        offload::segment_at(pkt, h, i, out)
+    }
+}
+
+fn meta(tx: &Transmit) -> TxMeta {
+    TxMeta {
+        socket: tx.local_key,
+        dst: tx.dst,
+        path: tx.path,
+        len: tx.len,
+        seal: tx.seal,
+    }
+}
+
+/// What flushing the transmit slots needs, borrowed apart from the rest of
+/// the engine (a burst holds the tunnel meanwhile).
+struct Flush<'a, P> {
+    tx: &'a mut TxBatch,
+    paths: &'a mut P,
+    workers: &'a Workers,
+    seal_ok: &'a mut Vec<bool>,
+    failures: &'a mut Vec<(usize, io::Error)>,
+    io: &'a mut IoStats,
+}
+
+impl<P: PathIo> Flush<'_, P> {
+    /// Seal every committed slot with its ticket (on the workers), then
+    /// send each socket's slots with one batch send.
+    fn run(&mut self, tunnel: &mut Tunnel, now: Nanos) {
+        if self.tx.is_empty() {
+            self.tx.clear();
+            return;
+        }
+        let sealer = tunnel.sealer();
+        let (bufs, spans, tickets) = self.tx.to_seal();
+        if !spans.is_empty() {
+            self.seal_ok.clear();
+            self.seal_ok.resize(spans.len(), false);
+            self.workers
+                .for_each(bufs, spans, self.seal_ok, &|j, d: &mut [u8]| {
+                    sealer.seal(tickets[j], d)
+                });
+            let failed = self.tx.sealed(self.seal_ok);
+            for _ in 0..failed {
+                tunnel.count_drop(DropReason::NoSession);
+            }
+        }
+        for socket in 0..self.paths.sockets() {
+            let gso = self.paths.gso(socket);
+            let (buf, msgs, chunks, infos) = self.tx.messages(socket, gso);
+            if msgs.is_empty() {
+                continue;
+            }
+            let failures = &mut *self.failures;
+            failures.clear();
+            self.paths
+                .send(socket, buf, msgs, chunks, &mut |i, e| failures.push((i, e)));
+            let datagrams: usize = infos.iter().map(|m| m.datagrams).sum();
+            let failed: usize = failures.iter().map(|(i, _)| infos[*i].datagrams).sum();
+            let io = &mut *self.io;
+            io.udp_send_calls += 1;
+            io.udp_datagrams_sent += (datagrams - failed) as u64;
+            io.max_send_batch = io.max_send_batch.max(datagrams as u64);
+            for (i, e) in failures.drain(..) {
+                for _ in 0..infos[i].datagrams {
+                    tunnel.on_send_error(infos[i].path, is_hard(&e), now);
+                }
+            }
+        }
+        self.tx.clear();
+    }
+}
+
+impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
+    /// Read up to a batch from the TUN, encapsulate each packet in its
+    /// transmit slot, then seal and send them all. Returns whether the TUN
+    /// may still have packets.
+    pub(super) fn pump_tun(&mut self) -> bool {
+        let more = if self.io.tun_offload {
+            self.pump_tun_offload()
+        } else {
+            self.pump_tun_plain()
+        };
+        self.flush_tx();
+        more
+    }
+
+    fn flush_tx(&mut self) {
+        let now = self.clock.now();
+        let Engine {
+            tx,
+            paths,
+            workers,
+            seal_ok,
+            send_failures,
+            io,
+            tunnel,
+            ..
+        } = self;
+        Flush {
+            tx,
+            paths,
+            workers,
+            seal_ok,
+            failures: send_failures,
+            io,
+        }
+        .run(tunnel, now);
+    }
+
+    /// One batch read straight into the free transmit slots.
+    fn pump_tun_plain(&mut self) -> bool {
+        if self.tx.free() == 0 {
+            self.flush_tx();
+        }
+        let want = self.tx.free().min(BATCH_PACKETS);
+        let stride = self.tx.slot_bytes();
+        let slots = Slots {
+            buf: self.tx.free_slots_mut(),
+            stride,
+            head: HEADER_LEN,
+            tail: TAG_LEN,
+        };
+        let n = match self.tun.read_batch(slots, &mut self.tun_lens[..want]) {
+            Ok(n) => n,
+            Err(e) => return self.read_failed(e),
+        };
+        self.io.tun_reads += n as u64;
+        let now = self.clock.now();
+        for k in 0..n {
+            let len = self.tun_lens[k];
+            let Some(slot) = self.tx.slot() else {
+                break;
+            };
+            match self.tunnel.send_unsealed(now, slot, len) {
+                Some(t) => self.tx.commit(meta(&t)),
+                None => self.tx.skip(),
+            }
+        }
+        n == want
+    }
+
+    /// Whether to go on after a failed read (only if interrupted).
+    fn read_failed(&mut self, e: io::Error) -> bool {
+        match e.kind() {
+            io::ErrorKind::WouldBlock => false,
+            io::ErrorKind::Interrupted => true,
+            _ => {
+                warn!(tunnel = %self.name, "TUN read failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Up to a batch of reads into scratch, each a packet or a super-packet.
+    fn pump_tun_offload(&mut self) -> bool {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let mut more = true;
+        for _ in 0..BATCH_PACKETS {
+            let stride = scratch.len();
+            let slots = Slots {
+                buf: &mut scratch,
+                stride,
+                head: 0,
+                tail: 0,
+            };
+            let n = match self.tun.read_batch(slots, &mut self.tun_lens[..1]) {
+                Ok(_) => self.tun_lens[0],
+                Err(e) => {
+                    more = self.read_failed(e);
+                    if more {
+                        continue;
+                    }
+                    break;
+                }
+            };
+            self.io.tun_reads += 1;
+            if n < VNET_HDR_LEN {
+                continue;
+            }
+            let h = VnetHdr::parse(&scratch[..VNET_HDR_LEN]).unwrap_or_default();
+            let pkt = &mut scratch[VNET_HDR_LEN..n];
+            if h.gso_type == GSO_NONE {
+                if h.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0
+                    && offload::finish_checksum(pkt, &h).is_err()
+                {
+                    self.io.offload_errors += 1;
+                    continue;
+                }
+                self.encapsulate_copy(pkt);
+            } else {
+                self.segment_and_send(pkt, &h);
+            }
+        }
+        self.scratch = scratch;
+        more
+    }
+
+    /// A whole packet read into scratch (offload mode: its size was not
+    /// known before the read) goes into the next slot.
+    fn encapsulate_copy(&mut self, pkt: &[u8]) {
+        if self.tx.is_full() {
+            self.flush_tx();
+        }
+        let now = self.clock.now();
+        let Some(slot) = self.tx.slot() else {
+            return;
+        };
+        let room = slot.len() - HEADER_LEN - TAG_LEN;
+        if pkt.len() > room {
+            self.tunnel.count_drop(DropReason::TooBig);
+            return;
+        }
+        slot[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(pkt);
+        match self.tunnel.send_unsealed(now, slot, pkt.len()) {
+            Some(t) => self.tx.commit(meta(&t)),
+            None => self.tx.skip(),
+        }
+    }
+
+    /// Cut a super-packet into segments, each straight into its transmit
+    /// slot, all on the burst's path.
+    fn segment_and_send(&mut self, pkt: &[u8], h: &VnetHdr) {
+        let udp = h.gso_type == GSO_UDP_L4;
+        let count = if udp {
+            offload_udp::segments(pkt, h).map(|g| g.2)
+        } else {
+            offload::segments(pkt, h).map(|g| g.3)
+        };
+        let Ok(count) = count else {
+            self.io.offload_errors += 1;
+            return;
+        };
+        let now = self.clock.now();
+        let Engine {
+            tx,
+            paths,
+            workers,
+            seal_ok,
+            send_failures,
+            io,
+            tunnel,
+            ..
+        } = self;
+        let mut burst = tunnel.burst(pkt.len(), count);
+        let mut cut = 0;
+        for i in 0..count {
+            if tx.is_full() {
+                Flush {
+                    tx: &mut *tx,
+                    paths: &mut *paths,
+                    workers,
+                    seal_ok: &mut *seal_ok,
+                    failures: &mut *send_failures,
+                    io: &mut *io,
+                }
+                .run(&mut burst, now);
+            }
+            let Some(slot) = tx.slot() else {
+                break;
+            };
+            let end = slot.len() - TAG_LEN;
+            let Ok(len) = segment_at(pkt, h, i, &mut slot[HEADER_LEN..end]) else {
+                io.offload_errors += 1;
+                break;
+            };
+            match burst.send_unsealed(now, slot, len) {
+                Some(t) => tx.commit(meta(&t)),
+                None => tx.skip(),
+            }
+            cut += 1;
+        }
+        drop(burst);
+        let (supers, segments) = if udp {
+            (&mut io.uso_super_packets, &mut io.uso_segments)
+        } else {
+            (&mut io.tso_super_packets, &mut io.tso_segments)
+        };
+        *supers += 1;
+        *segments += cut;
+    }
+}

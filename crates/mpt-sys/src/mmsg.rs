@@ -1,0 +1,358 @@
+//! Batched UDP system calls: `recvmmsg(2)` and `sendmmsg(2)`, many
+//! datagrams per call, with UDP GSO (`UDP_SEGMENT`) and GRO (`UDP_GRO`)
+//! when the kernel has them (Linux ≥ 4.18 / 5.0; detected per socket).
+//!
+//! The buffers belong to the caller; this module only builds the kernel's
+//! message headers over them (scratch vectors reused within their capacity,
+//! so a warm call allocates nothing).
+//!
+//! Invariants:
+//! * every pointer handed to the kernel points into a buffer borrowed for
+//!   the duration of the call;
+//! * a message with `segment > 0` carries one `UDP_SEGMENT` control
+//!   message; the kernel cuts its payload (the concatenation of its chunks)
+//!   into datagrams of that size, the last possibly shorter;
+//! * every message that could not be sent is reported with its index.
+
+use std::io;
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+
+/// `UDP_SEGMENT` and `UDP_GRO` from `<linux/udp.h>`.
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Space for one control message with a small integer (CMSG_SPACE(4)).
+const CMSG_BYTES: usize = 24;
+type Cmsg = [u64; CMSG_BYTES / 8];
+
+fn set_int_opt(sock: &UdpSocket, opt: libc::c_int, v: libc::c_int) -> bool {
+    crate::packet::setsockopt_int(sock.as_raw_fd(), libc::SOL_UDP, opt, v) == 0
+}
+
+/// Whether the kernel accepts UDP GSO on this socket.
+pub fn gso_supported(sock: &UdpSocket) -> bool {
+    set_int_opt(sock, UDP_SEGMENT, 1400) && set_int_opt(sock, UDP_SEGMENT, 0)
+}
+
+/// Ask for UDP GRO on this socket; returns whether the kernel agreed.
+pub fn enable_gro(sock: &UdpSocket) -> bool {
+    set_int_opt(sock, UDP_GRO, 1)
+}
+
+fn to_sockaddr(a: &SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for a
+            // sockaddr_in; we write a fully initialised value.
+            let sin =
+                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            };
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 =
+                unsafe { &mut *(out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_flowinfo = v6.flowinfo();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: v6.ip().octets(),
+            };
+            sin6.sin6_scope_id = v6.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+fn from_sockaddr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family checked).
+            let sin = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family checked).
+            let sin6 =
+                unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            let a = SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            );
+            Some(SocketAddr::V6(a))
+        }
+        _ => None,
+    }
+}
+
+/// Write a control message `(SOL_UDP, ty, value)` into `buf`; returns the
+/// control length to declare.
+fn write_cmsg(buf: &mut Cmsg, ty: libc::c_int, value: u16) -> usize {
+    let hdr_len = std::mem::size_of::<libc::cmsghdr>();
+    // SAFETY: `buf` is 8-byte aligned and CMSG_BYTES long, enough for a
+    // cmsghdr (16 bytes on 64-bit Linux) followed by a u16.
+    unsafe {
+        let c = buf.as_mut_ptr().cast::<libc::cmsghdr>();
+        (*c).cmsg_len = (hdr_len + 2) as _;
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = ty;
+        let data = buf.as_mut_ptr().cast::<u8>().add(hdr_len).cast::<u16>();
+        data.write_unaligned(value);
+    }
+    CMSG_BYTES
+}
+
+/// Read the `UDP_GRO` segment size from a received control buffer.
+// `cmsg_len` and `msg_controllen` are `usize` on glibc but not on every libc.
+#[allow(clippy::unnecessary_cast)]
+fn read_gro(buf: &Cmsg, controllen: usize) -> Option<usize> {
+    let hdr_len = std::mem::size_of::<libc::cmsghdr>();
+    if controllen < hdr_len + 2 {
+        return None;
+    }
+    // SAFETY: the kernel wrote at least one cmsghdr (length checked) into
+    // this aligned buffer; the data follows the header.
+    unsafe {
+        let c = buf.as_ptr().cast::<libc::cmsghdr>();
+        if (*c).cmsg_level != libc::SOL_UDP || (*c).cmsg_type != UDP_GRO {
+            return None;
+        }
+        let data = buf.as_ptr().cast::<u8>().add(hdr_len);
+        let v = if (*c).cmsg_len as usize >= hdr_len + 4 {
+            data.cast::<i32>().read_unaligned() as usize
+        } else {
+            usize::from(data.cast::<u16>().read_unaligned())
+        };
+        Some(v)
+    }
+}
+
+/// One received buffer: its source, its length, and the size of the
+/// datagrams in it (`segment == len` unless the kernel coalesced several
+/// with GRO; then datagram `j` starts at `j * segment`, the last may be
+/// shorter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecvMeta {
+    pub from: Option<SocketAddr>,
+    pub len: usize,
+    pub segment: usize,
+}
+
+/// A byte range of the caller's send buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub start: usize,
+    pub len: usize,
+}
+
+/// One message of a `sendmmsg`: chunks `first..first + count` (of the
+/// chunk list passed along) to `dst`, cut into `segment`-byte datagrams by
+/// the kernel when `segment > 0` (UDP GSO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendMsg {
+    pub dst: SocketAddr,
+    pub first: usize,
+    pub count: usize,
+    pub segment: usize,
+}
+
+fn zeroed_storage() -> libc::sockaddr_storage {
+    // SAFETY: an all-zero sockaddr_storage is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_mmsghdr() -> libc::mmsghdr {
+    // SAFETY: an all-zero mmsghdr is valid (null pointers, zero lengths).
+    unsafe { std::mem::zeroed() }
+}
+
+/// Scratch for `recvmmsg` over up to `capacity` buffers.
+pub struct MmsgRecv {
+    addrs: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<Cmsg>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl MmsgRecv {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            addrs: vec![zeroed_storage(); capacity],
+            ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
+            iovs: Vec::with_capacity(capacity),
+            msgs: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Receive into `bufs` (at most `capacity` of them) without blocking;
+    /// fills `meta[i]` for each buffer filled and returns how many.
+    /// `WouldBlock` when nothing is queued.
+    #[allow(clippy::unnecessary_cast)] // msg_controllen differs across libcs
+    pub fn recv(
+        &mut self,
+        sock: &UdpSocket,
+        bufs: &mut [Vec<u8>],
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        let n = bufs.len().min(meta.len()).min(self.addrs.len());
+        let Self {
+            addrs,
+            ctrl,
+            iovs,
+            msgs,
+        } = self;
+        iovs.clear();
+        iovs.extend(bufs[..n].iter_mut().map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }));
+        msgs.clear();
+        msgs.extend((0..n).map(|_| zeroed_mmsghdr()));
+        for i in 0..n {
+            let h = &mut msgs[i].msg_hdr;
+            h.msg_name = (&mut addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = ctrl[i].as_mut_ptr().cast();
+            h.msg_controllen = CMSG_BYTES as _;
+        }
+        // SAFETY: `msgs` holds `n` headers whose name, iovec and control
+        // pointers refer to live buffers borrowed for this call.
+        let r = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        for (i, m) in msgs.iter().enumerate().take(r as usize) {
+            let len = (m.msg_len as usize).min(bufs[i].len());
+            let gro = read_gro(&ctrl[i], m.msg_hdr.msg_controllen as usize).unwrap_or(0);
+            meta[i] = RecvMeta {
+                from: from_sockaddr(&addrs[i]),
+                len,
+                segment: if gro == 0 { len.max(1) } else { gro },
+            };
+        }
+        Ok(r as usize)
+    }
+}
+
+/// Scratch for `sendmmsg` of up to `capacity` messages and chunks.
+pub struct MmsgSend {
+    addrs: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<Cmsg>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl MmsgSend {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            addrs: vec![zeroed_storage(); capacity],
+            ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
+            iovs: Vec::with_capacity(capacity),
+            msgs: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Send `msgs` (at most `capacity`) whose chunks lie in `buf`; calls
+    /// `failed(index, error)` for each message the kernel refused.
+    /// Messages or chunks that lie outside `buf` or beyond the capacity
+    /// are reported as `InvalidInput` and not sent.
+    pub fn send(
+        &mut self,
+        sock: &UdpSocket,
+        buf: &[u8],
+        msgs: &[SendMsg],
+        chunks: &[Chunk],
+        mut failed: impl FnMut(usize, io::Error),
+    ) {
+        let n = msgs.len().min(self.addrs.len());
+        for (i, _) in msgs.iter().enumerate().skip(n) {
+            failed(i, io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let Self {
+            addrs,
+            ctrl,
+            iovs,
+            msgs: hdrs,
+        } = self;
+        iovs.clear();
+        for c in chunks {
+            let ok = c.start.checked_add(c.len).is_some_and(|e| e <= buf.len());
+            iovs.push(libc::iovec {
+                // sendmsg only reads through iov_base; the cast to *mut is
+                // the C API's, not a write.
+                iov_base: if ok {
+                    buf[c.start..].as_ptr() as *mut libc::c_void
+                } else {
+                    std::ptr::null_mut()
+                },
+                iov_len: if ok { c.len } else { 0 },
+            });
+        }
+        hdrs.clear();
+        hdrs.extend((0..n).map(|_| zeroed_mmsghdr()));
+        for (k, m) in msgs[..n].iter().enumerate() {
+            let in_range = m
+                .first
+                .checked_add(m.count)
+                .is_some_and(|e| e <= iovs.len());
+            let h = &mut hdrs[k].msg_hdr;
+            h.msg_namelen = to_sockaddr(&m.dst, &mut addrs[k]);
+            h.msg_name = (&mut addrs[k] as *mut libc::sockaddr_storage).cast();
+            if in_range {
+                h.msg_iov = iovs[m.first..].as_mut_ptr();
+                h.msg_iovlen = m.count as _;
+            }
+            if m.segment > 0 && m.segment <= usize::from(u16::MAX) {
+                h.msg_controllen = write_cmsg(&mut ctrl[k], UDP_SEGMENT, m.segment as u16) as _;
+                h.msg_control = ctrl[k].as_mut_ptr().cast();
+            }
+        }
+        let mut start = 0;
+        while start < n {
+            // SAFETY: `hdrs[start..n]` are valid headers whose name, iovec
+            // and control pointers refer to `addrs`, `iovs`, `ctrl` and
+            // `buf`, all live for this call; null iovecs have length zero.
+            let r = unsafe {
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    hdrs[start..].as_mut_ptr(),
+                    (n - start) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r <= 0 {
+                let err = if r < 0 {
+                    io::Error::last_os_error()
+                } else {
+                    io::Error::other("nothing sent")
+                };
+                failed(start, err);
+                start += 1;
+            } else {
+                start += r as usize;
+            }
+        }
+    }
+}
