@@ -6,8 +6,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mpt_io::offload::{self, Coalescer, VnetHdr, GSO_UDP_L4, VNET_HDR_LEN};
-use mpt_io::offload_udp::{self, UdpCoalescer};
+use mpt_io::offload::{
+    self, tcp, udp, TcpCoalescer, UdpCoalescer, VnetHdr, GSO_UDP_L4, MAX_SEGMENTS, VNET_HDR_LEN,
+};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
@@ -20,10 +21,11 @@ fuzz_target!(|data: &[u8]| {
     let mut out = vec![0u8; 65_536];
     match mode % 3 {
         0 => {
-            if let Ok((_, hdrs, _, n)) = offload::segments(pkt, &h) {
+            if let Ok(g) = tcp::segments(pkt, &h) {
+                let (hdrs, n) = (g.head.headers, g.count);
                 let mut payload = vec![];
                 for i in 0..n.min(128) {
-                    let len = offload::segment_at(pkt, &h, i, &mut out).expect("in range");
+                    let len = tcp::segment_at(pkt, &h, i, &mut out).expect("in range");
                     payload.extend_from_slice(&out[hdrs..len]);
                 }
                 if n <= 128 {
@@ -37,15 +39,16 @@ fuzz_target!(|data: &[u8]| {
                 ..h
             };
             let fits = pkt.len() <= offload::MAX_SUPER_PACKET;
-            if let (true, Ok((iph, _, n))) = (fits, offload_udp::segments(pkt, &h)) {
+            if let (true, Ok(g)) = (fits, udp::segments(pkt, &h)) {
+                let (iph, n) = (g.head.ip.header_len, g.count);
                 let mut c = UdpCoalescer::default();
                 let mut payload = vec![];
-                for i in 0..n.min(offload_udp::MAX_SEGMENTS) {
-                    let len = offload_udp::segment_at(pkt, &h, i, &mut out).expect("in range");
+                for i in 0..n.min(MAX_SEGMENTS) {
+                    let len = udp::segment_at(pkt, &h, i, &mut out).expect("in range");
                     payload.extend_from_slice(&out[iph + 8..len]);
                     assert!(c.push(&out[..len]), "a segment of one super-packet joins");
                 }
-                if n <= offload_udp::MAX_SEGMENTS {
+                if n <= MAX_SEGMENTS {
                     assert_eq!(payload, pkt[iph + 8..]);
                     let back = c.take().expect("not empty");
                     assert_eq!(back[VNET_HDR_LEN + iph + 8..], pkt[iph + 8..]);
@@ -54,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => {
             // A stream of packets, each prefixed by a one-byte length.
-            let mut tcp = Coalescer::default();
+            let mut tcp = TcpCoalescer::default();
             let mut udp = UdpCoalescer::default();
             let mut s = pkt;
             while let Some((&n, tail)) = s.split_first() {

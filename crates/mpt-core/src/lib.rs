@@ -4,6 +4,8 @@
 //! nothing that touches the operating system:
 //!
 //! * [`wire`] — the on-the-wire header, probe bodies and their codecs;
+//! * [`ip`] — field views over inner IPv4/IPv6/TCP/UDP packets and the
+//!   Internet checksum, shared with the I/O layer's offloads;
 //! * [`path`] — per-path state: liveness, RTT (RFC 6298), jitter (RFC 3550),
 //!   loss and counters;
 //! * [`sched`] — the [`sched::Scheduler`] trait and smooth weighted round-robin;
@@ -23,6 +25,7 @@
 //! * nothing here panics on any input (fuzzed in `fuzz/`).
 
 pub mod crypto;
+pub mod ip;
 pub mod path;
 pub mod reorder;
 pub mod sched;

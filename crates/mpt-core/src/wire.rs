@@ -51,9 +51,9 @@ pub const TAG_RESERVE_LEN: usize = 16;
 /// UDP header length (RFC 768).
 pub const UDP_HEADER_LEN: usize = 8;
 /// IPv4 header length without options (RFC 791).
-pub const IPV4_HEADER_LEN: usize = 20;
+pub const IPV4_HEADER_LEN: usize = crate::ip::IPV4_HEADER_LEN;
 /// IPv6 fixed header length (RFC 8200).
-pub const IPV6_HEADER_LEN: usize = 40;
+pub const IPV6_HEADER_LEN: usize = crate::ip::IPV6_HEADER_LEN;
 /// Smallest MTU that IPv6 allows on a link (RFC 8200 §5); the tunnel MTU is
 /// never configured below the IPv4 minimum of 576 nor above 65535.
 pub const IPV6_MIN_MTU: usize = 1280;
@@ -345,21 +345,13 @@ impl<'a> NackBody<'a> {
 /// IP version of an inner packet, from its first nibble, or `None` if the
 /// bytes cannot be an IPv4 or IPv6 packet of plausible length.
 pub fn inner_ip_version(pkt: &[u8]) -> Option<u8> {
-    match pkt.first()? >> 4 {
-        4 if pkt.len() >= IPV4_HEADER_LEN => Some(4),
-        6 if pkt.len() >= IPV6_HEADER_LEN => Some(6),
-        _ => None,
-    }
+    crate::ip::Ip::parse(pkt).map(|ip| ip.version)
 }
 
 /// DSCP/ECN byte of an inner packet (IPv4 TOS or IPv6 traffic class), used as
 /// the default traffic class on the wire. Returns 0 for non-IP bytes.
 pub fn inner_traffic_class(pkt: &[u8]) -> u8 {
-    match inner_ip_version(pkt) {
-        Some(4) => pkt[1],
-        Some(6) => (pkt[0] << 4) | (pkt[1] >> 4),
-        _ => 0,
-    }
+    crate::ip::Ip::parse(pkt).map_or(0, |ip| ip.traffic_class(pkt))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! * [`mem`] — the seam in memory and virtual time, for tests;
 //! * [`batch`] — receive buffers and transmit slots as plain memory;
 //! * [`workers`] — threads that seal and open a batch in parallel;
-//! * [`offload`], [`offload_udp`], [`tunwrite`] — TUN segmentation and
+//! * [`offload`] (`tcp`, `udp`), [`tunwrite`] — TUN segmentation and
 //!   coalescing offloads (virtio-net header, TSO/USO, GRO);
 //! * [`udp`] — bind the path sockets;
 //! * [`netcfg`] — addresses, MTU, link state, routes;
@@ -34,7 +34,6 @@ pub mod linux;
 pub mod mem;
 pub mod netcfg;
 pub mod offload;
-pub mod offload_udp;
 pub mod seam;
 pub mod tunwrite;
 pub mod udp;

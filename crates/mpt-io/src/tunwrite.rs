@@ -1,8 +1,8 @@
 //! Writing inner packets to the TUN, coalesced where the kernel allows.
 //!
 //! In offload mode consecutive in-order segments of one TCP flow become one
-//! TCP super-packet (`offload::Coalescer`) and consecutive datagrams of one
-//! UDP flow one UDP super-packet (`offload_udp::UdpCoalescer`, only when
+//! TCP super-packet (`offload::TcpCoalescer`) and consecutive datagrams of one
+//! UDP flow one UDP super-packet (`offload::UdpCoalescer`, only when
 //! the kernel has USO); everything else is written as it is, behind a
 //! zero virtio header.
 //!
@@ -18,8 +18,7 @@ use mpt_core::stats::DropReason;
 use mpt_core::tunnel::Tunnel;
 use serde::Serialize;
 
-use crate::offload::{Coalescer, VnetHdr, GSO_NONE, VNET_HDR_LEN};
-use crate::offload_udp::{self, UdpCoalescer};
+use crate::offload::{udp, TcpCoalescer, UdpCoalescer, VnetHdr, GSO_NONE, VNET_HDR_LEN};
 use crate::seam::TunDevice;
 
 /// Counters of the TUN write side, in `mpt status` under `io`.
@@ -36,7 +35,7 @@ pub struct WriteStats {
 
 /// See the module documentation.
 pub struct TunWriter {
-    tcp: Option<Coalescer>,
+    tcp: Option<TcpCoalescer>,
     udp: Option<UdpCoalescer>,
     pub stats: WriteStats,
 }
@@ -45,7 +44,7 @@ impl TunWriter {
     /// `offload`: the TUN takes virtio headers; `uso`: and UDP GSO.
     pub fn new(offload: bool, uso: bool) -> Self {
         Self {
-            tcp: offload.then(Coalescer::default),
+            tcp: offload.then(TcpCoalescer::default),
             udp: (offload && uso).then(UdpCoalescer::default),
             stats: WriteStats::default(),
         }
@@ -58,7 +57,7 @@ impl TunWriter {
             self.stats.tun_writes += 1;
             return tun.write(&[], pkt).is_ok();
         }
-        let is_udp = offload_udp::candidate(pkt).is_some();
+        let is_udp = udp::is_candidate(pkt);
         if let (true, Some(u)) = (is_udp, self.udp.as_mut()) {
             if u.push(pkt) {
                 self.stats.udp_gro_segments += 1;
@@ -96,7 +95,7 @@ impl TunWriter {
     }
 
     fn flush_tcp<T: TunDevice>(&mut self, tun: &mut T) -> bool {
-        let bytes = self.tcp.as_mut().and_then(Coalescer::take);
+        let bytes = self.tcp.as_mut().and_then(TcpCoalescer::take);
         write_taken(
             tun,
             bytes,

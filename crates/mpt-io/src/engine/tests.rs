@@ -12,7 +12,7 @@ use mpt_core::{Nanos, NANOS_PER_MS};
 
 use super::*;
 use crate::mem::{MemNet, MemPaths, MemTun, TunState, VirtualClock};
-use crate::offload::tests::{hdr, super_packet};
+use crate::offload::tcp::tests::{hdr, super_packet};
 use crate::offload::{VnetHdr, GSO_TCPV4, VNET_HDR_LEN};
 use crate::workers::Engage;
 

@@ -30,20 +30,10 @@ use tracing::warn;
 use super::{is_hard, Engine, IoStats, BATCH_PACKETS};
 use crate::batch::{TxBatch, TxMeta};
 use crate::offload::{
-    self, OffloadError, VnetHdr, GSO_NONE, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
+    self, segment_at, VnetHdr, GSO_NONE, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
 };
-use crate::offload_udp;
 use crate::seam::{Clock, PathIo, Slots, TunDevice};
 use crate::workers::Workers;
-
-/// Segment `i` of a TCP or UDP super-packet.
-fn segment_at(pkt: &[u8], h: &VnetHdr, i: usize, out: &mut [u8]) -> Result<usize, OffloadError> {
-    if h.gso_type == GSO_UDP_L4 {
-        offload_udp::segment_at(pkt, h, i, out)
-    } else {
-        offload::segment_at(pkt, h, i, out)
-    }
-}
 
 fn meta(tx: &Transmit) -> TxMeta {
     TxMeta {
@@ -265,12 +255,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// slot, all on the burst's path.
     fn segment_and_send(&mut self, pkt: &[u8], h: &VnetHdr) {
         let udp = h.gso_type == GSO_UDP_L4;
-        let count = if udp {
-            offload_udp::segments(pkt, h).map(|g| g.2)
-        } else {
-            offload::segments(pkt, h).map(|g| g.3)
-        };
-        let Ok(count) = count else {
+        let Ok(count) = offload::segments(pkt, h).map(|g| g.count) else {
             self.io.offload_errors += 1;
             return;
         };

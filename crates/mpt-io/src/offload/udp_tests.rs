@@ -2,8 +2,16 @@
 //! RFC 768/791 checksums), round trips through segmentation and
 //! coalescing, and refusals.
 
+use mpt_core::ip::checksum::{fold, sum16};
+use mpt_core::ip::ipv4_fill_checksum;
+
 use super::*;
-use crate::offload::{fold, pseudo_for, sum16};
+use crate::offload::{UdpCoalescer, GSO_NONE, MAX_SEGMENTS, VNET_HDR_LEN};
+
+/// Pseudo-header sum for protocol `proto` over `pkt`'s IP version.
+fn pseudo_for(pkt: &[u8], proto: u8, l4_len: usize) -> u64 {
+    pseudo(pkt, &Ip::parse(pkt).unwrap(), proto, l4_len)
+}
 
 /// IPv4 UDP super-packet 192.0.2.1:4000 → 192.0.2.2:5000, id 0x100, DF,
 /// TTL 64, payload "abcdef", with the partial checksum the kernel leaves.
@@ -31,7 +39,7 @@ fn udp_super(v6: bool, payload: &[u8], id: u16) -> Vec<u8> {
         p[9] = 17;
         p[12..16].copy_from_slice(&[192, 0, 2, 1]);
         p[16..20].copy_from_slice(&[192, 0, 2, 2]);
-        crate::offload::ipv4_checksum(&mut p[..20]);
+        ipv4_fill_checksum(&mut p[..20]);
     }
     p[iph..iph + 2].copy_from_slice(&4000u16.to_be_bytes());
     p[iph + 2..iph + 4].copy_from_slice(&5000u16.to_be_bytes());
@@ -57,7 +65,8 @@ fn hdr(size: u16) -> VnetHdr {
 fn segments_match_the_independent_vector() {
     let sp = vector_super_packet();
     let h = hdr(4);
-    assert_eq!(segments(&sp, &h).unwrap(), (20, 4, 2));
+    let g = segments(&sp, &h).unwrap();
+    assert_eq!((g.head.ip.header_len, g.segment, g.count), (20, 4, 2));
     let mut out = [0u8; 64];
     let n = segment_at(&sp, &h, 0, &mut out).unwrap();
     assert_eq!(
@@ -100,7 +109,7 @@ fn segment_then_coalesce_gives_the_super_packet_back() {
                 hdr_len: (iph + 8) as u16,
                 ..hdr(size as u16)
             };
-            let (_, _, n) = segments(&sp, &h).unwrap();
+            let n = segments(&sp, &h).unwrap().count;
             assert_eq!(n, total.div_ceil(size));
             let mut c = UdpCoalescer::default();
             let mut out = vec![0u8; 2048];
@@ -195,5 +204,5 @@ fn oversized_packets_are_refused_not_copied() {
     let mut c = UdpCoalescer::default();
     assert!(!c.push(&p));
     p[6] = 6; // TCP next header: the TCP coalescer refuses it as well
-    assert!(!crate::offload::Coalescer::default().push(&p));
+    assert!(!crate::offload::TcpCoalescer::default().push(&p));
 }
