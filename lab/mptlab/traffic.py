@@ -12,7 +12,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from .netns import Topology
+from .netns import Topology, link_addr
 from .util import run, wait_for
 
 
@@ -99,6 +99,13 @@ class PingResult:
     sent: int
     received: int
     avg_ms: float | None
+
+
+def reference_mbps(topo: Topology, link: int = 1, seconds: float = 2) -> float:
+    """Plain TCP throughput over link `link` between the namespaces, without
+    the tunnel: the machine's own reference, measured in the same test, for
+    assertions that would otherwise hard-code figures of one machine."""
+    return iperf3(topo, link_addr(link, "b", 4), seconds=seconds, port=5299).mbps
 
 
 def ping(topo: Topology, side: str, addr: str, count: int = 5, interval: float = 0.2) -> PingResult:

@@ -16,7 +16,7 @@ from pathlib import Path
 from mptlab.cpu import TICKS, _proc_ticks
 from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
 from mptlab.netns import Topology, link_addr
-from mptlab.traffic import iperf3
+from mptlab.traffic import iperf3, reference_mbps
 from mptlab.util import mpt_binary, run, wait_for
 
 
@@ -57,6 +57,7 @@ def _rcvbuf_errors(ns: str) -> int:
 
 def test_flood_of_hostile_packets(workdir: Path) -> None:
     with Topology(2) as topo:
+        ref = reference_mbps(topo)
         a, b = start_pair(
             # The server learns its client's addresses, so the flood from another
             # address reaches the session checks instead of `unknown_source`.
@@ -109,7 +110,9 @@ def test_flood_of_hostile_packets(workdir: Path) -> None:
             f"receive-buffer drops +{kernel}; RSS {rss_before} -> {rss_after} kB; transfer "
             f"{r.mbps if r else 0:.0f} Mbit/s; drops {st['drops']}"
         )
-        assert r is not None and r.mbps > 50
+        # Data still flows beside the flood: a floor against plain TCP on
+        # this machine, not a benchmark.
+        assert r is not None and r.mbps > 0.002 * ref, (r, ref)
         assert out.strip() == "", "a flood packet reached the TUN"
         assert a.proc.poll() is None and b.proc.poll() is None
         assert rss_after - rss_before < 32 * 1024

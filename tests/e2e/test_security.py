@@ -307,9 +307,10 @@ def test_client_address_change_behind_nat(workdir: Path) -> None:
 def test_rekey_under_load_does_not_interrupt_traffic(workdir: Path, parallel: str | None) -> None:
     """Also with two workers sealing and opening every batch in parallel:
     nonces and the replay window must survive session changes mid-flow."""
-    from mptlab.traffic import iperf3
+    from mptlab.traffic import iperf3, reference_mbps
 
     with Topology(2) as topo:
+        ref = reference_mbps(topo)
         opts = TunnelOpts(
             paths=[PathOpts(1), PathOpts(2)],
             tunnel_v6=False,
@@ -326,5 +327,6 @@ def test_rekey_under_load_does_not_interrupt_traffic(workdir: Path, parallel: st
             f"retransmits {r.retransmits}; drops {a.status()['drops']}"
         )
         assert sa["rekeys"] >= 3
-        assert r.mbps > 200
+        # A floor against plain TCP on this machine, not a benchmark.
+        assert r.mbps > 0.01 * ref, (r.mbps, ref)
         assert a.status()["drops"]["bad_tag"] == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mptlab.daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from mptlab.netns import Topology
-from mptlab.traffic import iperf3, ping
+from mptlab.traffic import iperf3, ping, reference_mbps
 from mptlab.util import run
 
 COMBOS = [(4, 4), (6, 4), (4, 6), (6, 6)]
@@ -44,22 +44,30 @@ def test_mixed_path_versions_carry_both_tunnel_versions(workdir: Path) -> None:
 def test_tcp_over_two_paths_uses_both(workdir: Path) -> None:
     with Topology(2) as topo:
         a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
+        ref = reference_mbps(topo)
         r = iperf3(topo, TUNNEL_V4["b"], seconds=3)
-        assert r.mbps > 50, r
+        # Against plain TCP on this machine (mpt reaches about a quarter of
+        # an unshaped veth with offloads): a floor far below, for a broken
+        # data path, not a benchmark.
+        assert r.mbps > 0.01 * ref, (r, ref)
         st = a.status()
         sent = [p["tx_bytes"] for p in st["paths"]]
         assert min(sent) > 0.4 * max(sent), sent
         sb = b.status()
         assert sb["drops"]["late"] == 0 and sb["drops"]["duplicate"] == 0, sb["drops"]
-        print(f"\nTCP over 2 unshaped paths: {r.mbps:.0f} Mbit/s, retransmits {r.retransmits}")
+        print(
+            f"\nTCP over 2 unshaped paths: {r.mbps:.0f} Mbit/s ({r.mbps / ref:.2f} of plain "
+            f"{ref:.0f}), retransmits {r.retransmits}"
+        )
 
 
 def test_twelve_paths(workdir: Path) -> None:
     with Topology(12) as topo:
         paths = [PathOpts(i, 4 if i % 2 else 6) for i in range(1, 13)]
         a, _b = start_pair(topo, TunnelOpts(paths=paths), workdir)
+        ref = reference_mbps(topo)
         r = iperf3(topo, TUNNEL_V4["b"], seconds=3)
-        assert r.mbps > 50, r
+        assert r.mbps > 0.002 * ref, (r, ref)
         st = a.status()
         assert st["paths_up"] == 12
         assert all(p["tx_packets"] > 100 for p in st["paths"]), [

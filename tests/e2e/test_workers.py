@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
 from mptlab.netns import Topology
-from mptlab.traffic import iperf3, ping
+from mptlab.traffic import iperf3, ping, reference_mbps
 
 
 def _opts(parallel: str | None) -> TunnelOpts:
@@ -24,6 +24,7 @@ def _opts(parallel: str | None) -> TunnelOpts:
 def test_two_workers_always_share_batches_without_harm(workdir: Path) -> None:
     with Topology(2) as topo:
         a, b = start_pair(topo, _opts("always"), workdir)
+        ref = reference_mbps(topo)
         r = iperf3(topo, TUNNEL_V4["b"], seconds=3)
         assert ping(topo, "a", TUNNEL_V4["b"], count=3).received == 3
         for peer in (a, b):
@@ -40,7 +41,8 @@ def test_two_workers_always_share_batches_without_harm(workdir: Path) -> None:
             f"\n2 workers, parallel=always: TCP {r.mbps:.0f} Mbit/s, retransmits "
             f"{r.retransmits}; sender workers {a.status()['workers']['per_worker']}"
         )
-        assert r.mbps > 500
+        # A floor against plain TCP on this machine, not a benchmark.
+        assert r.mbps > 0.02 * ref, (r.mbps, ref)
         # One TCP flow over two unshaped paths: reordering beyond what the
         # reorder buffer hides would show as thousands of retransmissions.
         assert r.retransmits is not None and r.retransmits < 200
