@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use mpt_core::stats::DropReason;
 use mpt_core::testing::{addr, TestConfig};
 use mpt_core::tunnel::{Received, Tunnel};
-use mpt_core::wire::{write_header, HeaderFields, PacketType, HEADER_LEN};
+use mpt_core::wire::{write_header, Header, HeaderFields, PacketType, HEADER_LEN};
 use proptest::prelude::*;
 
 /// The peer's address (the remote of both paths).
@@ -55,7 +55,12 @@ proptest! {
         let mut dropped = 0;
         for (i, d) in dgrams.iter().enumerate() {
             let mut d = d.clone();
-            if let Received::Dropped(_) = t.recv(i as u64, i % 2, peer(), &mut d) {
+            // Bytes that are not even a header must be dropped, not
+            // silently consumed.
+            let parses = Header::new_checked(&d).is_ok();
+            let got = t.recv(i as u64, i % 2, peer(), &mut d);
+            prop_assert!(parses || matches!(got, Received::Dropped(_)), "{:?}", got);
+            if let Received::Dropped(_) = got {
                 dropped += 1;
             }
             t.handle_timeout(i as u64 * 1_000_000);
