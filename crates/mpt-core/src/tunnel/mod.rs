@@ -117,7 +117,7 @@ pub struct Transmit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
     /// `buf[offset..offset+len]` is the next inner packet: write it to the
-    /// TUN now, then drain [`Tunnel::poll_deliver`].
+    /// TUN now, then call [`Tunnel::deliver_ready`].
     Deliver { offset: usize, len: usize },
     /// Consumed (held for reordering, or a control packet).
     Consumed,
