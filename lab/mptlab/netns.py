@@ -33,7 +33,7 @@ import os
 import signal
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -273,8 +273,7 @@ class Topology:
         if emulate:
             self._start_emulator(shapes)
 
-    def _start_emulator(self, shapes: list[Shape]) -> None:
-        assert self.r is not None
+    def _emulator_config(self, shapes: list[Shape]) -> Path:
         links = []
         for i, s in enumerate(shapes, start=1):
             links.append(
@@ -286,7 +285,14 @@ class Topology:
                 }
             )
         path = Path(tempfile.gettempdir()) / f"{self.r}-netem.json"
-        path.write_text(json.dumps({"links": links}))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"links": links}))
+        tmp.replace(path)
+        return path
+
+    def _start_emulator(self, shapes: list[Shape]) -> None:
+        assert self.r is not None
+        path = self._emulator_config(shapes)
         self.emulator = subprocess.Popen(
             ["ip", "netns", "exec", self.r, str(netem_binary()), str(path)],
             stdout=subprocess.PIPE,
@@ -315,6 +321,31 @@ class Topology:
 
     def ns(self, side: str) -> str:
         return self.a if side == "a" else self.b
+
+    def shape_link(self, i: int, **changes: float) -> None:
+        """Change link i's rate_mbit, delay_ms, jitter_ms or loss now, in
+        both directions (a lab event: a radio link's capacity drops)."""
+        old = self.shapes[i - 1]
+        back = replace(old.reverse, **changes) if old.reverse else None
+        new = replace(old, **changes, reverse=back)
+        self.shapes = [*self.shapes[: i - 1], new, *self.shapes[i:]]
+        impairs = {"delay_ms", "jitter_ms", "loss"} & set(changes)
+        ends = ((self.a, self.dev(i, "a"), new), (self.b, self.dev(i, "b"), new.back()))
+        if self.emulator is not None:
+            if "rate_mbit" in changes:
+                for ns, dev, s in ends:
+                    run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
+            if impairs:
+                self._emulator_config(self.shapes)
+                self.emulator.send_signal(signal.SIGHUP)
+            return
+        if impairs and not kernel_has_netem():
+            raise RuntimeError(
+                f"link {i}: {', '.join(sorted(impairs))} can change only on an emulated link"
+            )
+        for ns, dev, s in ends:
+            run(["tc", "qdisc", "del", "dev", dev, "root"], ns=ns, check=False)
+            _qdisc(ns, dev, s, netem=True)
 
     def set_link(self, i: int, up: bool) -> None:
         """Cut or restore link i (both ends)."""

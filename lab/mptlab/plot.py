@@ -61,7 +61,7 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
     pts = doc["points"]
     made: list[Path] = []
     combos = sorted({(p["tunnel_v"], p["path_v"]) for p in pts if p["system"] == "mpt"})
-    traffics = sorted({p["traffic"] for p in pts if p["traffic"] != "voip"})
+    traffics = sorted({p["traffic"] for p in pts if not p["traffic"].startswith("voip")})
     for tv, pv in combos:
         for tr in traffics:
             by = _series(pts, tr, pv, tv)

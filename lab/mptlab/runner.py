@@ -95,6 +95,9 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-1w": {"workers": 1},
     "mpt-parallel": {"parallel": "always"},
     "mpt-recover": {"extra": "[reorder]\nrecover = true"},
+    # Static weights from the emulated link rates: today's weighted
+    # round-robin with knowledge a user lacks, for comparison only.
+    "mpt-wrr": {"weights": True},
     # The same tunnel run by an earlier build ($MPT_BASE_BIN): A/B in one run.
     "mpt-base": {"binary": base_binary},
 }
@@ -122,6 +125,22 @@ def cycles_per_byte(cpu_pct: dict[str, float], mbps: float) -> dict[str, float]:
     if tunnel:
         out["tunnel_cycles_per_byte"] = tunnel / 100 * hz / rate
     return out
+
+
+def _recovery(
+    timeline: list[tuple[float, float]], at_s: float, new_sum: float
+) -> tuple[float | None, float]:
+    """After a link changed at `at_s` (the links now sum to `new_sum`):
+    seconds until an interval reaches 85 % of the new sum (None: never),
+    and the longest run of intervals below 10 % of it (a stall)."""
+    after = [(t, m) for t, m in timeline if t > at_s]
+    reached = next((t for t, m in after if m >= 0.85 * new_sum), None)
+    recovery = None if reached is None else round(reached - at_s, 3)
+    longest = run = 0
+    for _, m in after:
+        run = run + 1 if m < 0.1 * new_sum else 0
+        longest = max(longest, run)
+    return recovery, round(longest * FAILOVER_INTERVAL_S, 3)
 
 
 class Runner:
@@ -165,7 +184,7 @@ class Runner:
             try:
                 if point.traffic == "tcp":
                     if sc.events and point.system != "plain":
-                        mbps, d = self._failover(topo, target)
+                        mbps, d = self._with_events(topo, target)
                     else:
                         r = iperf3(
                             topo,
@@ -199,13 +218,19 @@ class Runner:
                     )
                     h = http_download(topo, target.addr, size, wrap=target.wrap)
                     mbps, d = h.mbps, {"bytes": h.bytes, "seconds": h.seconds}
-                else:  # voip
-                    v = voip(topo, target.addr, seconds=sc.seconds)
+                else:  # voip, alone or beside a bulk TCP transfer
+                    bulk = self._bulk(topo, target) if point.traffic == "voip-bulk" else None
+                    try:
+                        v = voip(topo, target.addr, seconds=sc.seconds)
+                    finally:
+                        bulk_mbps = bulk() if bulk else None
                     mbps = v["mbps"]
                     d = {
                         k: v[k]
                         for k in ("owd_mean_ms", "owd_p99_ms", "jitter_ms", "loss", "reordered")
                     }
+                    if bulk_mbps is not None:
+                        d["bulk_tcp_mbps"] = bulk_mbps
             finally:
                 cpu = sampler.stop()
             results.append(mbps)
@@ -215,7 +240,7 @@ class Runner:
         point.mbps = statistics.median(results)
         point.mbps_min, point.mbps_max = min(results), max(results)
         point.efficiency = (
-            point.mbps / total_rate if total_rate and point.traffic != "voip" else None
+            point.mbps / total_rate if total_rate and not point.traffic.startswith("voip") else None
         )
         point.details = {**details, **target.notes, **cycles_per_byte(point.cpu_pct, point.mbps)}
         if target.peers:
@@ -223,8 +248,34 @@ class Runner:
             point.details["receiver_reorder"] = st.get("reorder")
             point.details["receiver_drops"] = {k: v for k, v in st.get("drops", {}).items() if v}
 
-    def _failover(self, topo: Topology, target: systems.Target) -> tuple[float, dict[str, Any]]:
-        """A TCP transfer with the scenario's cut/restore events applied."""
+    def _bulk(self, topo: Topology, target: systems.Target) -> Callable[[], float | None]:
+        """Start a bulk TCP transfer beside the measured traffic (on another
+        port, a little longer than it); the returned call waits for it and
+        gives its rate (None if it failed)."""
+        out: dict[str, Any] = {}
+
+        def transfer() -> None:
+            try:
+                out["r"] = iperf3(
+                    topo, target.addr, seconds=self.sc.seconds + 2, wrap=target.wrap, port=5202
+                )
+            except Exception as e:  # noqa: BLE001 - reported as no figure
+                out["err"] = str(e)
+
+        t = threading.Thread(target=transfer)
+        t.start()
+        time.sleep(1.0)  # let the transfer fill the links first
+
+        def finish() -> float | None:
+            t.join(timeout=self.sc.seconds + 60)
+            r = out.get("r")
+            return r.mbps if r else None
+
+        return finish
+
+    def _with_events(self, topo: Topology, target: systems.Target) -> tuple[float, dict[str, Any]]:
+        """A TCP transfer with the scenario's events applied (links cut,
+        restored or reshaped); every link is put back as it was after."""
         sc = self.sc
         out: dict[str, Any] = {}
 
@@ -240,6 +291,8 @@ class Runner:
             except Exception as e:  # noqa: BLE001 - recorded as not survived
                 out["err"] = str(e)
 
+        original = list(topo.shapes)
+        shaped_rates: list[float] = []
         t = threading.Thread(target=transfer)
         start = time.monotonic()
         t.start()
@@ -247,10 +300,18 @@ class Runner:
             delay = start + ev.at_s - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            topo.set_link(ev.link, up=ev.action == "restore")
+            if ev.action == "shape":
+                topo.shape_link(ev.link, **ev.changes())
+                shaped_rates = [s.rate_mbit or 0.0 for s in topo.shapes]
+            else:
+                topo.set_link(ev.link, up=ev.action == "restore")
         t.join(timeout=sc.seconds + 60)
         for ev in sc.events:  # leave links as found
             topo.set_link(ev.link, up=True)
+        for i, s in enumerate(original, start=1):
+            if topo.shapes[i - 1] != s:
+                keys = ("rate_mbit", "delay_ms", "jitter_ms", "loss")
+                topo.shape_link(i, **{k: getattr(s, k) for k in keys if getattr(s, k) is not None})
         if "r" not in out:
             return 0.0, {"survived": False, "error": out.get("err", "transfer did not finish")}
         r = out["r"]
@@ -266,12 +327,19 @@ class Runner:
             after = [(t_, m) for t_, m in timeline if t_ > cut]
             low = [t_ for t_, m in after if m < 0.1 * ref]
             outage = round(len(low) * FAILOVER_INTERVAL_S, 3)
+        shaped = min((e.at_s for e in sc.events if e.action == "shape"), default=None)
+        recovery = stall = None
+        if shaped is not None and sum(shaped_rates) > 0:
+            recovery, stall = _recovery(timeline, shaped, sum(shaped_rates))
         return r.mbps, {
             "survived": True,
             "retransmits": r.retransmits,
             "timeline": timeline,
             "events": [asdict(e) for e in sc.events],
             "outage_s": outage,
+            "recovery_s": recovery,
+            "longest_stall_s": stall,
+            "rates_after_shape": shaped_rates or None,
         }
 
     # -- scenario loop ------------------------------------------------------

@@ -18,9 +18,10 @@ A scenario file::
 
     [run]
     systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel",
-                                          # "mpt-recover", "hook"
+                                          # "mpt-recover", "mpt-wrr" (weights
+                                          # from the link rates), "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
-    traffic = ["tcp", "udp", "http", "voip"]
+    traffic = ["tcp", "udp", "http", "voip"]  # and "voip-bulk": VoIP beside a TCP transfer
     seconds = 5
     repeats = 1
     tcp_streams = 1
@@ -29,8 +30,10 @@ A scenario file::
 
     [[event]]                 # optional, during TCP transfers
     at_s = 3
-    action = "cut"            # or "restore"
-    link = 2
+    action = "cut"            # or "restore", or "shape" with any of:
+    link = 2                  # rate_mbit, delay_ms, jitter_ms, loss (both
+                              # directions; delay/jitter/loss need a link that
+                              # starts with some delay, so it is emulated)
 
     [hook]                    # optional: any other tunnel, for "hook"
     up = "/path/up.sh"        # prints the address to send to (example: tests/e2e/tools/vxlan-up.sh)
@@ -59,11 +62,12 @@ SYSTEMS = (
     "mpt-1w",
     "mpt-parallel",
     "mpt-recover",
+    "mpt-wrr",
     "mpt-base",
     "mptcp",
     "hook",
 )
-TRAFFIC = ("tcp", "udp", "http", "voip")
+TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk")
 LINK_KEYS = {
     "rate_mbit",
     "delay_ms",
@@ -98,6 +102,16 @@ class Event:
     at_s: float
     action: str
     link: int
+    # For "shape": the link's new settings (None: unchanged).
+    rate_mbit: float | None = None
+    delay_ms: float | None = None
+    jitter_ms: float | None = None
+    loss: float | None = None
+
+    def changes(self) -> dict[str, float]:
+        """The settings a "shape" event changes."""
+        keys = ("rate_mbit", "delay_ms", "jitter_ms", "loss")
+        return {k: v for k in keys if (v := getattr(self, k)) is not None}
 
 
 @dataclass
@@ -154,6 +168,39 @@ def _shape(where: str, d: dict[str, Any]) -> Shape:
     return s
 
 
+SHAPE_EVENT_KEYS = {"rate_mbit", "delay_ms", "jitter_ms", "loss"}
+
+
+def _event(where: str, e: dict[str, Any]) -> Event:
+    _check_keys(where, e, {"at_s", "action", "link"} | SHAPE_EVENT_KEYS)
+    action = e.get("action")
+    if action not in ("cut", "restore", "shape"):
+        raise ScenarioError(f"{where}.action: must be cut, restore or shape")
+    for k in ("at_s", "link"):
+        if k not in e:
+            raise ScenarioError(f"{where}.{k}: missing")
+    try:
+        kw = {k: float(e[k]) for k in SHAPE_EVENT_KEYS if k in e}
+        ev = Event(float(e["at_s"]), action, int(e["link"]), **kw)
+    except (TypeError, ValueError) as err:
+        raise ScenarioError(f"{where}: {err}") from err
+    if ev.at_s < 0:
+        raise ScenarioError(f"{where}.at_s: must be zero or more seconds")
+    if action == "shape" and not ev.changes():
+        keys = ", ".join(sorted(SHAPE_EVENT_KEYS))
+        raise ScenarioError(f"{where}: a shape event needs one of {keys}")
+    if action != "shape" and ev.changes():
+        raise ScenarioError(f'{where}: link settings go with action = "shape" only')
+    if ev.rate_mbit is not None and ev.rate_mbit <= 0:
+        raise ScenarioError(f"{where}.rate_mbit: must be positive")
+    if ev.loss is not None and not 0 <= ev.loss < 1:
+        raise ScenarioError(f"{where}.loss: a fraction within 0..1 (0.02 = 2%)")
+    for k in ("delay_ms", "jitter_ms"):
+        if (v := getattr(ev, k)) is not None and v < 0:
+            raise ScenarioError(f"{where}.{k}: must be zero or more")
+    return ev
+
+
 def _list(where: str, v: Any, allowed: tuple[str, ...] | None = None) -> list[Any]:
     items = v if isinstance(v, list) else [v]
     if allowed is not None:
@@ -181,12 +228,20 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     for c in counts:
         if not 1 <= c <= 32:
             raise ScenarioError(f"{source}: topology.links: {c} is outside 1..32")
-    events = []
-    for i, e in enumerate(data.get("event", [])):
-        _check_keys(f"{source}: [[event]] #{i + 1}", e, {"at_s", "action", "link"})
-        if e.get("action") not in ("cut", "restore"):
-            raise ScenarioError(f"{source}: [[event]] #{i + 1}: action must be cut or restore")
-        events.append(Event(float(e["at_s"]), e["action"], int(e["link"])))
+    events = [
+        _event(f"{source}: [[event]] #{i + 1}", e) for i, e in enumerate(data.get("event", []))
+    ]
+    for i, ev in enumerate(events):
+        where = f"{source}: [[event]] #{i + 1}"
+        if not 1 <= ev.link <= max(counts):
+            raise ScenarioError(f"{where}.link: {ev.link} is not a link of this topology")
+        impairs = {"delay_ms", "jitter_ms", "loss"} & set(ev.changes())
+        link_shapes = shapes or [shape]
+        if impairs and not any(s.impaired() for s in link_shapes):
+            raise ScenarioError(
+                f"{where}: {', '.join(sorted(impairs))} can change only on an emulated "
+                "topology; give the links a delay_ms to start with"
+            )
     hook = data.get("hook", {})
     _check_keys(f"{source}: [hook]", hook, {"up", "down"})
     sc = Scenario(

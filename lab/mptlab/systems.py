@@ -47,7 +47,8 @@ class Target:
 
 
 def weights_for(rates: list[float]) -> list[int]:
-    """Path weights proportional to link rates (all 1 when unshaped)."""
+    """Path weights proportional to link rates (all 1 when unshaped): what
+    only the lab knows, for the `mpt-wrr` comparison system."""
     known = [r for r in rates if r > 0]
     if len(known) != len(rates):
         return [1] * len(rates)
@@ -72,10 +73,13 @@ def mpt(
     workers: int | None = None,
     parallel: str | None = None,
     binary: Path | None = None,
+    weights: bool = False,
 ) -> Iterator[Target]:
     """mpt over every link; `security` "keys" (encrypted) or "insecure";
-    `workers` threads per daemon (None: one per core)."""
-    w = weights_for(rates)
+    `workers` threads per daemon (None: one per core). Path weights stay at
+    their default unless `weights` (set from the emulated rates, which a
+    user does not know: the `mpt-wrr` system)."""
+    w = weights_for(rates) if weights else [1] * len(rates)
     opts = TunnelOpts(
         paths=[PathOpts(i + 1, path_v, weight=w[i]) for i in range(topo.n)],
         tunnel_v4=tunnel_v == 4,

@@ -24,6 +24,9 @@ def test_every_shipped_scenario_loads_and_has_a_drawing() -> None:
         "wifi-lte",
         "failover",
         "lossy",
+        "three-unequal",
+        "capacity-drop",
+        "voip-wifi-lte",
     }
     assert expected <= names
     for sc in scenario.available():
@@ -56,7 +59,17 @@ def test_explicit_links_fix_the_count() -> None:
         ({"topology": {"links": [0]}}, "outside 1..32"),
         ({"topology": {"loss": 2}}, "a fraction"),
         ({"run": {"systems": ["hook"]}}, "needs [hook] up and down"),
-        ({"event": [{"at_s": 1, "action": "explode", "link": 1}]}, "cut or restore"),
+        ({"event": [{"at_s": 1, "action": "explode", "link": 1}]}, "cut, restore or shape"),
+        ({"event": [{"at_s": 1, "action": "shape", "link": 1}]}, "needs one of"),
+        ({"event": [{"at_s": 1, "action": "cut", "link": 1, "rate_mbit": 5}]}, 'shape" only'),
+        ({"event": [{"at_s": 1, "action": "shape", "link": 3, "rate_mbit": 5}]}, "not a link"),
+        ({"event": [{"at_s": 1, "action": "shape", "link": 1, "rate_mbit": 0}]}, "positive"),
+        ({"event": [{"at_s": 1, "action": "shape", "link": 1, "loss": 1.5}]}, "a fraction"),
+        (
+            {"event": [{"at_s": 1, "action": "shape", "link": 1, "delay_ms": 9}]},
+            "only on an emulated topology",
+        ),
+        ({"event": [{"action": "cut", "link": 1}]}, "at_s: missing"),
         ({"colour": 1}, "unknown key 'colour'"),
     ],
 )
@@ -112,3 +125,31 @@ def test_a_link_direction_can_differ() -> None:
     bad = {"topology": {"link": [{"reverse": {"speed": 1}}]}}
     with pytest.raises(scenario.ScenarioError, match="reverse: unknown key 'speed'"):
         scenario.parse(bad, "x.toml")
+
+
+def test_shape_events_parse_with_their_settings() -> None:
+    sc = scenario.parse(
+        {
+            "topology": {"links": [2], "rate_mbit": 100, "delay_ms": 5},
+            "event": [
+                {"at_s": 4, "action": "shape", "link": 2, "rate_mbit": 10, "loss": 0.01},
+                {"at_s": 6, "action": "restore", "link": 1},
+            ],
+        },
+        "x.toml",
+    )
+    assert sc.events[0].changes() == {"rate_mbit": 10.0, "loss": 0.01}
+    assert sc.events[1].changes() == {}
+
+
+def test_mpt_has_no_weights_but_mpt_wrr_has_the_lab_s() -> None:
+    import inspect
+
+    from mptlab import systems
+    from mptlab.runner import MPT_VARIANTS
+
+    # A user does not know the links' rates: the `mpt` system runs with
+    # default weights; only `mpt-wrr` takes them from the emulation.
+    assert inspect.signature(systems.mpt).parameters["weights"].default is False
+    assert MPT_VARIANTS["mpt-wrr"] == {"weights": True}
+    assert [k for k, v in MPT_VARIANTS.items() if v.get("weights")] == ["mpt-wrr"]

@@ -15,6 +15,8 @@
 //! with direction fields `delay_ms`, `jitter_ms`, `loss`, `loss_burst`,
 //! `limit`, `reorder`. It prints `ready` on stdout once forwarding, and on
 //! SIGINT/SIGTERM prints per-direction counters as one JSON line and exits.
+//! SIGHUP re-reads the file: the same links with new settings take effect
+//! for frames arriving from then on (lab events that change a link).
 //!
 //! Invariants: every frame is counted once (passed, lost, queue-dropped, or
 //! send error); a bad configuration exits with status 2 and a message naming
@@ -86,7 +88,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cfg) {
+    match run(cfg, &path) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -95,11 +97,41 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cfg: Cfg) -> std::io::Result<()> {
+/// Re-read the configuration (SIGHUP): new delay, jitter and loss for the
+/// same links; anything else is refused with a message and the old settings
+/// stay.
+fn reload(path: &str, cfg: &Cfg, dirs: &mut [Dir]) {
+    let new = match load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("reload refused: {e}");
+            return;
+        }
+    };
+    let same = new.links.len() == cfg.links.len()
+        && new
+            .links
+            .iter()
+            .zip(&cfg.links)
+            .all(|(n, o)| n.a == o.a && n.b == o.b);
+    if !same {
+        eprintln!("reload refused: {path}: the links must stay the same");
+        return;
+    }
+    for (i, l) in new.links.iter().enumerate() {
+        dirs[2 * i].model.set_spec(l.a_to_b.clone());
+        dirs[2 * i + 1].model.set_spec(l.b_to_a.clone());
+    }
+    eprintln!("reloaded {path}");
+}
+
+fn run(cfg: Cfg, path: &str) -> std::io::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))?;
     }
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
     set_timer_slack_ns(1);
     let mut socks = vec![];
     let mut dirs = vec![];
@@ -131,6 +163,9 @@ fn run(cfg: Cfg) -> std::io::Result<()> {
     println!("ready");
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Relaxed) {
+        if hup.swap(false, Ordering::Relaxed) {
+            reload(path, &cfg, &mut dirs);
+        }
         let now = monotonic_ns();
         let next = dirs.iter().filter_map(|d| d.model.next_release()).min();
         let timeout = next.map(|t| t.saturating_sub(now));

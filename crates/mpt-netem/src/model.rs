@@ -175,14 +175,27 @@ pub struct Direction {
     pub stats: DirStats,
 }
 
+/// Gilbert-Elliott transition probabilities (enter bad, leave bad) for a
+/// mean loss and mean burst length.
+fn burst_model(spec: &DirSpec) -> (f64, f64) {
+    if spec.loss_burst > 1.0 && spec.loss > 0.0 {
+        let r = 1.0 / spec.loss_burst;
+        (spec.loss * r / (1.0 - spec.loss), r)
+    } else {
+        (0.0, 1.0)
+    }
+}
+
 impl Direction {
+    /// Change delay, jitter, loss and the rest from now on (a lab event);
+    /// frames already held keep their release times.
+    pub fn set_spec(&mut self, spec: DirSpec) {
+        (self.p_enter_bad, self.p_leave_bad) = burst_model(&spec);
+        self.spec = spec;
+    }
+
     pub fn new(spec: DirSpec, seed: u64) -> Self {
-        let (p, r) = if spec.loss_burst > 1.0 && spec.loss > 0.0 {
-            let r = 1.0 / spec.loss_burst;
-            (spec.loss * r / (1.0 - spec.loss), r)
-        } else {
-            (0.0, 1.0)
-        };
+        let (p, r) = burst_model(&spec);
         Self {
             spec,
             rng: Rng::new(seed),
