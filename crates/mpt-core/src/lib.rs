@@ -6,6 +6,8 @@
 //! * [`wire`] — the on-the-wire header, probe bodies and their codecs;
 //! * [`ip`] — field views over inner IPv4/IPv6/TCP/UDP packets and the
 //!   Internet checksum, shared with the I/O layer's offloads;
+//! * [`estimate`] — per-path delivery rate, one-way delay floor and queueing
+//!   delay, loss by cause, measured where packets arrive;
 //! * [`path`] — per-path state: liveness, RTT (RFC 6298), jitter (RFC 3550),
 //!   loss and counters;
 //! * [`sched`] — the [`sched::Scheduler`] trait and smooth weighted round-robin;
@@ -25,6 +27,7 @@
 //! * nothing here panics on any input (fuzzed in `fuzz/`).
 
 pub mod crypto;
+pub mod estimate;
 pub mod ip;
 pub mod path;
 pub mod reorder;

@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 
+use crate::estimate::{Estimates, LossSplit, PathMeters};
 use crate::{Nanos, NANOS_PER_MS};
 
 /// RFC 6298 §2.3 gain for SRTT.
@@ -102,6 +103,8 @@ pub struct PathState {
     owd_last: Option<i64>,
     owd_min: Option<i64>,
     jitter: u64,
+    /// Delivery rate, queueing delay and loss by cause, peer → us.
+    meters: PathMeters,
     peer_rx_packets: u64,
     peer_rx_seq: u32,
     /// Report at the start of the current loss interval: (packets, seq, time).
@@ -146,6 +149,7 @@ impl PathState {
             owd_last: None,
             owd_min: None,
             jitter: 0,
+            meters: PathMeters::default(),
             peer_rx_packets: 0,
             peer_rx_seq: 0,
             loss_mark: None,
@@ -185,7 +189,9 @@ impl PathState {
                 self.rx_highest_seq.saturating_add_signed(i64::from(delta))
             }
         };
+        let mut lost = 0;
         if ext > self.rx_highest_seq {
+            lost = ext - self.rx_highest_seq - 1;
             self.rx_highest_seq = ext;
         } else if self.rx_packets > 1 && ext < self.rx_highest_seq {
             self.rx_out_of_order += 1;
@@ -199,6 +205,12 @@ impl PathState {
         }
         self.owd_last = Some(transit_ns);
         self.owd_min = Some(self.owd_min.map_or(transit_ns, |m| m.min(transit_ns)));
+        self.meters.on_packet(now, len, transit_ns, lost);
+    }
+
+    /// What this side measures of the path's receive direction.
+    pub fn rx_estimates(&self, now: Nanos) -> Estimates {
+        self.meters.estimates(now)
     }
 
     /// An RTT sample from an echo (RFC 6298 §2.2–2.3).
@@ -296,6 +308,7 @@ impl PathState {
         let ms = |n: Nanos| n as f64 / NANOS_PER_MS as f64;
         let rx_expected = self.rx_packets.saturating_add(self.rx_lost());
         let peer_expected = u64::from(self.peer_rx_seq) + 1;
+        let est = self.meters.estimates(now);
         PathStatus {
             name: self.cfg.name.clone(),
             state: if self.up { "up" } else { "down" },
@@ -329,6 +342,9 @@ impl PathState {
             },
             tx_loss_recent: self.tx_loss_ewma,
             rx_reordered: self.rx_out_of_order,
+            rx_rate_mbps: est.rate_bps.map(|b| b as f64 / 1e6),
+            rx_queueing_ms: est.queueing_ns.map(ms),
+            rx_lost_by_cause: est.loss,
             last_heard_ms: self.last_rx.map(|t| ms(now.saturating_sub(t))),
             receiving: self.rx_up,
             peer_hears_us: self.peer_hears_us,
@@ -373,6 +389,13 @@ pub struct PathStatus {
     pub tx_loss_recent: f64,
     /// Packets that arrived below the highest per-path sequence.
     pub rx_reordered: u64,
+    /// Delivery rate peer → us (the path's capacity while saturated).
+    pub rx_rate_mbps: Option<f64>,
+    /// Queueing delay peer → us: smoothed one-way delay above its floor
+    /// (exact without synchronised clocks).
+    pub rx_queueing_ms: Option<f64>,
+    /// Packets lost peer → us, by cause (link: no queue stood).
+    pub rx_lost_by_cause: LossSplit,
     /// Time since anything was heard on the path.
     pub last_heard_ms: Option<f64>,
     /// We hear the peer on this path (our receive direction is up).

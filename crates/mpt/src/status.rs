@@ -175,6 +175,17 @@ pub fn render(v: &Value) -> String {
             num(p, "ups"),
             num(p, "downs"),
         );
+        let cause = p.get("rx_lost_by_cause").cloned().unwrap_or(Value::Null);
+        let _ = writeln!(
+            o,
+            "    received: {} Mbit/s delivery rate, {} ms queueing, lost {} on the link / {} at a queue",
+            p.get("rx_rate_mbps")
+                .and_then(Value::as_f64)
+                .map_or("-".into(), |x| format!("{x:.1}")),
+            ms(p, "rx_queueing_ms"),
+            num(&cause, "link"),
+            num(&cause, "congestion"),
+        );
     }
     let c = v.get("counters").cloned().unwrap_or(Value::Null);
     let _ = writeln!(
