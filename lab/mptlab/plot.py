@@ -4,7 +4,9 @@
   sum-of-links line;
 * efficiency (throughput / sum of links) against the number of links;
 * CPU (sum over the involved processes) against the number of links;
-* throughput over time for failover runs, with the cut and restore marked.
+* throughput over time for runs with events, each cut, restore or reshape
+  marked;
+* one-way delay CDFs of VoIP streams, every system on one figure.
 
 Invariant: plots are drawn from raw.json only; matplotlib runs headless.
 """
@@ -135,7 +137,29 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
             made += _save(fig, outdir, f"cpu-{tr}-{tv}in{pv}")
-    # Failover timelines.
+    # One-way delay CDFs of the VoIP streams, every system on one figure.
+    for tr in sorted({p["traffic"] for p in pts if p["traffic"].startswith("voip")}):
+        curves = [
+            p for p in pts if p["traffic"] == tr and (p.get("details") or {}).get("owd_cdf_ms")
+        ]
+        if not curves:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for p in curves:
+            cdf = p["details"]["owd_cdf_ms"]
+            ms = [v for _, v in cdf]
+            frac = [q / 100 for q, _ in cdf]
+            colour = STYLE.get(p["system"], ("tab:gray", ""))[0]
+            ax.plot(ms, frac, color=colour, label=f"{p['system']} {p['ip']}")
+        ax.set(
+            xlabel="one-way delay (ms; both namespaces share one clock)",
+            ylabel="fraction of packets",
+            title=f"{tr}: one-way delay of the VoIP stream",
+        )
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        made += _save(fig, outdir, f"owd-cdf-{tr}")
+    # Timelines of runs with events (cut, restore, shape).
     for p in pts:
         det = p.get("details") or {}
         if "timeline" not in det:
@@ -143,20 +167,31 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 3.5))
         t, m = zip(*det["timeline"], strict=False) if det["timeline"] else ((), ())
         ax.step(t, m, where="post", color=STYLE.get(p["system"], ("tab:red", ""))[0])
+        colours = {"cut": "red", "restore": "green", "shape": "darkorange"}
         for ev in det.get("events", []):
+            new = ", ".join(
+                f"{k} {ev[k]:g}"
+                for k in ("rate_mbit", "delay_ms", "jitter_ms", "loss")
+                if ev.get(k) is not None
+            )
             ax.axvline(
                 ev["at_s"],
-                color="red" if ev["action"] == "cut" else "green",
+                color=colours.get(ev["action"], "gray"),
                 ls="--",
-                label=f"link {ev['link']} {ev['action']}",
+                label=f"link {ev['link']} {ev['action']}" + (f": {new}" if new else ""),
             )
+        after = (
+            f"back to 85 % in {det.get('recovery_s')} s, longest stall "
+            f"{det.get('longest_stall_s')} s"
+            if det.get("rates_after_shape")
+            else f"outage {det.get('outage_s')} s"
+        )
         ax.set(
             xlabel="seconds",
             ylabel="Mbit/s",
-            title=f"failover: {p['system']} {p['ip']}, {p['links']} links, "
-            f"outage {det.get('outage_s')} s",
+            title=f"{p['scenario']}: {p['system']} {p['ip']}, {p['links']} links, {after}",
         )
         ax.grid(alpha=0.3)
         ax.legend()
-        made += _save(fig, outdir, f"failover-{p['system']}-{p['ip']}-{p['links']}")
+        made += _save(fig, outdir, f"{p['scenario']}-{p['system']}-{p['ip']}-{p['links']}")
     return made

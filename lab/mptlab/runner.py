@@ -227,7 +227,15 @@ class Runner:
                     mbps = v["mbps"]
                     d = {
                         k: v[k]
-                        for k in ("owd_mean_ms", "owd_p99_ms", "jitter_ms", "loss", "reordered")
+                        for k in (
+                            "owd_mean_ms",
+                            "owd_p99_ms",
+                            "jitter_ms",
+                            "loss",
+                            "reordered",
+                            "owd_cdf_ms",
+                        )
+                        if k in v
                     }
                     if bulk_mbps is not None:
                         d["bulk_tcp_mbps"] = bulk_mbps

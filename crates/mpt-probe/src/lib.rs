@@ -78,7 +78,16 @@ pub struct Summary {
     pub owd_p99_ms: Option<f64>,
     pub jitter_ms: f64,
     pub mbps: f64,
+    /// The one-way delay distribution: `[percentile, ms]` at 0, 5, …, 95,
+    /// 99, 99.9 and 100 % (for CDF plots); empty without samples.
+    pub owd_cdf_ms: Vec<[f64; 2]>,
 }
+
+/// Percentiles of [`Summary::owd_cdf_ms`].
+pub const CDF_PERCENTILES: [f64; 24] = [
+    0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 65.0, 70.0, 75.0,
+    80.0, 85.0, 90.0, 95.0, 99.0, 99.9, 99.99, 100.0,
+];
 
 /// Largest sequence number tracked (bounds the bitmap at 16 MiB).
 const MAX_SEQ: u64 = 1 << 27;
@@ -164,6 +173,10 @@ impl StreamStats {
             } else {
                 0.0
             },
+            owd_cdf_ms: CDF_PERCENTILES
+                .iter()
+                .filter_map(|p| pct(p / 100.0).map(|v| [*p, v]))
+                .collect(),
         }
     }
 }
@@ -209,5 +222,22 @@ mod tests {
         s.on_datagram(&pkt(0, 0), 1_000);
         s.on_datagram(&pkt(1, 0), 2_600);
         assert!((s.summary(None).jitter_ms - 100.0 / 1e6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_delay_cdf_rises_from_the_minimum_to_the_maximum() {
+        let mut s = StreamStats::default();
+        assert!(s.summary(None).owd_cdf_ms.is_empty());
+        // Delays 1..=100 µs.
+        for seq in 0..100u64 {
+            s.on_datagram(&pkt(seq, 0), (seq + 1) * 1_000);
+        }
+        let cdf = s.summary(None).owd_cdf_ms;
+        assert_eq!(cdf.len(), CDF_PERCENTILES.len());
+        assert_eq!(cdf[0], [0.0, 0.001]);
+        assert_eq!(cdf[cdf.len() - 1], [100.0, 0.1]);
+        assert!(cdf
+            .windows(2)
+            .all(|w| w[0][1] <= w[1][1] && w[0][0] < w[1][0]));
     }
 }
