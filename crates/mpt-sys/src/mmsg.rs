@@ -178,22 +178,32 @@ fn zeroed_mmsghdr() -> libc::mmsghdr {
     unsafe { std::mem::zeroed() }
 }
 
-/// Scratch for `recvmmsg` over up to `capacity` buffers.
-pub struct MmsgRecv {
+/// The kernel-facing headers of one batch call, reused within their
+/// capacity.
+struct Scratch {
     addrs: Vec<libc::sockaddr_storage>,
     ctrl: Vec<Cmsg>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
 }
 
-impl MmsgRecv {
-    pub fn new(capacity: usize) -> Self {
+impl Scratch {
+    fn new(capacity: usize) -> Self {
         Self {
             addrs: vec![zeroed_storage(); capacity],
             ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
             iovs: Vec::with_capacity(capacity),
             msgs: Vec::with_capacity(capacity),
         }
+    }
+}
+
+/// Scratch for `recvmmsg` over up to `capacity` buffers.
+pub struct MmsgRecv(Scratch);
+
+impl MmsgRecv {
+    pub fn new(capacity: usize) -> Self {
+        Self(Scratch::new(capacity))
     }
 
     /// Receive into `bufs` (at most `capacity` of them) without blocking;
@@ -206,13 +216,13 @@ impl MmsgRecv {
         bufs: &mut [Vec<u8>],
         meta: &mut [RecvMeta],
     ) -> io::Result<usize> {
-        let n = bufs.len().min(meta.len()).min(self.addrs.len());
-        let Self {
+        let n = bufs.len().min(meta.len()).min(self.0.addrs.len());
+        let Scratch {
             addrs,
             ctrl,
             iovs,
             msgs,
-        } = self;
+        } = &mut self.0;
         iovs.clear();
         iovs.extend(bufs[..n].iter_mut().map(|b| libc::iovec {
             iov_base: b.as_mut_ptr().cast(),
@@ -257,21 +267,11 @@ impl MmsgRecv {
 }
 
 /// Scratch for `sendmmsg` of up to `capacity` messages and chunks.
-pub struct MmsgSend {
-    addrs: Vec<libc::sockaddr_storage>,
-    ctrl: Vec<Cmsg>,
-    iovs: Vec<libc::iovec>,
-    msgs: Vec<libc::mmsghdr>,
-}
+pub struct MmsgSend(Scratch);
 
 impl MmsgSend {
     pub fn new(capacity: usize) -> Self {
-        Self {
-            addrs: vec![zeroed_storage(); capacity],
-            ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
-            iovs: Vec::with_capacity(capacity),
-            msgs: Vec::with_capacity(capacity),
-        }
+        Self(Scratch::new(capacity))
     }
 
     /// Send `msgs` (at most `capacity`) whose chunks lie in `buf`; calls
@@ -286,16 +286,16 @@ impl MmsgSend {
         chunks: &[Chunk],
         mut failed: impl FnMut(usize, io::Error),
     ) {
-        let n = msgs.len().min(self.addrs.len());
+        let n = msgs.len().min(self.0.addrs.len());
         for (i, _) in msgs.iter().enumerate().skip(n) {
             failed(i, io::Error::from(io::ErrorKind::InvalidInput));
         }
-        let Self {
+        let Scratch {
             addrs,
             ctrl,
             iovs,
             msgs: hdrs,
-        } = self;
+        } = &mut self.0;
         iovs.clear();
         for c in chunks {
             let ok = c.start.checked_add(c.len).is_some_and(|e| e <= buf.len());

@@ -120,6 +120,13 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
 
     fn flush_tx(&mut self) {
         let now = self.clock.now();
+        let (mut flush, tunnel) = self.flush_parts();
+        flush.run(tunnel, now);
+    }
+
+    /// The transmit slots and what sending them needs, borrowed apart from
+    /// the tunnel (which a burst may hold meanwhile).
+    fn flush_parts(&mut self) -> (Flush<'_, P>, &mut Tunnel) {
         let Engine {
             tx,
             paths,
@@ -130,15 +137,15 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             tunnel,
             ..
         } = self;
-        Flush {
+        let flush = Flush {
             tx,
             paths,
             workers,
             seal_ok,
             failures: send_failures,
             io,
-        }
-        .run(tunnel, now);
+        };
+        (flush, tunnel)
     }
 
     /// One batch read straight into the free transmit slots.
@@ -260,45 +267,29 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             return;
         };
         let now = self.clock.now();
-        let Engine {
-            tx,
-            paths,
-            workers,
-            seal_ok,
-            send_failures,
-            io,
-            tunnel,
-            ..
-        } = self;
+        let (mut flush, tunnel) = self.flush_parts();
         let mut burst = tunnel.burst(pkt.len(), count);
         let mut cut = 0;
         for i in 0..count {
-            if tx.is_full() {
-                Flush {
-                    tx: &mut *tx,
-                    paths: &mut *paths,
-                    workers,
-                    seal_ok: &mut *seal_ok,
-                    failures: &mut *send_failures,
-                    io: &mut *io,
-                }
-                .run(&mut burst, now);
+            if flush.tx.is_full() {
+                flush.run(&mut burst, now);
             }
-            let Some(slot) = tx.slot() else {
+            let Some(slot) = flush.tx.slot() else {
                 break;
             };
             let end = slot.len() - TAG_LEN;
             let Ok(len) = segment_at(pkt, h, i, &mut slot[HEADER_LEN..end]) else {
-                io.offload_errors += 1;
+                flush.io.offload_errors += 1;
                 break;
             };
             match burst.send_unsealed(now, slot, len) {
-                Some(t) => tx.commit(meta(&t)),
-                None => tx.skip(),
+                Some(t) => flush.tx.commit(meta(&t)),
+                None => flush.tx.skip(),
             }
             cut += 1;
         }
         drop(burst);
+        let io = &mut *flush.io;
         let (supers, segments) = if udp {
             (&mut io.uso_super_packets, &mut io.uso_segments)
         } else {

@@ -20,7 +20,7 @@
 //! headers, fragments), which then travels unmodified; a coalesced packet
 //! never exceeds [`MAX_SUPER_PACKET`] bytes or [`MAX_SEGMENTS`] segments.
 
-use mpt_core::ip::checksum::{fold, sum16};
+use mpt_core::ip::checksum::{fold, pseudo, sum16};
 use mpt_core::ip::Ip;
 
 pub mod tcp;
@@ -146,6 +146,34 @@ fn cut(pkt: &[u8], g: &Geometry, i: usize, out: &mut [u8]) -> Result<usize, Offl
     out[..hdrs].copy_from_slice(&pkt[..hdrs]);
     out[hdrs..len].copy_from_slice(chunk);
     Ok(len)
+}
+
+/// Make a merged packet a valid super-packet for the TUN: IP length, the
+/// transport checksum field holding the folded pseudo-header sum (a partial
+/// checksum, `NEEDS_CSUM`), and the virtio header that describes it. The
+/// caller has set protocol-specific lengths first.
+fn finish_super(
+    pkt: &mut [u8],
+    head: &Head,
+    proto: u8,
+    csum_offset: usize,
+    gso_type: u8,
+    gso_size: usize,
+) -> VnetHdr {
+    let ip = head.ip;
+    let len = pkt.len();
+    ip.set_total_len(pkt, len, None);
+    let p = fold(pseudo(pkt, &ip, proto, len - ip.header_len));
+    let at = ip.header_len + csum_offset;
+    pkt[at..at + 2].copy_from_slice(&p.to_be_bytes());
+    VnetHdr {
+        flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+        gso_type,
+        hdr_len: head.headers as u16,
+        gso_size: gso_size as u16,
+        csum_start: ip.header_len as u16,
+        csum_offset: csum_offset as u16,
+    }
 }
 
 /// Complete a partial checksum (`NEEDS_CSUM` without GSO): the field at

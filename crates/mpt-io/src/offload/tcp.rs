@@ -11,10 +11,7 @@
 use mpt_core::ip::checksum::{fold, pseudo, sum16};
 use mpt_core::ip::{tcp_flags, Ip, Tcp, PROTO_TCP, TCP_HEADER_LEN};
 
-use super::{
-    cut, Flow, Geometry, Head, OffloadError, VnetHdr, GSO_TCPV4, GSO_TCPV6,
-    VIRTIO_NET_HDR_F_NEEDS_CSUM,
-};
+use super::{cut, finish_super, Flow, Geometry, Head, OffloadError, VnetHdr, GSO_TCPV4, GSO_TCPV6};
 
 /// The IP and TCP headers of a packet we can segment or coalesce.
 fn parse(pkt: &[u8]) -> Option<(Ip, Tcp)> {
@@ -131,25 +128,12 @@ impl Flow for TcpFlow {
     }
 
     fn finish(pkt: &mut [u8], head: &Head, gso_size: usize) -> VnetHdr {
-        let ip = head.ip;
-        let len = pkt.len();
-        ip.set_total_len(pkt, len, None);
-        // Partial checksum: the field holds the folded pseudo-header sum.
-        let p = fold(pseudo(pkt, &ip, PROTO_TCP, len - ip.header_len));
-        let at = ip.header_len + 16;
-        pkt[at..at + 2].copy_from_slice(&p.to_be_bytes());
-        VnetHdr {
-            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-            gso_type: if ip.version == 4 {
-                GSO_TCPV4
-            } else {
-                GSO_TCPV6
-            },
-            hdr_len: head.headers as u16,
-            gso_size: gso_size as u16,
-            csum_start: ip.header_len as u16,
-            csum_offset: 16,
-        }
+        let gso_type = if head.ip.version == 4 {
+            GSO_TCPV4
+        } else {
+            GSO_TCPV6
+        };
+        finish_super(pkt, head, PROTO_TCP, 16, gso_type, gso_size)
     }
 }
 

@@ -5,7 +5,9 @@ use mpt_core::ip::checksum::{fold, sum16};
 use mpt_core::ip::{ipv4_fill_checksum, Ip};
 
 use super::*;
-use crate::offload::{finish_checksum, TcpCoalescer as Coalescer, VNET_HDR_LEN};
+use crate::offload::{
+    finish_checksum, TcpCoalescer as Coalescer, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
+};
 
 const TCP_ACK: u8 = tcp_flags::ACK;
 const TCP_PSH: u8 = tcp_flags::PSH;

@@ -18,9 +18,7 @@
 use mpt_core::ip::checksum::{fold, pseudo, sum16};
 use mpt_core::ip::{Ip, Udp, PROTO_UDP, UDP_HEADER_LEN};
 
-use super::{
-    cut, Flow, Geometry, Head, OffloadError, VnetHdr, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM,
-};
+use super::{cut, finish_super, Flow, Geometry, Head, OffloadError, VnetHdr, GSO_UDP_L4};
 
 /// Geometry of a UDP super-packet.
 pub fn segments(pkt: &[u8], h: &VnetHdr) -> Result<Geometry, OffloadError> {
@@ -101,23 +99,11 @@ impl Flow for UdpFlow {
     }
 
     fn finish(pkt: &mut [u8], head: &Head, gso_size: usize) -> VnetHdr {
-        let ip = head.ip;
-        let len = pkt.len();
-        ip.set_total_len(pkt, len, None);
-        let udp = Udp { at: ip.header_len };
-        let l4 = len - ip.header_len;
-        udp.set_len(pkt, l4);
-        let p = fold(pseudo(pkt, &ip, PROTO_UDP, l4));
-        let at = udp.checksum_at();
-        pkt[at..at + 2].copy_from_slice(&p.to_be_bytes());
-        VnetHdr {
-            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-            gso_type: GSO_UDP_L4,
-            hdr_len: head.headers as u16,
-            gso_size: gso_size as u16,
-            csum_start: ip.header_len as u16,
-            csum_offset: 6,
-        }
+        let udp = Udp {
+            at: head.ip.header_len,
+        };
+        udp.set_len(pkt, pkt.len() - head.ip.header_len);
+        finish_super(pkt, head, PROTO_UDP, 6, GSO_UDP_L4, gso_size)
     }
 }
 

@@ -6,7 +6,9 @@ use mpt_core::ip::checksum::{fold, sum16};
 use mpt_core::ip::ipv4_fill_checksum;
 
 use super::*;
-use crate::offload::{UdpCoalescer, GSO_NONE, MAX_SEGMENTS, VNET_HDR_LEN};
+use crate::offload::{
+    UdpCoalescer, GSO_NONE, MAX_SEGMENTS, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
+};
 
 /// Pseudo-header sum for protocol `proto` over `pkt`'s IP version.
 fn pseudo_for(pkt: &[u8], proto: u8, l4_len: usize) -> u64 {
