@@ -36,6 +36,9 @@ pub mod defaults {
     pub const WEIGHT: u32 = 1;
     pub const PATH_MTU: u32 = 1500;
     pub const REORDER_WINDOW: usize = 4096;
+    /// Longest expected wait in the send queue: room for the delay gap of
+    /// unequal paths (Wi-Fi + LTE: 35 ms) above what a bulk TCP backs off.
+    pub const QUEUE_MS: u64 = 100;
     pub const REORDER_MAX_DELAY_MS: u64 = 100;
     pub const CONTROL_DIR: &str = "/run/mpt";
 }
@@ -52,6 +55,17 @@ pub enum Role {
 pub enum Share {
     Bytes,
     Packets,
+}
+
+/// How packets are placed on paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerMode {
+    /// Learn each path's capacity and delay; send each packet where it is
+    /// expected to arrive first (the default without weights).
+    Ecf,
+    /// Static weights (`weight` per path), no pacing (the default when a
+    /// path sets `weight`).
+    Wrr,
 }
 
 /// Reorder release policy.
@@ -85,6 +99,10 @@ pub struct PathSection {
     pub remote: Option<SocketAddr>,
     pub interface: Option<String>,
     pub weight: u32,
+    /// Whether `weight` was written (it selects static weights).
+    pub weight_set: bool,
+    /// Cap on what the path carries, Mbit/s (metered or known links).
+    pub rate_mbit: Option<u64>,
     pub keepalive_ms: u64,
     pub dead_ms: u64,
     /// MTU of the underlying link (for the default tunnel MTU).
@@ -117,6 +135,9 @@ pub struct Config {
     pub routes: Vec<RouteSection>,
     /// What `weight` divides: bytes (default) or packets.
     pub share: Share,
+    pub scheduler: SchedulerMode,
+    /// Longest expected wait in mpt's send queue (path-aware scheduling).
+    pub queue_ms: u64,
     /// Lower the weight of paths that lose more packets than the best path
     /// (experimental, default off).
     pub adapt_to_loss: bool,
@@ -142,7 +163,7 @@ const TOP_KEYS: &[&str] = &[
     "scheduler",
     "security",
 ];
-const SCHEDULER_KEYS: &[&str] = &["share", "adapt_to_loss"];
+const SCHEDULER_KEYS: &[&str] = &["mode", "share", "adapt_to_loss", "queue_ms"];
 const TUNNEL_KEYS: &[&str] = &[
     "name",
     "addresses",
@@ -161,6 +182,7 @@ const PATH_KEYS: &[&str] = &[
     "remote",
     "interface",
     "weight",
+    "rate_mbit",
     "keepalive_ms",
     "dead_ms",
     "mtu",
@@ -420,6 +442,67 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         _ => Share::Bytes,
     };
     let adapt_to_loss = sr.boolean(ctx, "adapt_to_loss").unwrap_or(false);
+    let weighted: Vec<&str> = paths
+        .iter()
+        .filter(|p| p.weight_set)
+        .map(|p| p.name.as_str())
+        .collect();
+    let capped: Vec<&str> = paths
+        .iter()
+        .filter(|p| p.rate_mbit.is_some())
+        .map(|p| p.name.as_str())
+        .collect();
+    let scheduler = match sr.choice(ctx, "mode", &["ecf", "wrr"]) {
+        Some("ecf") => SchedulerMode::Ecf,
+        Some(_) => SchedulerMode::Wrr,
+        None if weighted.is_empty() => SchedulerMode::Ecf,
+        None => SchedulerMode::Wrr,
+    };
+    let queue_ms = sr
+        .int(ctx, "queue_ms", (1, 10_000))
+        .map_or(defaults::QUEUE_MS, |v| v as u64);
+    match scheduler {
+        SchedulerMode::Ecf => {
+            if !weighted.is_empty() {
+                ctx.error(
+                    sr.span("mode"),
+                    "scheduler.mode",
+                    format!(
+                        "\"ecf\" learns each path's capacity, but path(s) {} set a static `weight`; remove the weights or use mode = \"wrr\"",
+                        weighted.join(", ")
+                    ),
+                );
+            }
+            for k in ["share", "adapt_to_loss"] {
+                if sr.span(k).is_some() {
+                    ctx.error(
+                        sr.span(k),
+                        &sr.key(k),
+                        "applies to static weights only (mode = \"wrr\", or a `weight` on the paths)",
+                    );
+                }
+            }
+        }
+        SchedulerMode::Wrr => {
+            if !capped.is_empty() {
+                ctx.error(
+                    None,
+                    "path.rate_mbit",
+                    format!(
+                        "path(s) {} set `rate_mbit`, which caps path-aware sending; static weights (mode = \"wrr\" or a `weight`) do not pace",
+                        capped.join(", ")
+                    ),
+                );
+            }
+            if sr.span("queue_ms").is_some() {
+                ctx.error(
+                    sr.span("queue_ms"),
+                    "scheduler.queue_ms",
+                    "the send queue belongs to path-aware sending (mode = \"ecf\"); static weights send at once",
+                );
+            }
+        }
+    }
     sr.finish(ctx);
 
     // [[route]]
@@ -492,6 +575,8 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         role: role?,
         security: security?,
         share,
+        scheduler,
+        queue_ms,
         adapt_to_loss,
         paths,
         reorder: ReorderSection {
@@ -563,9 +648,11 @@ fn read_path(
             );
         }
     }
+    let weight_set = pr.span("weight").is_some();
     let weight = pr
         .int(ctx, "weight", (1, 1000))
         .map_or(defaults::WEIGHT, |v| v as u32);
+    let rate_mbit = pr.int(ctx, "rate_mbit", (1, 1_000_000)).map(|v| v as u64);
     let keepalive_ms = pr
         .int(ctx, "keepalive_ms", (10, 60_000))
         .map_or(defaults::KEEPALIVE_MS, |v| v as u64);
@@ -588,6 +675,8 @@ fn read_path(
         remote,
         interface,
         weight,
+        weight_set,
+        rate_mbit,
         keepalive_ms,
         dead_ms,
         mtu,

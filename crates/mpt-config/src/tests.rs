@@ -104,10 +104,44 @@ fn defaults_are_filled_in() {
         }
     );
     assert_eq!(c.share, Share::Bytes);
-    let pk = parse(&format!("{MINIMAL}[scheduler]\nshare = \"packets\"\n")).unwrap();
-    assert_eq!(pk.share, Share::Packets);
+    assert_eq!((c.scheduler, c.queue_ms), (SchedulerMode::Ecf, 100));
+    assert_eq!(p.rate_mbit, None);
     // Defaults detect a dead path within 1 s.
     assert!(p.dead_ms < 1000);
+    let pk = parse(&format!(
+        "{MINIMAL}[scheduler]\nmode = \"wrr\"\nshare = \"packets\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        (pk.scheduler, pk.share),
+        (SchedulerMode::Wrr, Share::Packets)
+    );
+}
+
+#[test]
+fn scheduler_mode_follows_weights_and_rejects_mixtures() {
+    let weighted = MINIMAL.replace(
+        "remote = \"192.168.1.2:5000\"",
+        "remote = \"192.168.1.2:5000\"\nweight = 3",
+    );
+    assert_eq!(parse(&weighted).unwrap().scheduler, SchedulerMode::Wrr);
+    let capped = MINIMAL.replace(
+        "remote = \"192.168.1.2:5000\"",
+        "remote = \"192.168.1.2:5000\"\nrate_mbit = 10",
+    );
+    let c = parse(&capped).unwrap();
+    assert_eq!(
+        (c.scheduler, c.paths[0].rate_mbit),
+        (SchedulerMode::Ecf, Some(10))
+    );
+    let e = errors(&format!("{weighted}[scheduler]\nmode = \"ecf\"\n"));
+    assert!(e[0].contains("static `weight`"), "{e:?}");
+    let e = errors(&format!("{MINIMAL}[scheduler]\nshare = \"packets\"\n"));
+    assert!(e[0].contains("static weights only"), "{e:?}");
+    let e = errors(&format!("{capped}[scheduler]\nmode = \"wrr\"\n"));
+    assert!(e[0].contains("rate_mbit"), "{e:?}");
+    let e = errors(&format!("{weighted}[scheduler]\nqueue_ms = 50\n"));
+    assert!(e[0].contains("send queue"), "{e:?}");
 }
 
 #[test]

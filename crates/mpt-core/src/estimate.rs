@@ -48,7 +48,7 @@ pub const LINK_LOSS_QUEUE_NS: Nanos = 2 * NANOS_PER_MS;
 
 /// A maximum (or minimum) over a sliding window of time, kept in buckets.
 #[derive(Debug, Clone)]
-struct Windowed<const N: usize> {
+pub(crate) struct Windowed<const N: usize> {
     bucket_ns: Nanos,
     /// (bucket start, extreme in it), oldest first in ring order.
     slots: [Option<(Nanos, i64)>; N],
@@ -56,7 +56,7 @@ struct Windowed<const N: usize> {
 }
 
 impl<const N: usize> Windowed<N> {
-    fn new(window_ns: Nanos, max: bool) -> Self {
+    pub(crate) fn new(window_ns: Nanos, max: bool) -> Self {
         Self {
             bucket_ns: (window_ns / N as Nanos).max(1),
             slots: [None; N],
@@ -72,7 +72,7 @@ impl<const N: usize> Windowed<N> {
         }
     }
 
-    fn update(&mut self, now: Nanos, v: i64) {
+    pub(crate) fn update(&mut self, now: Nanos, v: i64) {
         let start = now - now % self.bucket_ns;
         let i = (now / self.bucket_ns) as usize % N;
         self.slots[i] = match self.slots[i] {
@@ -81,8 +81,14 @@ impl<const N: usize> Windowed<N> {
         };
     }
 
+    /// Forget every sample and start again from `v`.
+    pub(crate) fn reset(&mut self, now: Nanos, v: i64) {
+        self.slots = [None; N];
+        self.update(now, v);
+    }
+
     /// The extreme over the buckets younger than the window.
-    fn get(&self, now: Nanos) -> Option<i64> {
+    pub(crate) fn get(&self, now: Nanos) -> Option<i64> {
         let window = self.bucket_ns * N as Nanos;
         let fresh = |s: Nanos| now < s.saturating_add(window);
         self.slots

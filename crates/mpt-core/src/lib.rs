@@ -10,7 +10,11 @@
 //!   delay, loss by cause, measured where packets arrive;
 //! * [`path`] — per-path state: liveness, RTT (RFC 6298), jitter (RFC 3550),
 //!   loss and counters;
-//! * [`sched`] — the [`sched::Scheduler`] trait and smooth weighted round-robin;
+//! * [`pace`] — the sender's model of each path from receiver reports:
+//!   BBR-style rate control and a pacing budget;
+//! * [`queue`] — mpt's own send queue, bounded in time;
+//! * [`sched`] — the [`sched::Scheduler`] trait, earliest-arrival (ECF) and
+//!   smooth weighted round-robin;
 //! * [`reorder`] — the receive-side reorder buffer and its release policies;
 //! * [`crypto`] — keys, the Noise handshake, cookies, sessions and AEAD;
 //! * [`stats`] — drop reasons and their counters;
@@ -29,7 +33,9 @@
 pub mod crypto;
 pub mod estimate;
 pub mod ip;
+pub mod pace;
 pub mod path;
+pub mod queue;
 pub mod reorder;
 pub mod sched;
 pub mod stats;

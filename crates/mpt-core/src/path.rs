@@ -26,6 +26,8 @@ use std::net::SocketAddr;
 use serde::Serialize;
 
 use crate::estimate::{Estimates, LossSplit, PathMeters};
+use crate::pace::FEEDBACK_INTERVAL_NS;
+use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, NANOS_PER_MS};
 
 /// RFC 6298 §2.3 gain for SRTT.
@@ -52,8 +54,11 @@ pub struct PathConfig {
     /// Where the peer listens for this path; `None` for a server that
     /// learns it from authenticated packets.
     pub remote: Option<SocketAddr>,
-    /// Relative share of outgoing packets.
+    /// Relative share of outgoing packets (static-weight scheduling).
     pub weight: u32,
+    /// Most this path may carry, bits per second (`rate_mbit`): a cap on
+    /// the learned rate for metered or known links.
+    pub rate_cap_bps: Option<u64>,
     /// Interval between probes on this path.
     pub keepalive: Nanos,
     /// Silence after which the path is declared down.
@@ -113,6 +118,10 @@ pub struct PathState {
     tx_loss_ewma: f64,
     /// Factor applied to the configured weight by loss adaptation (1 = none).
     pub weight_factor: f64,
+    /// A receiver report is due on this path (data arrived on it).
+    pub report_due: bool,
+    /// When the last receiver report left on this path.
+    report_sent_at: Option<Nanos>,
     pub ups: u64,
     pub downs: u64,
 }
@@ -155,6 +164,8 @@ impl PathState {
             loss_mark: None,
             tx_loss_ewma: 0.0,
             weight_factor: 1.0,
+            report_due: false,
+            report_sent_at: None,
             ups: 0,
             downs: 0,
         }
@@ -206,6 +217,40 @@ impl PathState {
         self.owd_last = Some(transit_ns);
         self.owd_min = Some(self.owd_min.map_or(transit_ns, |m| m.min(transit_ns)));
         self.meters.on_packet(now, len, transit_ns, lost);
+    }
+
+    /// A data packet arrived at `now`: a receiver report is due once
+    /// [`FEEDBACK_INTERVAL_NS`] has passed since the last.
+    pub fn on_data(&mut self, now: Nanos) {
+        if self
+            .report_sent_at
+            .is_none_or(|t| now >= t + FEEDBACK_INTERVAL_NS)
+        {
+            self.report_due = true;
+        }
+    }
+
+    /// The receiver report to send on this path now (counts as sent).
+    pub fn report_body(&mut self, now: Nanos, hearing_mask: u32) -> ReportBody {
+        self.report_due = false;
+        self.report_sent_at = Some(now);
+        let est = self.meters.estimates(now);
+        ReportBody {
+            rx_bytes: self.rx_bytes,
+            rx_packets: self.rx_packets,
+            rx_path_seq: self.rx_highest_seq as u32,
+            hearing_mask,
+            queueing_us: est.queueing_ns.map_or(QUEUEING_UNKNOWN, |q| {
+                (q / 1_000).min(u64::from(QUEUEING_UNKNOWN - 1)) as u32
+            }),
+            lost_link: est.loss.link as u32,
+            lost_congestion: est.loss.congestion as u32,
+        }
+    }
+
+    /// Lowest RTT measured on the path.
+    pub fn rtt_min(&self) -> Option<Nanos> {
+        self.rtt_min
     }
 
     /// What this side measures of the path's receive direction.
@@ -351,6 +396,7 @@ impl PathState {
             validating: self.challenge.map(|c| c.addr.to_string()),
             ups: self.ups,
             downs: self.downs,
+            sending: None,
         }
     }
 }
@@ -406,6 +452,8 @@ pub struct PathStatus {
     pub validating: Option<String>,
     pub ups: u64,
     pub downs: u64,
+    /// The sender's model of the path (path-aware scheduling only).
+    pub sending: Option<crate::pace::SenderStatus>,
 }
 
 /// A path challenge in flight: the peer's candidate address and the token
@@ -432,6 +480,7 @@ mod tests {
                 local: a,
                 remote: Some(a),
                 weight: 1,
+                rate_cap_bps: None,
                 keepalive: 100 * NANOS_PER_MS,
                 dead: 500 * NANOS_PER_MS,
             },

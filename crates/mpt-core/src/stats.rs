@@ -61,10 +61,14 @@ pub enum DropReason {
     /// to be sent are at their bound (the event loop sends them after every
     /// receive batch, so this means a flood larger than one batch).
     HandshakeQueueFull,
+    /// A packet from the TUN that would wait in the send queue longer than
+    /// its bound (`queue_ms`): every path is carrying what it can (tail
+    /// drop at the input, the inner TCP's congestion signal).
+    QueueFull,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 23] = [
+    pub const ALL: [DropReason; 24] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -88,6 +92,7 @@ impl DropReason {
         Self::HandshakeCookieSent,
         Self::PathValidationFailed,
         Self::HandshakeQueueFull,
+        Self::QueueFull,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -115,6 +120,7 @@ impl DropReason {
             Self::HandshakeCookieSent => "handshake_cookie_sent",
             Self::PathValidationFailed => "path_validation_failed",
             Self::HandshakeQueueFull => "handshake_queue_full",
+            Self::QueueFull => "queue_full",
         }
     }
 

@@ -17,7 +17,7 @@ use crate::crypto::keys::{PresharedKey, PrivateKey};
 use crate::crypto::state::{CipherPref, HandshakeRole, SecurityConfig};
 use crate::path::PathConfig;
 use crate::sched::Share;
-use crate::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
+use crate::tunnel::{ReleaseKind, SchedKind, Tunnel, TunnelConfig};
 use crate::{Nanos, NANOS_PER_MS};
 
 const MS: Nanos = NANOS_PER_MS;
@@ -75,6 +75,7 @@ impl TestConfig {
                 local: addr(side, i),
                 remote: Some(addr(1 - side, i)),
                 weight: 1,
+                rate_cap_bps: None,
                 keepalive: 100 * MS,
                 dead: 500 * MS,
             })
@@ -88,6 +89,8 @@ impl TestConfig {
                 reorder_max_delay: 200 * MS,
                 release: ReleaseKind::PathFrontier,
                 share: Share::Bytes,
+                scheduler: SchedKind::Wrr,
+                queue_max: 100 * MS,
                 security: None,
                 seed: [side; 32],
                 adapt_to_loss: true,
@@ -116,6 +119,13 @@ impl TestConfig {
     /// clients roam).
     pub fn learning(mut self) -> Self {
         self.config.paths.iter_mut().for_each(|p| p.remote = None);
+        self
+    }
+
+    /// Path-aware scheduling: ECF over paced paths (the daemon's default;
+    /// tests default to static weights, whose shares they check).
+    pub fn ecf(mut self) -> Self {
+        self.config.scheduler = SchedKind::Ecf;
         self
     }
 

@@ -10,13 +10,13 @@
 use std::io;
 use std::sync::Arc;
 
-use mpt_config::{Config, Release, Role, Security, Share};
+use mpt_config::{Config, Release, Role, SchedulerMode, Security, Share};
 use mpt_core::crypto::handshake::Identity as KeyIdentity;
 use mpt_core::crypto::keys::PresharedKey;
 use mpt_core::crypto::state::{HandshakeRole, SecurityConfig};
 use mpt_core::path::PathConfig;
 use mpt_core::sched;
-use mpt_core::tunnel::{ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::tunnel::{ReleaseKind, SchedKind, Tunnel, TunnelConfig};
 use mpt_core::NANOS_PER_MS;
 use mpt_io::control::ControlSocket;
 use mpt_io::driver::{Driver, Identity};
@@ -54,6 +54,7 @@ fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
                 local: p.local,
                 remote: p.remote,
                 weight: p.weight,
+                rate_cap_bps: p.rate_mbit.map(|r| r * 1_000_000),
                 keepalive: p.keepalive_ms * NANOS_PER_MS,
                 dead: p.dead_ms * NANOS_PER_MS,
             })
@@ -69,6 +70,11 @@ fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
             Share::Bytes => sched::Share::Bytes,
             Share::Packets => sched::Share::Packets,
         },
+        scheduler: match cfg.scheduler {
+            SchedulerMode::Ecf => SchedKind::Ecf,
+            SchedulerMode::Wrr => SchedKind::Wrr,
+        },
+        queue_max: cfg.queue_ms * NANOS_PER_MS,
         security: match &cfg.security {
             Security::InsecurePlaintext => None,
             Security::Encrypted(k) => Some(SecurityConfig {

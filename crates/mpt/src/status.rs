@@ -186,6 +186,43 @@ pub fn render(v: &Value) -> String {
             num(&cause, "link"),
             num(&cause, "congestion"),
         );
+        if let Some(s) = p.get("sending").filter(|s| !s.is_null()) {
+            let mbit = |k: &str| {
+                s.get(k)
+                    .and_then(Value::as_f64)
+                    .map_or("-".into(), |x| format!("{x:.1}"))
+            };
+            let _ = writeln!(
+                o,
+                "    sending: {} ({} samples), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing",
+                s.get("control").and_then(Value::as_str).unwrap_or("-"),
+                num(s, "samples"),
+                mbit("bandwidth_mbps"),
+                mbit("pacing_mbps"),
+                s.get("cap_mbps")
+                    .and_then(Value::as_f64)
+                    .map_or(String::new(), |c| format!(" (cap {c:.0})")),
+                mbit("delivered_mbps"),
+                ms(s, "queueing_ms"),
+            );
+        }
+    }
+    if let Some(q) = v.get("queue").filter(|q| !q.is_null()) {
+        let released = num(q, "released") as f64;
+        let total = q
+            .get("wait_ns_total")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let _ = writeln!(
+            o,
+            "\nsend queue: {} waiting now (bound {} ms), {} waited, mean wait {:.2} ms, max {:.2} ms, {} moved off a failed path",
+            num(q, "packets_now"),
+            q.get("max_ms").and_then(Value::as_f64).unwrap_or(0.0),
+            num(q, "queued"),
+            if released > 0.0 { total / released / 1e6 } else { 0.0 },
+            q.get("max_wait_ns").and_then(Value::as_f64).unwrap_or(0.0) / 1e6,
+            num(q, "rerouted"),
+        );
     }
     let c = v.get("counters").cloned().unwrap_or(Value::Null);
     let _ = writeln!(

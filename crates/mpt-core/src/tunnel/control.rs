@@ -1,5 +1,6 @@
 //! Control traffic of the tunnel: what [`Tunnel::poll_transmit`] sends
-//! (handshake messages, NACKs, path validation, probes and echoes), and the
+//! (handshake messages, NACKs, path validation, probes, echoes and
+//! receiver reports), and the
 //! liveness of each path and direction that probes maintain.
 //!
 //! Invariants:
@@ -14,7 +15,7 @@
 use std::net::SocketAddr;
 
 use super::{Event, Transmit, Tunnel};
-use crate::wire::{PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN};
+use crate::wire::{PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN, REPORT_BODY_LEN};
 use crate::{Nanos, PathId};
 
 impl Tunnel {
@@ -93,7 +94,8 @@ impl Tunnel {
 
     /// Write the next due control packet into `buf` (at least 256 bytes):
     /// handshake responses and cookie replies, then initiations, then NACKs,
-    /// path validation, echoes and probes.
+    /// path validation, echoes, probes and receiver reports (each echo and
+    /// probe carries a report too).
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < 256 {
             return None;
@@ -133,20 +135,26 @@ impl Tunnel {
             } else if p.probe_due {
                 p.probe_due = false;
                 (PacketType::Probe, 0, 0)
+            } else if p.report_due {
+                (PacketType::Report, 0, 0)
             } else {
                 continue;
             };
-            let (rx_packets, rx_path_seq) = p.report();
-            ProbeBody {
-                echo_timestamp_ns: echo_ts,
-                hold_ns: hold,
-                rx_packets,
-                rx_path_seq,
-                hearing_mask: mask,
-            }
-            .write(&mut buf[HEADER_LEN..]);
+            let report = p.report_body(now, mask);
+            let body_len = if ty == PacketType::Report {
+                report.write(&mut buf[HEADER_LEN..]);
+                REPORT_BODY_LEN
+            } else {
+                ProbeBody {
+                    echo_timestamp_ns: echo_ts,
+                    hold_ns: hold,
+                    report,
+                }
+                .write(&mut buf[HEADER_LEN..]);
+                PROBE_BODY_LEN
+            };
             let seq = self.next_tunnel_seq;
-            if let Some(t) = self.control_transmit(now, pid, ty, 0, seq, buf, PROBE_BODY_LEN) {
+            if let Some(t) = self.control_transmit(now, pid, ty, 0, seq, buf, body_len) {
                 return Some(t);
             }
         }

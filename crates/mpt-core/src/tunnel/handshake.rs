@@ -235,5 +235,6 @@ impl Tunnel {
         self.policy.reset();
         self.recovery_reset();
         self.paths.iter_mut().for_each(|p| p.peer_restarted());
+        self.senders.iter_mut().for_each(|s| s.peer_restarted());
     }
 }

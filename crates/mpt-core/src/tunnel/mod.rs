@@ -34,6 +34,7 @@ mod control;
 mod handshake;
 mod recovery;
 mod recv;
+mod send;
 mod split;
 mod status;
 
@@ -42,13 +43,15 @@ use std::net::SocketAddr;
 
 pub use recovery::RecoveryStats;
 pub use split::{OpenTicket, Opener, RecvStart, SealTicket, Sealer};
-pub use status::{ReorderStatus, TunnelStatus};
+pub use status::{QueueStatus, ReorderStatus, TunnelStatus};
 
 use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
 use crate::crypto::TAG_LEN;
+use crate::pace::{PathSender, ProbeBw, RateControl, Unpaced};
 use crate::path::{PathConfig, PathState};
+use crate::queue::SendQueue;
 use crate::reorder::{PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly};
-use crate::sched::{Scheduler, Share, SmoothWrr};
+use crate::sched::{Ecf, PathView, Scheduler, Share, SmoothWrr};
 use crate::stats::{DropCounters, DropReason, TunnelCounters};
 use crate::wire::{self, HeaderFields, PacketType, HEADER_LEN};
 use crate::{Nanos, PathId};
@@ -62,6 +65,20 @@ pub enum ReleaseKind {
     PathFrontier,
 }
 
+/// Which scheduler places packets on paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedKind {
+    /// Earliest expected arrival over paced paths, capacity learned
+    /// ([`Ecf`], [`ProbeBw`]).
+    Ecf,
+    /// Static weights, unpaced ([`SmoothWrr`]).
+    Wrr,
+}
+
+/// Largest number of packets in the send queue whatever its time bound
+/// (tuning knob: a memory bound, 16 MiB of full-size packets).
+pub const QUEUE_MAX_PACKETS: usize = 12_000;
+
 /// Configuration of the core tunnel.
 #[derive(Debug, Clone)]
 pub struct TunnelConfig {
@@ -73,6 +90,9 @@ pub struct TunnelConfig {
     pub release: ReleaseKind,
     /// Whether path weights share packets or bytes.
     pub share: Share,
+    pub scheduler: SchedKind,
+    /// Longest expected wait in the send queue (paced schedulers).
+    pub queue_max: Nanos,
     /// `None`: plaintext (lab comparisons only).
     pub security: Option<SecurityConfig>,
     /// Seed for session indices and ephemeral keys (from the OS at start).
@@ -182,6 +202,16 @@ pub struct Tunnel {
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
     /// Path chosen for the current burst (see [`Tunnel::burst`]).
     burst_path: Option<PathId>,
+    /// Per path: rate model and pacing budget (`pace`).
+    senders: Vec<PathSender>,
+    /// What the scheduler sees of each path (scratch, one per path).
+    views: Vec<PathView>,
+    /// Packets waiting for their path's budget.
+    queue: SendQueue,
+    paced: bool,
+    queue_max: Nanos,
+    /// The path [`Tunnel::poll_queued`] looks at first (round robin).
+    release_next: usize,
     adapt_to_loss: bool,
     reorder_max_delay: Nanos,
     recovery: Option<recovery::Recovery>,
@@ -226,6 +256,23 @@ impl Tunnel {
             ReleaseKind::Timeout => Box::new(TimeoutOnly),
             ReleaseKind::PathFrontier => Box::new(PathFrontier::new(n)),
         };
+        let sched: Box<dyn Scheduler> = match cfg.scheduler {
+            SchedKind::Ecf => Box::new(Ecf),
+            SchedKind::Wrr => Box::new(SmoothWrr::with_share(&weights, cfg.share)),
+        };
+        let paced = sched.paced();
+        let senders = cfg
+            .paths
+            .iter()
+            .map(|p| {
+                let control: Box<dyn RateControl> = if paced {
+                    Box::new(ProbeBw::default())
+                } else {
+                    Box::new(Unpaced)
+                };
+                PathSender::new(control, p.rate_cap_bps.filter(|_| paced))
+            })
+            .collect();
         Self {
             paths: cfg
                 .paths
@@ -233,7 +280,13 @@ impl Tunnel {
                 .map(|p| PathState::new(p, now))
                 .collect(),
             up: vec![false; n],
-            sched: Box::new(SmoothWrr::with_share(&weights, cfg.share)),
+            sched,
+            senders,
+            views: vec![PathView::default(); n],
+            queue: SendQueue::new(n, QUEUE_MAX_PACKETS),
+            paced,
+            queue_max: cfg.queue_max,
+            release_next: 0,
             policy,
             reorder: ReorderBuffer::new(cfg.reorder_window, cfg.reorder_max_delay),
             mtu: cfg.mtu,
@@ -253,8 +306,10 @@ impl Tunnel {
         }
     }
 
-    /// Replace the scheduler (for experiments and tests).
+    /// Replace the scheduler (for experiments and tests); pacing follows
+    /// the new scheduler's [`Scheduler::paced`].
     pub fn set_scheduler(&mut self, s: Box<dyn Scheduler>) {
+        self.paced = s.paced();
         self.sched = s;
     }
 
@@ -371,53 +426,6 @@ impl Tunnel {
         Some((total, ticket))
     }
 
-    /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`
-    /// (`buf` needs `TAG_LEN` bytes of room after it when security is on)
-    /// and leave the body for the caller to seal with [`Tunnel::sealer`]
-    /// and [`Transmit::seal`] (in parallel, a batch at a time) before the
-    /// datagram leaves. `Transmit::len` includes the tag's room.
-    /// [`Tunnel::send`] does both at once.
-    pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
-        if len > self.mtu || buf.len() < HEADER_LEN + len {
-            self.drops.add(DropReason::TooBig);
-            return None;
-        }
-        let inner = &buf[HEADER_LEN..HEADER_LEN + len];
-        if wire::inner_ip_version(inner).is_none() {
-            self.drops.add(DropReason::BadInner);
-            return None;
-        }
-        let class = wire::inner_traffic_class(inner);
-        if !self.has_session() {
-            self.drops.add(DropReason::NoSession);
-            return None;
-        }
-        let burst = self.burst_path.filter(|p| self.up[*p as usize]);
-        let Some(path) = burst.or_else(|| self.sched.pick(&self.up, len)) else {
-            self.drops.add(DropReason::NoPath);
-            return None;
-        };
-        let Some(dst) = self.paths[path as usize].remote else {
-            self.drops.add(DropReason::NoPath);
-            return None;
-        };
-        let seq = self.next_tunnel_seq;
-        if let Some(r) = self.recovery.as_mut() {
-            r.store(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
-        }
-        let (total, seal) = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
-        self.next_tunnel_seq += 1;
-        self.counters.tx_packets += 1;
-        self.counters.tx_bytes += len as u64;
-        Some(Transmit {
-            path,
-            local_key: self.paths[path as usize].cfg.local_key,
-            dst,
-            len: total,
-            seal,
-        })
-    }
-
     /// Recompute the scheduler's weights from the paths' recent loss.
     pub(super) fn adapt_weights(&mut self) {
         if !self.adapt_to_loss {
@@ -451,16 +459,6 @@ impl Tunnel {
         }
     }
 
-    /// Send the next packets (`packets` of them, `bytes` in all: the
-    /// segments of one TSO super-packet) on one path, so that the I/O layer
-    /// can batch them (sendmmsg, UDP GSO). The scheduler charges the burst
-    /// as a whole. The burst lasts as long as the returned guard; send
-    /// through it ([`Burst`] dereferences to the tunnel).
-    pub fn burst(&mut self, bytes: usize, packets: usize) -> Burst<'_> {
-        self.burst_path = self.sched.pick_burst(&self.up, bytes, packets);
-        Burst { tunnel: self }
-    }
-
     /// Hand every inner packet the reorder buffer releases, in order, to
     /// `write` (the TUN); an `Err` is counted as that drop. Returns how many
     /// packets were handed over.
@@ -483,7 +481,9 @@ impl Tunnel {
 
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        let now = self.timers_ran_at.unwrap_or(0);
         [
+            self.queue_deadline(now),
             self.reorder.poll_timeout(),
             self.liveness_deadline(),
             self.crypto.as_ref().and_then(CryptoState::poll_timeout),

@@ -14,7 +14,7 @@ use super::{OpenTicket, Received, RecvStart, Tunnel};
 use crate::reorder::Accept;
 use crate::stats::DropReason;
 use crate::wire::{
-    self, Header, HeaderFields, NackBody, PacketType, ProbeBody, WireError, HEADER_LEN,
+    self, Header, HeaderFields, NackBody, PacketType, ProbeBody, ReportBody, WireError, HEADER_LEN,
 };
 use crate::{Nanos, PathId};
 
@@ -104,7 +104,11 @@ impl Tunnel {
         self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
         self.refresh_up(pid, now);
         match ty {
-            PacketType::Data => self.recv_data(now, pid, f.tunnel_seq, body),
+            PacketType::Data => {
+                self.paths[pid as usize].on_data(now);
+                self.recv_data(now, pid, f.tunnel_seq, body)
+            }
+            PacketType::Report => self.recv_report(now, pid, f, body),
             PacketType::Nack => self.recv_nack(now, pid, f.tunnel_seq, body),
             PacketType::PathChallenge => self.recv_path_challenge(pid, body),
             _ => self.recv_control(now, pid, ty, f, body),
@@ -164,7 +168,31 @@ impl Tunnel {
         Received::Consumed
     }
 
-    /// A probe or echo: hearing mask, echo due, loss reports, RTT.
+    /// A receiver report alone.
+    fn recv_report(&mut self, now: Nanos, pid: PathId, f: &HeaderFields, body: &[u8]) -> Received {
+        let Ok(r) = ReportBody::parse(body) else {
+            return self.drop_counted(DropReason::Truncated);
+        };
+        self.on_report(now, pid, f, &r, false);
+        Received::Consumed
+    }
+
+    /// The peer's report about our sending on `pid`: loss (for weights),
+    /// the rate model's sample, the hearing mask, the path's frontier.
+    fn on_report(&mut self, now: Nanos, pid: PathId, f: &HeaderFields, r: &ReportBody, echo: bool) {
+        let p = &mut self.paths[pid as usize];
+        let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
+        let rtt_min = p.rtt_min();
+        self.senders[pid as usize].on_report(now, f.timestamp_ns, r, rtt_min);
+        if adapt {
+            self.adapt_weights();
+        }
+        self.on_hearing_mask(now, pid, f.timestamp_ns, r.hearing_mask, echo);
+        self.policy.on_frontier(pid, f.tunnel_seq);
+        self.apply_policy(now);
+    }
+
+    /// A probe or echo: echo due, RTT, and its receiver report.
     fn recv_control(
         &mut self,
         now: Nanos,
@@ -179,7 +207,6 @@ impl Tunnel {
         };
         let wall_now = self.wall(now);
         let p = &mut self.paths[pid as usize];
-        let adapt = p.on_peer_report(now, b.rx_packets, b.rx_path_seq);
         match ty {
             PacketType::Probe => p.echo_due = Some((f.timestamp_ns, now)),
             PacketType::Echo => {
@@ -193,13 +220,7 @@ impl Tunnel {
             }
             _ => {}
         }
-        if adapt {
-            self.adapt_weights();
-        }
-        let echo = ty == PacketType::Echo;
-        self.on_hearing_mask(now, pid, f.timestamp_ns, b.hearing_mask, echo);
-        self.policy.on_frontier(pid, f.tunnel_seq);
-        self.apply_policy(now);
+        self.on_report(now, pid, f, &b.report, ty == PacketType::Echo);
         Received::Consumed
     }
 }

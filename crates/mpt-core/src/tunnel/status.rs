@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::Tunnel;
 use crate::crypto::state::SecurityStatus;
 use crate::path::PathStatus;
+use crate::queue::QueueStats;
 use crate::reorder::ReorderStats;
 use crate::stats::TunnelCounters;
 use crate::Nanos;
@@ -24,6 +25,16 @@ pub struct ReorderStatus {
     pub stats: ReorderStats,
 }
 
+/// Send queue part of the status.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueStatus {
+    pub packets_now: usize,
+    /// The bound: longest expected wait admitted, milliseconds.
+    pub max_ms: f64,
+    #[serde(flatten)]
+    pub stats: QueueStats,
+}
+
 /// Whole-tunnel status.
 #[derive(Debug, Clone, Serialize)]
 pub struct TunnelStatus {
@@ -34,6 +45,8 @@ pub struct TunnelStatus {
     pub mtu: usize,
     pub counters: TunnelCounters,
     pub reorder: ReorderStatus,
+    /// `None` when the scheduler does not pace (static weights).
+    pub queue: Option<QueueStatus>,
     /// `None` in plaintext mode.
     pub security: Option<SecurityStatus>,
     /// Drop counters by reason.
@@ -46,7 +59,16 @@ impl Tunnel {
     /// Snapshot for `mpt status`.
     pub fn status(&self, now: Nanos) -> TunnelStatus {
         TunnelStatus {
-            paths: self.paths.iter().map(|p| p.status(now)).collect(),
+            paths: self
+                .paths
+                .iter()
+                .zip(&self.senders)
+                .map(|(p, s)| {
+                    let mut st = p.status(now);
+                    st.sending = self.paced.then(|| s.status(now));
+                    st
+                })
+                .collect(),
             paths_up: self.up.iter().filter(|u| **u).count(),
             scheduler: self.sched.name(),
             release_policy: self.policy.name(),
@@ -58,6 +80,11 @@ impl Tunnel {
                 next_seq: self.reorder.next_seq(),
                 stats: self.reorder.stats().clone(),
             },
+            queue: self.paced.then(|| QueueStatus {
+                packets_now: self.queue.packets(),
+                max_ms: self.queue_max as f64 / crate::NANOS_PER_MS as f64,
+                stats: self.queue.stats().clone(),
+            }),
             security: self.crypto.as_ref().map(|c| c.status(now)),
             drops: self.drops.iter().collect(),
             recovery: self.recovery_stats().cloned(),

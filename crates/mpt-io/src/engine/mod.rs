@@ -196,6 +196,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// source stays ready while its batch came back full), run due timers,
     /// send control traffic, log events.
     pub fn turn(&mut self, ready: &mut Ready) {
+        self.release_queued();
         if ready.tun {
             ready.tun = self.pump_tun();
         }
@@ -218,6 +219,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             self.flush_writer();
         }
         self.flush_control(now);
+        self.release_queued();
         self.log_events();
     }
 

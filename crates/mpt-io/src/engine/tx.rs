@@ -11,6 +11,10 @@
 //! own ticket, on the workers, and each socket's slots leave in one batch
 //! send.
 //!
+//! Packets that wait in the core's send queue (their path's pacing budget
+//! is spent) leave through the same slots when the budget refills
+//! ([`Engine::release_queued`], each turn and at the core's deadline).
+//!
 //! Invariants:
 //! * nothing leaves unsealed when security is on: a slot whose seal fails
 //!   is dropped and counted (`no_session`);
@@ -116,6 +120,28 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         };
         self.flush_tx();
         more
+    }
+
+    /// Send what waits in the core's queue and whose path has budget now,
+    /// through the transmit slots like packets read from the TUN.
+    pub(super) fn release_queued(&mut self) {
+        if self.tunnel.queued() == 0 {
+            return;
+        }
+        let now = self.clock.now();
+        loop {
+            if self.tx.is_full() {
+                self.flush_tx();
+            }
+            let Some(slot) = self.tx.slot() else {
+                break;
+            };
+            match self.tunnel.poll_queued(now, slot) {
+                Some(t) => self.tx.commit(meta(&t)),
+                None => break,
+            }
+        }
+        self.flush_tx();
     }
 
     fn flush_tx(&mut self) {
@@ -268,7 +294,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         };
         let now = self.clock.now();
         let (mut flush, tunnel) = self.flush_parts();
-        let mut burst = tunnel.burst(pkt.len(), count);
+        let mut burst = tunnel.burst(now, pkt.len(), count);
         let mut cut = 0;
         for i in 0..count {
             if flush.tx.is_full() {

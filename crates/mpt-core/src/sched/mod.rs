@@ -1,8 +1,13 @@
 //! Path schedulers: which path carries the next outgoing packet.
 //!
-//! The [`Scheduler`] trait is deliberately narrow: given which paths are up,
-//! return one of them. Schedulers keep their own state and never see packets,
-//! sockets or time, so they are tested exactly in virtual time.
+//! The [`Scheduler`] trait is deliberately narrow: given a [`PathView`] of
+//! every path (up or not, how long the packet would wait for the path's
+//! pacing budget, the path's expected one-way delay), return one of them.
+//! Schedulers keep their own state and never see packets, sockets or
+//! clocks, so they are tested exactly in virtual time.
+//!
+//! [`Ecf`] (`ecf.rs`, the default) sends each packet where it is expected
+//! to arrive first.
 //!
 //! [`SmoothWrr`] is the smooth weighted round-robin used by nginx upstreams
 //! (and analysed as "interleaved WRR"): over any window of `W = Σ weights`
@@ -21,19 +26,43 @@
 //! * a path that is down accumulates no credit, so it does not receive a
 //!   burst when it comes back.
 
-use crate::PathId;
+mod ecf;
+
+pub use ecf::Ecf;
+
+use crate::{Nanos, PathId};
+
+/// What a scheduler sees of one path when it places a packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathView {
+    /// The path carries data (see `path/liveness.rs`).
+    pub up: bool,
+    /// Time until the packet would have left on this path: the bytes
+    /// already waiting for it and the packet itself, at its pacing rate
+    /// (0 when not paced).
+    pub wait_ns: Nanos,
+    /// Expected one-way delay: half the lowest round-trip time plus the
+    /// queueing delay the receiver reports; `None` until measured.
+    pub delay_ns: Option<Nanos>,
+}
 
 /// Chooses a path per packet.
 pub trait Scheduler: Send {
-    /// Pick a path among those with `up[i] == true` for a packet of `len`
-    /// bytes. `up.len()` equals the number of configured paths.
-    fn pick(&mut self, up: &[bool], len: usize) -> Option<PathId>;
+    /// Pick a path among those with `paths[i].up` for a packet of `len`
+    /// bytes. `paths.len()` equals the number of configured paths.
+    fn pick(&mut self, paths: &[PathView], len: usize) -> Option<PathId>;
     /// Pick one path for a burst of `packets` packets totalling `bytes`
     /// (a TSO super-packet), charged as the whole burst, so that weights
     /// hold while the I/O layer keeps the burst together for batching.
-    fn pick_burst(&mut self, up: &[bool], bytes: usize, packets: usize) -> Option<PathId> {
+    fn pick_burst(&mut self, paths: &[PathView], bytes: usize, packets: usize) -> Option<PathId> {
         let _ = packets;
-        self.pick(up, bytes)
+        self.pick(paths, bytes)
+    }
+    /// Whether paths are paced at their estimated rate and packets wait in
+    /// mpt's queue for their path's budget (path-aware scheduling); `false`
+    /// for static shares.
+    fn paced(&self) -> bool {
+        false
     }
     /// Replace the relative weights (loss adaptation); schedulers without
     /// weights ignore it.
@@ -77,11 +106,11 @@ impl SmoothWrr {
 }
 
 impl SmoothWrr {
-    fn pick_cost(&mut self, up: &[bool], cost: i64) -> Option<PathId> {
+    fn pick_cost(&mut self, paths: &[PathView], cost: i64) -> Option<PathId> {
         let mut total = 0i64;
         let mut best: Option<usize> = None;
         for i in 0..self.weights.len() {
-            if !up.get(i).copied().unwrap_or(false) {
+            if !paths.get(i).is_some_and(|p| p.up) {
                 self.current[i] = 0;
                 continue;
             }
@@ -98,18 +127,18 @@ impl SmoothWrr {
 }
 
 impl Scheduler for SmoothWrr {
-    fn pick(&mut self, up: &[bool], len: usize) -> Option<PathId> {
-        self.pick_burst(up, len, 1)
+    fn pick(&mut self, paths: &[PathView], len: usize) -> Option<PathId> {
+        self.pick_burst(paths, len, 1)
     }
 
-    fn pick_burst(&mut self, up: &[bool], bytes: usize, packets: usize) -> Option<PathId> {
+    fn pick_burst(&mut self, paths: &[PathView], bytes: usize, packets: usize) -> Option<PathId> {
         // Cost: packets, or bytes (≤ 64 KiB per burst, so weight × cost ×
         // paths stays far inside i64).
         let cost = match self.share {
             Share::Packets => packets.clamp(1, 1 << 16) as i64,
             Share::Bytes => bytes.clamp(1, 1 << 17) as i64,
         };
-        self.pick_cost(up, cost)
+        self.pick_cost(paths, cost)
     }
 
     fn set_weights(&mut self, weights: &[u32]) {
@@ -126,6 +155,16 @@ impl Scheduler for SmoothWrr {
     }
 }
 
+/// Views of paths that are up (`true`) or down, with nothing else known.
+pub fn views_of(up: &[bool]) -> Vec<PathView> {
+    up.iter()
+        .map(|&up| PathView {
+            up,
+            ..PathView::default()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,7 +173,7 @@ mod tests {
         let mut s = SmoothWrr::new(weights);
         let mut counts = vec![0; weights.len()];
         for _ in 0..n {
-            counts[s.pick(up, 1400).unwrap() as usize] += 1;
+            counts[s.pick(&views_of(up), 1400).unwrap() as usize] += 1;
         }
         counts
     }
@@ -169,7 +208,7 @@ mod tests {
         // more than 3 As in a row.
         let mut s = SmoothWrr::new(&[3, 1]);
         let picks: Vec<_> = (0..400)
-            .map(|_| s.pick(&[true, true], 1).unwrap())
+            .map(|_| s.pick(&views_of(&[true, true]), 1).unwrap())
             .collect();
         let mut run = 0;
         for p in &picks {
@@ -178,7 +217,9 @@ mod tests {
         }
         // Equal weights strictly alternate.
         let mut s = SmoothWrr::new(&[1, 1]);
-        let picks: Vec<_> = (0..10).map(|_| s.pick(&[true, true], 1).unwrap()).collect();
+        let picks: Vec<_> = (0..10)
+            .map(|_| s.pick(&views_of(&[true, true]), 1).unwrap())
+            .collect();
         assert_eq!(picks, vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
     }
 
@@ -193,8 +234,8 @@ mod tests {
             let mut bytes_by = vec![0usize; weights.len()];
             for i in 0..10_000 {
                 let len = if i % 2 == 0 { 1420 } else { 48 };
-                bytes_pk[pk.pick(&up, len).unwrap() as usize] += len;
-                bytes_by[by.pick(&up, len).unwrap() as usize] += len;
+                bytes_pk[pk.pick(&views_of(&up), len).unwrap() as usize] += len;
+                bytes_by[by.pick(&views_of(&up), len).unwrap() as usize] += len;
             }
             let total: usize = bytes_by.iter().sum();
             let wsum: u32 = weights.iter().sum();
@@ -217,7 +258,8 @@ mod tests {
         let mut bytes = [0usize; 2];
         for i in 0..10_000 {
             let n = 1 + (i * 7) % 45;
-            bytes[s.pick_burst(&[true, true], n * 1400, n).unwrap() as usize] += n * 1400;
+            bytes[s.pick_burst(&views_of(&[true, true]), n * 1400, n).unwrap() as usize] +=
+                n * 1400;
         }
         let share = bytes[0] as f64 / (bytes[0] + bytes[1]) as f64;
         assert!((share - 0.75).abs() < 0.01, "{share}");
@@ -229,7 +271,7 @@ mod tests {
         assert_eq!(counts[1], 0);
         assert_eq!(counts[0] + counts[2], 1000);
         let mut s = SmoothWrr::new(&[1, 2]);
-        assert_eq!(s.pick(&[false, false], 1), None);
+        assert_eq!(s.pick(&views_of(&[false, false]), 1), None);
         assert_eq!(s.pick(&[], 1), None);
     }
 }

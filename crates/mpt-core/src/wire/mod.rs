@@ -34,16 +34,23 @@
 //! accessor indexes within the checked bounds and cannot panic. Parsing never
 //! allocates.
 
+mod body;
+
+pub use body::{
+    NackBody, ProbeBody, ReportBody, NACK_MAX_SEQS, PROBE_BODY_LEN, QUEUEING_UNKNOWN,
+    REPORT_BODY_LEN,
+};
+
 use crate::PathId;
 
 /// Protocol version carried in byte 0 (spec constant). Version 2: handshake
 /// announcements and MACs, cookie replies, path validation, per-path
-/// hearing masks in probes.
-pub const VERSION: u8 = 2;
+/// hearing masks in probes. Version 3: receiver reports (type 10, and in
+/// every probe and echo) with bytes received, queueing delay and loss by
+/// cause, the feedback of path-aware sending.
+pub const VERSION: u8 = 3;
 /// Length of the fixed header in bytes (spec constant).
 pub const HEADER_LEN: usize = 36;
-/// Length of a probe/echo body in bytes (spec constant).
-pub const PROBE_BODY_LEN: usize = 32;
 /// Length of the token of a path challenge or response (spec constant).
 pub const PATH_TOKEN_LEN: usize = 8;
 /// Bytes reserved after the body for an AEAD tag (spec constant, RFC 8439).
@@ -95,6 +102,9 @@ pub enum PacketType {
     PathChallenge = 8,
     /// The token of a [`PacketType::PathChallenge`], returned.
     PathResponse = 9,
+    /// A receiver report alone ([`ReportBody`]): sent on a path every few
+    /// milliseconds while data arrives on it, not answered.
+    Report = 10,
 }
 
 impl PacketType {
@@ -109,6 +119,7 @@ impl PacketType {
             7 => Some(Self::CookieReply),
             8 => Some(Self::PathChallenge),
             9 => Some(Self::PathResponse),
+            10 => Some(Self::Report),
             _ => None,
         }
     }
@@ -144,13 +155,13 @@ pub struct Header<'a> {
     ty: PacketType,
 }
 
-fn be_u32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn be_u32(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_be_bytes(a)
 }
 
-fn be_u64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn be_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_be_bytes(a)
@@ -168,6 +179,7 @@ impl<'a> Header<'a> {
         let ty = PacketType::from_u8(buf[off::TYPE]).ok_or(WireError::BadType)?;
         let min_body = match ty {
             PacketType::Probe | PacketType::Echo => PROBE_BODY_LEN,
+            PacketType::Report => REPORT_BODY_LEN,
             PacketType::PathChallenge | PacketType::PathResponse => PATH_TOKEN_LEN,
             PacketType::CookieReply => crate::crypto::cookie::COOKIE_REPLY_BODY_LEN,
             _ => 0,
@@ -237,111 +249,6 @@ pub fn write_header(out: &mut [u8], ty: PacketType, f: &HeaderFields) {
     h[off::TUNNEL_SEQ..off::TUNNEL_SEQ + 8].copy_from_slice(&f.tunnel_seq.to_be_bytes());
 }
 
-/// Body of probe and echo packets (32 bytes).
-///
-/// ```text
-///  0  echo timestamp  u64  probe: 0; echo: the probe's send timestamp
-///  8  hold time ns    u64  probe: 0; echo: time between probe arrival and echo
-/// 16  rx packets      u64  packets the sender has received on this path
-/// 24  rx path seq     u32  highest path sequence the sender received here
-/// 28  hearing mask    u32  bit i: the sender hears path i (its receive
-///                          direction of path i is up)
-/// ```
-///
-/// The hearing mask tells a peer, on any path, which of its send
-/// directions work: a path that fails in one direction only is found from
-/// the reports on the other paths, and its working direction stays in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProbeBody {
-    pub echo_timestamp_ns: u64,
-    pub hold_ns: u64,
-    pub rx_packets: u64,
-    pub rx_path_seq: u32,
-    pub hearing_mask: u32,
-}
-
-impl ProbeBody {
-    /// Parse from a body slice; the caller obtained it from a checked
-    /// [`Header`] of a probe or echo, so the length is already known good,
-    /// but this re-checks to stay total.
-    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
-        if body.len() < PROBE_BODY_LEN {
-            return Err(WireError::Truncated);
-        }
-        Ok(Self {
-            echo_timestamp_ns: be_u64(body, 0),
-            hold_ns: be_u64(body, 8),
-            rx_packets: be_u64(body, 16),
-            rx_path_seq: be_u32(body, 24),
-            hearing_mask: be_u32(body, 28),
-        })
-    }
-
-    /// Write into `out[..PROBE_BODY_LEN]`.
-    pub fn write(&self, out: &mut [u8]) {
-        let b = &mut out[..PROBE_BODY_LEN];
-        b[0..8].copy_from_slice(&self.echo_timestamp_ns.to_be_bytes());
-        b[8..16].copy_from_slice(&self.hold_ns.to_be_bytes());
-        b[16..24].copy_from_slice(&self.rx_packets.to_be_bytes());
-        b[24..28].copy_from_slice(&self.rx_path_seq.to_be_bytes());
-        b[28..32].copy_from_slice(&self.hearing_mask.to_be_bytes());
-    }
-}
-
-/// Most sequence numbers in one NACK (spec constant).
-pub const NACK_MAX_SEQS: usize = 16;
-
-/// Body of a [`PacketType::Nack`]: `count` (u16, 1 to [`NACK_MAX_SEQS`]),
-/// two reserved zero bytes, then `count` big-endian u64 tunnel sequence
-/// numbers. A view: the length is checked once in [`NackBody::parse`].
-#[derive(Debug, Clone, Copy)]
-pub struct NackBody<'a> {
-    seqs: &'a [u8],
-}
-
-impl<'a> NackBody<'a> {
-    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
-        if body.len() < 4 {
-            return Err(WireError::Truncated);
-        }
-        let count = usize::from(u16::from_be_bytes([body[0], body[1]]));
-        if count == 0 || count > NACK_MAX_SEQS {
-            return Err(WireError::BadType);
-        }
-        let seqs = body.get(4..4 + 8 * count).ok_or(WireError::Truncated)?;
-        Ok(Self { seqs })
-    }
-
-    pub fn len(&self) -> usize {
-        self.seqs.len() / 8
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.seqs.is_empty()
-    }
-
-    /// The requested sequence numbers, in the order sent.
-    pub fn seqs(&self) -> impl Iterator<Item = u64> + 'a {
-        self.seqs.chunks_exact(8).map(|c| be_u64(c, 0))
-    }
-
-    /// Write a body for `seqs` (1 to [`NACK_MAX_SEQS`] of them) into `out`;
-    /// returns its length, or `None` if `out` is too short or `seqs` empty.
-    pub fn write(seqs: &[u64], out: &mut [u8]) -> Option<usize> {
-        let n = seqs.len();
-        let len = 4 + 8 * n;
-        if n == 0 || n > NACK_MAX_SEQS || out.len() < len {
-            return None;
-        }
-        out[0..2].copy_from_slice(&(n as u16).to_be_bytes());
-        out[2..4].fill(0);
-        for (i, s) in seqs.iter().enumerate() {
-            out[4 + 8 * i..12 + 8 * i].copy_from_slice(&s.to_be_bytes());
-        }
-        Some(len)
-    }
-}
-
 /// IP version of an inner packet, from its first nibble, or `None` if the
 /// bytes cannot be an IPv4 or IPv6 packet of plausible length.
 pub fn inner_ip_version(pkt: &[u8]) -> Option<u8> {
@@ -360,7 +267,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x02, 0x01, 0x05, 0xb8, // version 2, data, path 5, class 0xb8 (EF)
+        0x03, 0x01, 0x05, 0xb8, // version 3, data, path 5, class 0xb8 (EF)
         0x00, 0x00, 0x00, 0x00, // session 0
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 258
         0x00, 0x00, 0x00, 0x2a, // path seq 42
@@ -395,23 +302,18 @@ mod tests {
         assert!(h.body().is_empty());
     }
 
-    /// Test vector: an echo with body.
-    const ECHO_VECTOR: [u8; HEADER_LEN + PROBE_BODY_LEN] = [
-        0x02, 0x03, 0x00, 0x00, // version 2, echo, path 0, class 0
+    /// Test vector: an echo header (its body's vector is in `body.rs`).
+    const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
+        0x03, 0x03, 0x00, 0x00, // version 3, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 0, 0, 9, // counter 9
         0, 0, 0, 3, // path seq 3
         0, 0, 0, 0, 0, 0, 0x10, 0x00, // timestamp 4096
         0, 0, 0, 0, 0, 0, 0, 100, // next tunnel seq 100
-        0, 0, 0, 0, 0, 0, 0x0f, 0xa0, // echo ts 4000
-        0, 0, 0, 0, 0, 0, 0, 50, // hold 50 ns
-        0, 0, 0, 0, 0, 0, 0x01, 0x00, // rx packets 256
-        0, 0, 0, 0xff, // rx path seq 255
-        0, 0, 0, 5, // hearing mask: paths 0 and 2
     ];
 
     #[test]
-    fn echo_roundtrip_vector() {
+    fn echo_header_vector_and_body_length() {
         let f = HeaderFields {
             path: 0,
             class: 0,
@@ -421,21 +323,24 @@ mod tests {
             timestamp_ns: 4096,
             tunnel_seq: 100,
         };
-        let body = ProbeBody {
-            echo_timestamp_ns: 4000,
-            hold_ns: 50,
-            rx_packets: 256,
-            rx_path_seq: 255,
-            hearing_mask: 0b101,
-        };
         let mut out = [0u8; HEADER_LEN + PROBE_BODY_LEN];
         write_header(&mut out, PacketType::Echo, &f);
-        body.write(&mut out[HEADER_LEN..]);
-        assert_eq!(out, ECHO_VECTOR);
-        let h = Header::new_checked(&ECHO_VECTOR).unwrap();
+        assert_eq!(out[..HEADER_LEN], ECHO_HEADER_VECTOR);
+        let h = Header::new_checked(&out).unwrap();
         assert_eq!(h.packet_type(), PacketType::Echo);
         assert_eq!(h.fields(), f);
-        assert_eq!(ProbeBody::parse(h.body()).unwrap(), body);
+        assert_eq!(h.body().len(), PROBE_BODY_LEN);
+        // The echo needs its whole body, a report its report.
+        assert_eq!(
+            Header::new_checked(&out[..out.len() - 1]).unwrap_err(),
+            WireError::Truncated
+        );
+        out[1] = PacketType::Report as u8;
+        assert!(Header::new_checked(&out[..HEADER_LEN + REPORT_BODY_LEN]).is_ok());
+        assert_eq!(
+            Header::new_checked(&out[..HEADER_LEN + REPORT_BODY_LEN - 1]).unwrap_err(),
+            WireError::Truncated
+        );
     }
 
     #[test]
@@ -451,7 +356,7 @@ mod tests {
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 10;
+        v[1] = 11;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
         // Types with a body need it: cookie reply, path challenge/response.
         for (ty, need) in [(7u8, 60usize), (8, PATH_TOKEN_LEN), (9, PATH_TOKEN_LEN)] {
@@ -470,7 +375,7 @@ mod tests {
         v[1] = PacketType::Probe as u8;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::Truncated);
         assert_eq!(
-            ProbeBody::parse(&[0; 31]).unwrap_err(),
+            ProbeBody::parse(&[0; PROBE_BODY_LEN - 1]).unwrap_err(),
             WireError::Truncated
         );
     }
@@ -490,37 +395,5 @@ mod tests {
         assert_eq!(inner_ip_version(&v6[..39]), None);
         assert_eq!(inner_ip_version(&[0x55; 64]), None);
         assert_eq!(inner_ip_version(&[]), None);
-    }
-
-    #[test]
-    fn nack_body_vector_and_limits() {
-        const NACK_VECTOR: [u8; 20] = [
-            0x00, 0x02, 0x00, 0x00, // two sequence numbers, reserved
-            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, // 256
-            0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, // 2^32 + 7
-        ];
-        let b = NackBody::parse(&NACK_VECTOR).unwrap();
-        assert_eq!(b.seqs().collect::<Vec<_>>(), vec![256, (1 << 32) + 7]);
-        let mut out = [0xffu8; 32];
-        assert_eq!(NackBody::write(&[256, (1 << 32) + 7], &mut out), Some(20));
-        assert_eq!(out[..20], NACK_VECTOR);
-        // Truncated list, zero and too many entries, no room.
-        assert_eq!(
-            NackBody::parse(&NACK_VECTOR[..19]).err(),
-            Some(WireError::Truncated)
-        );
-        assert_eq!(
-            NackBody::parse(&[0, 0, 0, 0]).err(),
-            Some(WireError::BadType)
-        );
-        let mut many = vec![0u8; 4 + 8 * (NACK_MAX_SEQS + 1)];
-        many[1] = (NACK_MAX_SEQS + 1) as u8;
-        assert_eq!(NackBody::parse(&many).err(), Some(WireError::BadType));
-        assert_eq!(NackBody::write(&[], &mut out), None);
-        assert_eq!(
-            NackBody::write(&[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]),
-            None
-        );
-        assert_eq!(NackBody::write(&[1, 2], &mut out[..19]), None);
     }
 }

@@ -1,0 +1,342 @@
+//! Path-aware sending, the sender's side of each path: what the path
+//! carries (from the receiver's reports), how fast to send on it (a
+//! [`RateControl`] policy), and a pacing budget that holds sending to that
+//! rate (a token bucket).
+//!
+//! Feedback: the receiver of a path reports, every [`FEEDBACK_INTERVAL_NS`]
+//! while data arrives and in every probe and echo, cumulative bytes and
+//! packets received, its queueing delay and its loss by cause
+//! ([`crate::wire::ReportBody`]). [`PathSender::on_report`] turns two
+//! reports at least [`SAMPLE_MIN_NS`] apart into a [`RateSample`]: the
+//! bytes delivered between them over the reporter's own clock (so clock
+//! offsets cancel), the queueing delay, the new losses, and whether the
+//! pacer (not the application) limited sending meanwhile.
+//!
+//! Pacing: [`TokenBucket`] at the policy's pacing rate, [`PACING_BURST_NS`]
+//! deep. A send may take the bucket below zero (the segments of one
+//! super-packet stay together); the path then has no budget until the debt
+//! is paid. With no rate known yet the path is not paced.
+//!
+//! Invariants:
+//! * the bucket never holds more than its depth, and `wait_ns` is the exact
+//!   time until a given number of bytes has budget at the current rate;
+//! * reports are used only in order of the reporter's timestamps; a
+//!   reordered, repeated or restarted report yields no sample;
+//! * pure arithmetic on `now`: no clock, no allocation after construction.
+
+mod bbr;
+#[cfg(test)]
+mod tests;
+
+pub use bbr::ProbeBw;
+
+use serde::Serialize;
+
+use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
+use crate::{Nanos, NANOS_PER_MS};
+
+/// How often the receiver of a path reports while data arrives on it
+/// (tuning knob: a few reports per smallest round trip of interest).
+pub const FEEDBACK_INTERVAL_NS: Nanos = 10 * NANOS_PER_MS;
+/// Shortest reporter-clock interval of one rate sample (tuning knob: long
+/// enough to average over batching and jitter).
+pub const SAMPLE_MIN_NS: Nanos = 20 * NANOS_PER_MS;
+/// Depth of the pacing bucket, as time at the pacing rate (tuning knob:
+/// covers the event loop's timer granularity of 1 ms with room to spare).
+pub const PACING_BURST_NS: Nanos = 4 * NANOS_PER_MS;
+/// Smallest pacing bucket depth in bytes (tuning knob: a few full-size
+/// packets, so that slow paths still send whole packets).
+pub const PACING_BURST_MIN_BYTES: u64 = 16 * 1024;
+/// Longest interval between two reports that still makes a sample (tuning
+/// knob: after a silence the bytes say nothing about a rate).
+pub const SAMPLE_MAX_NS: Nanos = 1_000 * NANOS_PER_MS;
+
+const NANOS_PER_S: u128 = 1_000_000_000;
+
+/// One delivery-rate sample of a path, from two receiver reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateSample {
+    /// Bytes delivered per second over the interval (receiver's clock).
+    pub delivered_bps: u64,
+    pub interval_ns: Nanos,
+    /// The receiver's queueing delay at the end of the interval.
+    pub queueing_ns: Option<Nanos>,
+    /// Packets lost while a queue stood, new in this interval.
+    pub congestion_lost: u64,
+    /// Packets lost with no queue, new in this interval.
+    pub link_lost: u64,
+    /// The pacer held packets back during the interval: the path carried
+    /// what it was allowed, so the sample measures the path, not the
+    /// application.
+    pub limited: bool,
+}
+
+/// A rate-control policy for one path: samples in, pacing rate out.
+pub trait RateControl: Send + std::fmt::Debug {
+    /// A new sample; `rtt_min` is the path's lowest round-trip time so far.
+    fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>);
+    /// The rate to pace at, bits per second; `None`: not known, unpaced.
+    fn pacing_rate_bps(&self, now: Nanos) -> Option<u64>;
+    /// The estimated capacity of the path, bits per second.
+    fn bandwidth_bps(&self) -> Option<u64>;
+    /// The policy's state, for status output.
+    fn state(&self) -> &'static str;
+}
+
+/// A pacing budget: tokens are bytes, refilled at the rate in force.
+#[derive(Debug, Clone, Default)]
+pub struct TokenBucket {
+    tokens: i64,
+    last: Nanos,
+    rate_bps: Option<u64>,
+}
+
+impl TokenBucket {
+    fn depth(rate_bps: u64) -> i64 {
+        let d = u128::from(rate_bps) * u128::from(PACING_BURST_NS) / (8 * NANOS_PER_S);
+        (d as u64).max(PACING_BURST_MIN_BYTES) as i64
+    }
+
+    /// Bring the bucket to `now` and change its rate (`None`: unpaced).
+    pub fn refill(&mut self, now: Nanos, rate_bps: Option<u64>) {
+        let dt = now.saturating_sub(self.last);
+        self.last = self.last.max(now);
+        if let Some(r) = self.rate_bps {
+            let add = u128::from(r) * u128::from(dt) / (8 * NANOS_PER_S);
+            let add = add.min(i64::MAX as u128) as i64;
+            self.tokens = self.tokens.saturating_add(add).min(Self::depth(r));
+        }
+        if self.rate_bps.is_none() && rate_bps.is_some() {
+            self.tokens = rate_bps.map_or(0, Self::depth);
+        }
+        self.rate_bps = rate_bps;
+    }
+
+    /// Whether a packet may leave now.
+    pub fn has_budget(&self) -> bool {
+        self.rate_bps.is_none() || self.tokens > 0
+    }
+
+    /// Take `bytes` of budget (may go below zero).
+    pub fn take(&mut self, bytes: usize) {
+        if self.rate_bps.is_some() {
+            self.tokens = self.tokens.saturating_sub(bytes as i64);
+        }
+    }
+
+    /// Time from the last refill until `bytes` more have budget.
+    pub fn wait_ns(&self, bytes: usize) -> Nanos {
+        let Some(r) = self.rate_bps.filter(|r| *r > 0) else {
+            return 0;
+        };
+        // Negative tokens are a debt that is paid first.
+        let short = (bytes as i64).saturating_sub(self.tokens).max(0);
+        (u128::from(short as u64) * 8 * NANOS_PER_S / u128::from(r)) as Nanos
+    }
+
+    /// When the bucket next has budget (`now` if it has).
+    pub fn budget_at(&self, now: Nanos) -> Nanos {
+        match self.rate_bps.filter(|r| *r > 0) {
+            Some(r) if self.tokens <= 0 => {
+                let need = (1 - self.tokens) as u128;
+                now.max(self.last) + (need * 8 * NANOS_PER_S / u128::from(r)) as Nanos
+            }
+            _ => now,
+        }
+    }
+
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.rate_bps
+    }
+}
+
+/// The last report a sample started from.
+#[derive(Debug, Clone, Copy)]
+struct ReportMark {
+    sent_ns: u64,
+    rx_bytes: u64,
+    lost_link: u32,
+    lost_congestion: u32,
+}
+
+/// The sender's model of one path. See the module documentation.
+#[derive(Debug)]
+pub struct PathSender {
+    control: Box<dyn RateControl>,
+    bucket: TokenBucket,
+    /// Configured cap (`rate_mbit`), bits per second.
+    cap_bps: Option<u64>,
+    mark: Option<ReportMark>,
+    /// The newest report's send timestamp (orders reports).
+    newest_report: u64,
+    limited: bool,
+    last_sample: Option<RateSample>,
+    queueing_ns: Option<Nanos>,
+    pub samples: u64,
+}
+
+impl PathSender {
+    pub fn new(control: Box<dyn RateControl>, cap_bps: Option<u64>) -> Self {
+        Self {
+            control,
+            bucket: TokenBucket::default(),
+            cap_bps,
+            mark: None,
+            newest_report: 0,
+            limited: false,
+            last_sample: None,
+            queueing_ns: None,
+            samples: 0,
+        }
+    }
+
+    /// The rate in force: the policy's, within the configured cap.
+    pub fn pacing_rate_bps(&self, now: Nanos) -> Option<u64> {
+        match (self.control.pacing_rate_bps(now), self.cap_bps) {
+            (Some(r), Some(c)) => Some(r.min(c)),
+            (r, c) => r.or(c),
+        }
+    }
+
+    /// Bring the pacing budget to `now`.
+    pub fn refill(&mut self, now: Nanos) {
+        let r = self.pacing_rate_bps(now);
+        self.bucket.refill(now, r);
+    }
+
+    pub fn has_budget(&self) -> bool {
+        self.bucket.has_budget()
+    }
+
+    /// `bytes` leave on the path now.
+    pub fn on_send(&mut self, bytes: usize) {
+        self.bucket.take(bytes);
+        if !self.bucket.has_budget() {
+            self.limited = true;
+        }
+    }
+
+    /// A packet had to wait for this path's budget.
+    pub fn on_held(&mut self) {
+        self.limited = true;
+    }
+
+    /// Time until `bytes` more could leave, from the last refill.
+    pub fn wait_ns(&self, bytes: usize) -> Nanos {
+        self.bucket.wait_ns(bytes)
+    }
+
+    pub fn budget_at(&self, now: Nanos) -> Nanos {
+        self.bucket.budget_at(now)
+    }
+
+    /// The queueing delay the receiver reported last.
+    pub fn queueing_ns(&self) -> Option<Nanos> {
+        self.queueing_ns
+    }
+
+    /// A receiver report about this path, sent at `sent_ns` by the
+    /// reporter's clock. Returns the sample it completed, if any.
+    pub fn on_report(
+        &mut self,
+        now: Nanos,
+        sent_ns: u64,
+        r: &ReportBody,
+        rtt_min: Option<Nanos>,
+    ) -> Option<RateSample> {
+        if sent_ns <= self.newest_report && self.mark.is_some() {
+            return None;
+        }
+        self.newest_report = sent_ns;
+        self.queueing_ns =
+            (r.queueing_us != QUEUEING_UNKNOWN).then(|| u64::from(r.queueing_us) * 1_000);
+        let here = ReportMark {
+            sent_ns,
+            rx_bytes: r.rx_bytes,
+            lost_link: r.lost_link,
+            lost_congestion: r.lost_congestion,
+        };
+        let Some(m) = self.mark else {
+            self.mark = Some(here);
+            return None;
+        };
+        let dt = sent_ns - m.sent_ns;
+        if dt < SAMPLE_MIN_NS {
+            return None;
+        }
+        self.mark = Some(here);
+        let bytes = r.rx_bytes.wrapping_sub(m.rx_bytes);
+        if dt > SAMPLE_MAX_NS || bytes > 1 << 40 {
+            // A silence, or the peer restarted: start over from here.
+            self.limited = false;
+            return None;
+        }
+        let s = RateSample {
+            delivered_bps: (u128::from(bytes) * 8 * NANOS_PER_S / u128::from(dt)) as u64,
+            interval_ns: dt,
+            queueing_ns: self.queueing_ns,
+            congestion_lost: u64::from(r.lost_congestion.wrapping_sub(m.lost_congestion)),
+            link_lost: u64::from(r.lost_link.wrapping_sub(m.lost_link)),
+            limited: std::mem::take(&mut self.limited),
+        };
+        self.control.on_sample(now, &s, rtt_min);
+        self.samples += 1;
+        self.last_sample = Some(s);
+        Some(s)
+    }
+
+    /// The peer restarted: its counters start again.
+    pub fn peer_restarted(&mut self) {
+        self.mark = None;
+        self.newest_report = 0;
+    }
+
+    /// Snapshot for status output.
+    pub fn status(&self, now: Nanos) -> SenderStatus {
+        let mbps = |b: u64| b as f64 / 1e6;
+        SenderStatus {
+            control: self.control.state(),
+            bandwidth_mbps: self.control.bandwidth_bps().map(mbps),
+            pacing_mbps: self.pacing_rate_bps(now).map(mbps),
+            cap_mbps: self.cap_bps.map(mbps),
+            delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
+            queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
+            samples: self.samples,
+        }
+    }
+}
+
+/// What the sender knows of one path, as shown by `mpt status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SenderStatus {
+    /// The rate controller's state (`startup`, `probe-bw`, `off`).
+    pub control: &'static str,
+    /// Estimated capacity us → peer.
+    pub bandwidth_mbps: Option<f64>,
+    /// Rate the path is paced at (`None`: not paced).
+    pub pacing_mbps: Option<f64>,
+    /// Configured cap (`rate_mbit`).
+    pub cap_mbps: Option<f64>,
+    /// Delivery rate of the last sample, as the peer received it.
+    pub delivered_mbps: Option<f64>,
+    /// Queueing delay the peer reported.
+    pub queueing_ms: Option<f64>,
+    pub samples: u64,
+}
+
+/// A policy that never paces (static-weight scheduling).
+#[derive(Debug, Default)]
+pub struct Unpaced;
+
+impl RateControl for Unpaced {
+    fn on_sample(&mut self, _: Nanos, _: &RateSample, _: Option<Nanos>) {}
+    fn pacing_rate_bps(&self, _: Nanos) -> Option<u64> {
+        None
+    }
+    fn bandwidth_bps(&self) -> Option<u64> {
+        None
+    }
+    fn state(&self) -> &'static str {
+        "off"
+    }
+}

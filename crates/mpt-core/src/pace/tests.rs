@@ -1,0 +1,226 @@
+//! Rate control against a bottleneck model in virtual time: a sender that
+//! always has data, paced by a [`PathSender`]; a FIFO bottleneck of given
+//! capacity with a 50 ms buffer and 5 ms each way; the receiver's
+//! estimators ([`PathMeters`]) and its reports every
+//! [`FEEDBACK_INTERVAL_NS`], fed back after 5 ms.
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::estimate::PathMeters;
+
+const MS: Nanos = NANOS_PER_MS;
+const STEP: Nanos = MS / 10;
+const PKT: usize = 1400;
+const ONE_WAY: Nanos = 5 * MS;
+const BUFFER: Nanos = 50 * MS;
+
+struct Sim {
+    now: Nanos,
+    sender: PathSender,
+    capacity_bps: u64,
+    /// Packets in the bottleneck: (departure time, seq).
+    link: VecDeque<(Nanos, u32)>,
+    busy_until: Nanos,
+    next_seq: u32,
+    meters: PathMeters,
+    rx_bytes: u64,
+    rx_packets: u64,
+    rx_highest: Option<u32>,
+    /// Reports in flight back: (arrival, send time, report).
+    reports: VecDeque<(Nanos, Nanos, ReportBody)>,
+    next_report: Nanos,
+    /// Bytes delivered to the receiver, per 100 ms bin.
+    delivered: Vec<u64>,
+    /// Queueing delay of each delivered packet at the bottleneck, per bin.
+    queue_ns_max: Vec<Nanos>,
+}
+
+impl Sim {
+    fn new(capacity_mbit: u64) -> Self {
+        Self {
+            now: 0,
+            sender: PathSender::new(Box::new(ProbeBw::default()), None),
+            capacity_bps: capacity_mbit * 1_000_000,
+            link: VecDeque::new(),
+            busy_until: 0,
+            next_seq: 0,
+            meters: PathMeters::default(),
+            rx_bytes: 0,
+            rx_packets: 0,
+            rx_highest: None,
+            reports: VecDeque::new(),
+            next_report: 0,
+            delivered: vec![],
+            queue_ns_max: vec![],
+        }
+    }
+
+    fn bin(&self) -> usize {
+        (self.now / (100 * MS)) as usize
+    }
+
+    fn run_until(&mut self, end: Nanos) {
+        while self.now < end {
+            self.now += STEP;
+            let now = self.now;
+            // Sender: always backlogged, held by its budget.
+            self.sender.refill(now);
+            while self.sender.has_budget() {
+                self.sender.on_send(PKT);
+                let service = PKT as u64 * 8 * 1_000_000_000 / self.capacity_bps;
+                let start = self.busy_until.max(now);
+                if start - now <= BUFFER {
+                    self.busy_until = start + service;
+                    self.link
+                        .push_back((self.busy_until + ONE_WAY, self.next_seq));
+                }
+                self.next_seq += 1;
+            }
+            self.sender.on_held();
+            // Receiver.
+            while self.link.front().is_some_and(|(t, _)| *t <= now) {
+                let (t, seq) = self.link.pop_front().unwrap();
+                let lost = self.rx_highest.map_or(0, |h| u64::from(seq - h - 1));
+                self.rx_highest = Some(seq);
+                self.rx_bytes += PKT as u64;
+                self.rx_packets += 1;
+                // Transit with an arbitrary clock offset of 7 s.
+                let transit = (t as i64) + 7_000_000_000 - (t as i64 - ONE_WAY as i64);
+                let queue = self.busy_until.saturating_sub(now);
+                self.meters
+                    .on_packet(now, PKT, transit + queue as i64, lost);
+                let b = self.bin();
+                if self.delivered.len() <= b {
+                    self.delivered.resize(b + 1, 0);
+                    self.queue_ns_max.resize(b + 1, 0);
+                }
+                self.delivered[b] += PKT as u64;
+                self.queue_ns_max[b] = self.queue_ns_max[b].max(queue);
+            }
+            if now >= self.next_report {
+                self.next_report = now + FEEDBACK_INTERVAL_NS;
+                let est = self.meters.estimates(now);
+                let r = ReportBody {
+                    rx_bytes: self.rx_bytes,
+                    rx_packets: self.rx_packets,
+                    rx_path_seq: self.rx_highest.unwrap_or(0),
+                    hearing_mask: 1,
+                    queueing_us: est
+                        .queueing_ns
+                        .map_or(QUEUEING_UNKNOWN, |q| (q / 1000) as u32),
+                    lost_link: est.loss.link as u32,
+                    lost_congestion: est.loss.congestion as u32,
+                };
+                self.reports.push_back((now + ONE_WAY, now, r));
+            }
+            while self.reports.front().is_some_and(|(t, _, _)| *t <= now) {
+                let (_, sent, r) = self.reports.pop_front().unwrap();
+                self.sender.on_report(now, sent, &r, Some(2 * ONE_WAY));
+            }
+        }
+    }
+
+    /// Mean delivered Mbit/s over the bins [from_s, to_s).
+    fn mbit(&self, from_s: f64, to_s: f64) -> f64 {
+        let (a, b) = ((from_s * 10.0) as usize, (to_s * 10.0) as usize);
+        let bytes: u64 = self.delivered[a..b.min(self.delivered.len())].iter().sum();
+        bytes as f64 * 8.0 / (to_s - from_s) / 1e6
+    }
+
+    fn bandwidth_mbit(&self) -> f64 {
+        self.sender.status(self.now).bandwidth_mbps.unwrap()
+    }
+
+    fn max_queue_ms(&self, from_s: f64, to_s: f64) -> f64 {
+        let (a, b) = ((from_s * 10.0) as usize, (to_s * 10.0) as usize);
+        self.queue_ns_max[a..b].iter().max().copied().unwrap_or(0) as f64 / 1e6
+    }
+}
+
+#[test]
+fn finds_capacity_within_a_second_and_keeps_the_queue_short() {
+    for cap in [20u64, 100] {
+        let mut s = Sim::new(cap);
+        s.run_until(3_000 * MS);
+        let bw = s.bandwidth_mbit();
+        assert!(
+            (bw - cap as f64).abs() < 0.05 * cap as f64 + 1.0,
+            "{cap}: estimate {bw:.1}"
+        );
+        let got = s.mbit(1.0, 3.0);
+        assert!(got > 0.9 * cap as f64, "{cap}: delivered {got:.1}");
+        let q = s.max_queue_ms(1.0, 3.0);
+        assert!(q < 30.0, "{cap}: standing queue up to {q:.1} ms");
+    }
+}
+
+#[test]
+fn follows_a_capacity_drop_within_a_second() {
+    let mut s = Sim::new(100);
+    s.run_until(2_000 * MS);
+    s.capacity_bps = 10_000_000;
+    s.run_until(3_000 * MS);
+    let bw = s.bandwidth_mbit();
+    assert!(bw < 12.0, "estimate {bw:.1} a second after 100 -> 10");
+    let got = s.mbit(2.5, 3.0);
+    assert!(got > 8.5, "delivered {got:.1}");
+    // The bottleneck's queue drains again.
+    let q = s.max_queue_ms(2.8, 3.0);
+    assert!(q < 25.0, "queue {q:.1} ms");
+}
+
+#[test]
+fn follows_a_capacity_rise() {
+    let mut s = Sim::new(10);
+    s.run_until(2_000 * MS);
+    s.capacity_bps = 50_000_000;
+    s.run_until(5_000 * MS);
+    let bw = s.bandwidth_mbit();
+    assert!(bw > 45.0, "estimate {bw:.1} three seconds after 10 -> 50");
+}
+
+#[test]
+fn token_bucket_paces_and_bounds_bursts() {
+    let mut b = TokenBucket::default();
+    b.refill(0, None);
+    assert!(b.has_budget(), "unpaced");
+    b.refill(0, Some(8_000_000)); // 1 byte per µs
+    let depth = PACING_BURST_MIN_BYTES as usize;
+    assert!(b.has_budget());
+    b.take(depth + 1000);
+    assert!(!b.has_budget());
+    // 1000 bytes of debt: budget after 1001 µs.
+    assert_eq!(b.budget_at(0), 1_001_000);
+    assert_eq!(b.wait_ns(500), 1_500_000);
+    b.refill(1_001_000, Some(8_000_000));
+    assert!(b.has_budget());
+    // A long idle refills to the depth only.
+    b.refill(10_000_000_000, Some(8_000_000));
+    assert_eq!(b.wait_ns(depth), 0);
+    assert_eq!(b.wait_ns(depth + 1000), 1_000_000);
+}
+
+#[test]
+fn reports_out_of_order_or_too_close_make_no_sample() {
+    let mut s = PathSender::new(Box::new(ProbeBw::default()), Some(5_000_000));
+    let r = |bytes| ReportBody {
+        rx_bytes: bytes,
+        queueing_us: QUEUEING_UNKNOWN,
+        ..ReportBody::default()
+    };
+    assert!(s.on_report(0, 1_000 * MS, &r(0), None).is_none());
+    assert!(
+        s.on_report(0, 1_010 * MS, &r(1000), None).is_none(),
+        "10 ms"
+    );
+    assert!(
+        s.on_report(0, 1_005 * MS, &r(2000), None).is_none(),
+        "older"
+    );
+    let x = s.on_report(0, 1_025 * MS, &r(31_250), None).unwrap();
+    assert_eq!(x.delivered_bps, 10_000_000);
+    assert_eq!(s.pacing_rate_bps(0), Some(5_000_000), "the cap holds");
+    // A report after a silence starts over.
+    assert!(s.on_report(0, 9_000 * MS, &r(90_000), None).is_none());
+}

@@ -1,0 +1,187 @@
+//! mpt's own send queue: inner packets that a path's pacing budget does
+//! not let leave yet wait here, one FIFO per path, in the order the
+//! scheduler assigned them.
+//!
+//! The bound is in time, not packets: the tunnel admits a packet only if
+//! it is expected to leave within `queue_ms` at its path's pacing rate
+//! ([`crate::stats::DropReason::QueueFull`] otherwise); [`SendQueue`] adds
+//! a hard cap of packets as a memory bound. This makes mpt the queue of
+//! the bottleneck, where the inner TCP meets its drops, and where the QoS
+//! issue classifies.
+//!
+//! Invariants:
+//! * a packet keeps the tunnel sequence number it got when it entered,
+//!   so the receiver restores the inner order whatever path it takes;
+//! * per path, packets leave in the order they entered;
+//! * buffers are recycled: after warm-up no allocation per packet;
+//! * `bytes(p)` is always the sum of the lengths queued on path `p`.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::{Nanos, PathId};
+
+/// One waiting inner packet.
+#[derive(Debug)]
+pub struct Queued {
+    /// Tunnel sequence number given at entry.
+    pub seq: u64,
+    /// Traffic class (DSCP/ECN byte) for the header.
+    pub class: u8,
+    /// When it entered.
+    pub at: Nanos,
+    /// The inner packet is `buf[..len]`.
+    pub len: usize,
+    buf: Vec<u8>,
+}
+
+impl Queued {
+    pub fn packet(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// Counters of the send queue, in `mpt status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct QueueStats {
+    /// Packets that waited (entered the queue).
+    pub queued: u64,
+    /// Packets that left the queue.
+    pub released: u64,
+    /// Packets moved off a path that went down while they waited.
+    pub rerouted: u64,
+    /// Longest wait of a released packet, nanoseconds.
+    pub max_wait_ns: u64,
+    /// Sum of the waits of released packets (mean = sum / released).
+    pub wait_ns_total: u64,
+}
+
+/// Per-path FIFOs of waiting packets. See the module documentation.
+#[derive(Debug)]
+pub struct SendQueue {
+    fifos: Vec<VecDeque<Queued>>,
+    bytes: Vec<usize>,
+    pool: Vec<Vec<u8>>,
+    packets: usize,
+    max_packets: usize,
+    stats: QueueStats,
+}
+
+impl SendQueue {
+    pub fn new(paths: usize, max_packets: usize) -> Self {
+        Self {
+            fifos: (0..paths).map(|_| VecDeque::new()).collect(),
+            bytes: vec![0; paths],
+            pool: Vec::new(),
+            packets: 0,
+            max_packets,
+            stats: QueueStats::default(),
+        }
+    }
+
+    /// Queue `pkt` on `path`; `false` if the packet cap is reached.
+    pub fn push(&mut self, path: PathId, seq: u64, class: u8, now: Nanos, pkt: &[u8]) -> bool {
+        let p = path as usize;
+        if self.packets >= self.max_packets || p >= self.fifos.len() {
+            return false;
+        }
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(pkt);
+        self.fifos[p].push_back(Queued {
+            seq,
+            class,
+            at: now,
+            len: pkt.len(),
+            buf,
+        });
+        self.bytes[p] += pkt.len();
+        self.packets += 1;
+        self.stats.queued += 1;
+        true
+    }
+
+    /// Take the oldest packet of `path`; give it back with [`Self::recycle`].
+    pub fn pop(&mut self, path: PathId, now: Nanos) -> Option<Queued> {
+        let p = path as usize;
+        let q = self.fifos.get_mut(p)?.pop_front()?;
+        self.bytes[p] -= q.len;
+        self.packets -= 1;
+        let wait = now.saturating_sub(q.at);
+        self.stats.released += 1;
+        self.stats.max_wait_ns = self.stats.max_wait_ns.max(wait);
+        self.stats.wait_ns_total += wait;
+        Some(q)
+    }
+
+    /// Return a popped packet's buffer to the pool.
+    pub fn recycle(&mut self, q: Queued) {
+        if self.pool.len() < self.max_packets {
+            self.pool.push(q.buf);
+        }
+    }
+
+    /// Count a packet moved to another path.
+    pub fn count_reroute(&mut self) {
+        self.stats.rerouted += 1;
+    }
+
+    pub fn bytes(&self, path: PathId) -> usize {
+        self.bytes.get(path as usize).copied().unwrap_or(0)
+    }
+
+    pub fn len(&self, path: PathId) -> usize {
+        self.fifos.get(path as usize).map_or(0, VecDeque::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.packets == 0
+    }
+
+    pub fn packets(&self) -> usize {
+        self.packets
+    }
+
+    /// When the oldest packet of `path` entered, and its length.
+    pub fn oldest(&self, path: PathId) -> Option<(Nanos, usize)> {
+        self.fifos
+            .get(path as usize)?
+            .front()
+            .map(|q| (q.at, q.len))
+    }
+
+    pub fn stats(&self) -> &QueueStats {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_path_fifo_bytes_and_cap() {
+        let mut q = SendQueue::new(2, 3);
+        assert!(q.push(0, 1, 0, 10, &[1; 100]));
+        assert!(q.push(1, 2, 0, 11, &[2; 50]));
+        assert!(q.push(0, 3, 0, 12, &[3; 10]));
+        assert!(!q.push(1, 4, 0, 13, &[4; 10]), "cap of 3 packets");
+        assert!(!q.push(7, 4, 0, 13, &[4; 10]), "no such path");
+        assert_eq!((q.bytes(0), q.bytes(1), q.packets()), (110, 50, 3));
+        let a = q.pop(0, 20).unwrap();
+        assert_eq!((a.seq, a.packet()), (1, &[1u8; 100][..]));
+        q.recycle(a);
+        let b = q.pop(0, 30).unwrap();
+        assert_eq!(b.seq, 3);
+        q.recycle(b);
+        assert!(q.pop(0, 30).is_none());
+        assert_eq!(q.bytes(0), 0);
+        assert_eq!(q.oldest(1), Some((11, 50)));
+        assert_eq!(q.stats().max_wait_ns, 18);
+        assert_eq!(q.stats().released, 2);
+        // Recycled buffers are reused.
+        assert!(q.push(0, 5, 0, 40, &[5; 20]));
+        assert_eq!(q.pop(0, 40).unwrap().packet(), &[5u8; 20][..]);
+    }
+}

@@ -1,0 +1,255 @@
+//! The send path: inner packets to a path, now or after a wait in mpt's
+//! own queue.
+//!
+//! For each packet the scheduler sees a [`PathView`] of every path: up or
+//! not, how long the packet would wait for the path's pacing budget
+//! behind what already waits there, and the path's expected one-way
+//! delay. With a paced scheduler ([`Scheduler::paced`], the default
+//! [`crate::sched::Ecf`]):
+//!
+//! * a packet whose path has budget and nothing waiting leaves at once,
+//!   encapsulated in the caller's buffer (no copy);
+//! * otherwise it is copied into the path's FIFO in [`SendQueue`] if it is
+//!   expected to leave within the queue bound, and dropped
+//!   ([`DropReason::QueueFull`]) if not;
+//! * [`Tunnel::poll_queued`] releases waiting packets as budgets refill;
+//!   [`Tunnel::poll_timeout`] includes the next refill.
+//!
+//! Invariants:
+//! * a packet's tunnel sequence number is given when it enters (inner
+//!   order is kept whichever path carries it); its path sequence number
+//!   and nonce when it leaves (both count real sends);
+//! * a packet waiting for a path that goes down moves to the path the
+//!   scheduler picks then; with no path up it waits, within its bound;
+//! * with an unpaced scheduler nothing ever waits: the behaviour is the
+//!   static-share tunnel's.
+
+use super::{Burst, Transmit, Tunnel};
+use crate::queue::Queued;
+use crate::sched::PathView;
+use crate::stats::DropReason;
+use crate::wire::{self, PacketType, HEADER_LEN};
+use crate::{Nanos, PathId};
+
+impl Tunnel {
+    /// Fill the scheduler's view of every path for a packet of `len` bytes.
+    fn fill_views(&mut self, now: Nanos, len: usize) {
+        let paced = self.paced;
+        for (i, p) in self.paths.iter().enumerate() {
+            let s = &mut self.senders[i];
+            let wait_ns = if paced {
+                s.refill(now);
+                s.wait_ns(self.queue.bytes(i as PathId) + len)
+            } else {
+                0
+            };
+            let delay_ns = p.rtt_min().map(|r| r / 2 + s.queueing_ns().unwrap_or(0));
+            self.views[i] = PathView {
+                up: self.up[i],
+                wait_ns,
+                delay_ns,
+            };
+        }
+    }
+
+    fn pick(&mut self, now: Nanos, len: usize) -> Option<PathId> {
+        self.fill_views(now, len);
+        self.sched.pick(&self.views, len)
+    }
+
+    /// Encapsulate the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]`
+    /// (`buf` needs `TAG_LEN` bytes of room after it when security is on)
+    /// and leave the body for the caller to seal with [`Tunnel::sealer`]
+    /// and [`Transmit::seal`] (in parallel, a batch at a time) before the
+    /// datagram leaves. `Transmit::len` includes the tag's room.
+    /// [`Tunnel::send`] does both at once. `None`: the packet waits in
+    /// the send queue ([`Tunnel::poll_queued`] sends it later) or was
+    /// dropped (counted).
+    pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
+        if len > self.mtu || buf.len() < HEADER_LEN + len {
+            self.drops.add(DropReason::TooBig);
+            return None;
+        }
+        let inner = &buf[HEADER_LEN..HEADER_LEN + len];
+        if wire::inner_ip_version(inner).is_none() {
+            self.drops.add(DropReason::BadInner);
+            return None;
+        }
+        let class = wire::inner_traffic_class(inner);
+        if !self.has_session() {
+            self.drops.add(DropReason::NoSession);
+            return None;
+        }
+        let burst = self.burst_path.filter(|p| self.up[*p as usize]);
+        let Some(path) = burst.or_else(|| self.pick(now, len)) else {
+            self.drops.add(DropReason::NoPath);
+            return None;
+        };
+        let p = path as usize;
+        if self.paths[p].remote.is_none() {
+            self.drops.add(DropReason::NoPath);
+            return None;
+        }
+        let seq = self.next_tunnel_seq;
+        if self.paced {
+            let s = &mut self.senders[p];
+            s.refill(now);
+            if self.queue.len(path) > 0 || !s.has_budget() {
+                let wait = s.wait_ns(self.queue.bytes(path) + len);
+                s.on_held();
+                if wait > self.queue_max
+                    || !self
+                        .queue
+                        .push(path, seq, class, now, &buf[HEADER_LEN..HEADER_LEN + len])
+                {
+                    self.drops.add(DropReason::QueueFull);
+                    return None;
+                }
+                self.store_for_recovery(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
+                self.next_tunnel_seq += 1;
+                return None;
+            }
+        }
+        self.store_for_recovery(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
+        self.next_tunnel_seq += 1;
+        self.emit_data(now, path, seq, class, buf, len)
+    }
+
+    fn store_for_recovery(&mut self, seq: u64, class: u8, pkt: &[u8]) {
+        if let Some(r) = self.recovery.as_mut() {
+            r.store(seq, class, pkt);
+        }
+    }
+
+    /// Header and accounting of a data packet that leaves now on `path`.
+    fn emit_data(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        seq: u64,
+        class: u8,
+        buf: &mut [u8],
+        len: usize,
+    ) -> Option<Transmit> {
+        let dst = self.paths[path as usize].remote?;
+        let (total, seal) = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
+        if self.paced {
+            self.senders[path as usize].on_send(total);
+        }
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += len as u64;
+        Some(Transmit {
+            path,
+            local_key: self.paths[path as usize].cfg.local_key,
+            dst,
+            len: total,
+            seal,
+        })
+    }
+
+    /// The next waiting packet whose path has budget now, encapsulated in
+    /// `buf` (which needs room for the header, the largest inner packet
+    /// and the tag) and left to seal like [`Tunnel::send_unsealed`]'s.
+    pub fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let n = self.paths.len();
+        for k in 0..n {
+            let path = ((self.release_next + k) % n) as PathId;
+            let p = path as usize;
+            if self.queue.len(path) == 0 {
+                continue;
+            }
+            if !self.up[p] {
+                if let Some(t) = self.reroute(now, path, buf) {
+                    return Some(t);
+                }
+                continue;
+            }
+            self.senders[p].refill(now);
+            if !self.senders[p].has_budget() {
+                continue;
+            }
+            let q = self.queue.pop(path, now)?;
+            self.release_next = (p + 1) % n;
+            if let Some(t) = self.emit_queued(now, path, &q, buf) {
+                self.queue.recycle(q);
+                return Some(t);
+            }
+            self.queue.recycle(q);
+        }
+        None
+    }
+
+    /// Move the oldest packet of a path that went down to the path the
+    /// scheduler picks now, and send it there at once. With no path up it
+    /// waits until its bound, then is dropped (`no_path`).
+    fn reroute(&mut self, now: Nanos, from: PathId, buf: &mut [u8]) -> Option<Transmit> {
+        let (at, len) = self.queue.oldest(from)?;
+        let Some(to) = self.pick(now, len) else {
+            if now.saturating_sub(at) > self.queue_max {
+                let q = self.queue.pop(from, now)?;
+                self.queue.recycle(q);
+                self.drops.add(DropReason::NoPath);
+            }
+            return None;
+        };
+        let q = self.queue.pop(from, now)?;
+        self.queue.count_reroute();
+        let t = self.emit_queued(now, to, &q, buf);
+        self.queue.recycle(q);
+        t
+    }
+
+    fn emit_queued(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        q: &Queued,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let Some(room) = buf.get_mut(HEADER_LEN..HEADER_LEN + q.len) else {
+            self.drops.add(DropReason::TooBig);
+            return None;
+        };
+        room.copy_from_slice(q.packet());
+        self.emit_data(now, path, q.seq, q.class, buf, q.len)
+    }
+
+    /// When the next waiting packet's path has budget again.
+    pub(super) fn queue_deadline(&self, now: Nanos) -> Option<Nanos> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let any_up = self.up.iter().any(|u| *u);
+        (0..self.paths.len())
+            .filter_map(|i| {
+                let (at, _) = self.queue.oldest(i as PathId)?;
+                Some(if self.up[i] {
+                    self.senders[i].budget_at(now)
+                } else if any_up {
+                    now
+                } else {
+                    at.saturating_add(self.queue_max + 1)
+                })
+            })
+            .min()
+    }
+
+    /// Packets waiting in the send queue.
+    pub fn queued(&self) -> usize {
+        self.queue.packets()
+    }
+
+    /// Send the next packets (`packets` of them, `bytes` in all: the
+    /// segments of one TSO super-packet) on one path, so that the I/O layer
+    /// can batch them (sendmmsg, UDP GSO). The scheduler charges the burst
+    /// as a whole. The burst lasts as long as the returned guard; send
+    /// through it ([`Burst`] dereferences to the tunnel).
+    pub fn burst(&mut self, now: Nanos, bytes: usize, packets: usize) -> Burst<'_> {
+        self.fill_views(now, bytes);
+        self.burst_path = self.sched.pick_burst(&self.views, bytes, packets);
+        Burst { tunnel: self }
+    }
+}

@@ -1,0 +1,264 @@
+//! Bodies of control packets: the receiver report that every probe, echo
+//! and report packet carries, the probe/echo timestamps, and NACK lists.
+//!
+//! The receiver report is the feedback of path-aware sending: what the
+//! receiver of one direction of a path measured there (bytes and packets
+//! received, the highest per-path sequence, the queueing delay, loss by
+//! cause). The sender turns consecutive reports into delivery-rate samples
+//! (bytes over the reporter's own clock) and congestion signals
+//! (`pace.rs`).
+//!
+//! Invariants: parsing checks the length once and never allocates; every
+//! field has a fixed offset; counters are cumulative and wrap, so a lost
+//! report loses no information.
+
+use super::{be_u32, be_u64, WireError};
+
+/// Length of a receiver report in bytes (spec constant).
+pub const REPORT_BODY_LEN: usize = 36;
+/// Length of a probe/echo body in bytes: two timestamps and a report
+/// (spec constant).
+pub const PROBE_BODY_LEN: usize = 16 + REPORT_BODY_LEN;
+/// `queueing_us` value meaning "not measured yet" (spec constant).
+pub const QUEUEING_UNKNOWN: u32 = u32::MAX;
+
+/// What the receiver of one direction of a path measured there.
+///
+/// ```text
+///  0  rx bytes         u64  bytes received on this path (datagram lengths)
+///  8  rx packets       u64  packets received on this path
+/// 16  rx path seq      u32  highest path sequence received here
+/// 20  hearing mask     u32  bit i: the reporter hears path i
+/// 24  queueing us      u32  smoothed one-way delay above its floor, µs
+///                           (u32::MAX: not measured yet)
+/// 28  lost link        u32  packets lost with no queue standing
+/// 32  lost congestion  u32  packets lost while a queue stood
+/// ```
+///
+/// The hearing mask tells a peer, on any path, which of its send
+/// directions work: a path that fails in one direction only is found from
+/// the reports on the other paths, and its working direction stays in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReportBody {
+    pub rx_bytes: u64,
+    pub rx_packets: u64,
+    pub rx_path_seq: u32,
+    pub hearing_mask: u32,
+    pub queueing_us: u32,
+    pub lost_link: u32,
+    pub lost_congestion: u32,
+}
+
+impl ReportBody {
+    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
+        let b = body.get(..REPORT_BODY_LEN).ok_or(WireError::Truncated)?;
+        Ok(Self {
+            rx_bytes: be_u64(b, 0),
+            rx_packets: be_u64(b, 8),
+            rx_path_seq: be_u32(b, 16),
+            hearing_mask: be_u32(b, 20),
+            queueing_us: be_u32(b, 24),
+            lost_link: be_u32(b, 28),
+            lost_congestion: be_u32(b, 32),
+        })
+    }
+
+    /// Write into `out[..REPORT_BODY_LEN]`.
+    pub fn write(&self, out: &mut [u8]) {
+        let b = &mut out[..REPORT_BODY_LEN];
+        b[0..8].copy_from_slice(&self.rx_bytes.to_be_bytes());
+        b[8..16].copy_from_slice(&self.rx_packets.to_be_bytes());
+        b[16..20].copy_from_slice(&self.rx_path_seq.to_be_bytes());
+        b[20..24].copy_from_slice(&self.hearing_mask.to_be_bytes());
+        b[24..28].copy_from_slice(&self.queueing_us.to_be_bytes());
+        b[28..32].copy_from_slice(&self.lost_link.to_be_bytes());
+        b[32..36].copy_from_slice(&self.lost_congestion.to_be_bytes());
+    }
+}
+
+/// Body of probe and echo packets ([`PROBE_BODY_LEN`] bytes).
+///
+/// ```text
+///  0  echo timestamp  u64  probe: 0; echo: the probe's send timestamp
+///  8  hold time ns    u64  probe: 0; echo: time between probe arrival and echo
+/// 16  receiver report (36 bytes, [`ReportBody`])
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProbeBody {
+    pub echo_timestamp_ns: u64,
+    pub hold_ns: u64,
+    pub report: ReportBody,
+}
+
+impl ProbeBody {
+    /// Parse from a body slice; the caller obtained it from a checked
+    /// header of a probe or echo, so the length is already known good,
+    /// but this re-checks to stay total.
+    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
+        if body.len() < PROBE_BODY_LEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(Self {
+            echo_timestamp_ns: be_u64(body, 0),
+            hold_ns: be_u64(body, 8),
+            report: ReportBody::parse(&body[16..])?,
+        })
+    }
+
+    /// Write into `out[..PROBE_BODY_LEN]`.
+    pub fn write(&self, out: &mut [u8]) {
+        let b = &mut out[..PROBE_BODY_LEN];
+        b[0..8].copy_from_slice(&self.echo_timestamp_ns.to_be_bytes());
+        b[8..16].copy_from_slice(&self.hold_ns.to_be_bytes());
+        self.report.write(&mut b[16..]);
+    }
+}
+
+/// Most sequence numbers in one NACK (spec constant).
+pub const NACK_MAX_SEQS: usize = 16;
+
+/// Body of a NACK: `count` (u16, 1 to [`NACK_MAX_SEQS`]),
+/// two reserved zero bytes, then `count` big-endian u64 tunnel sequence
+/// numbers. A view: the length is checked once in [`NackBody::parse`].
+#[derive(Debug, Clone, Copy)]
+pub struct NackBody<'a> {
+    seqs: &'a [u8],
+}
+
+impl<'a> NackBody<'a> {
+    pub fn parse(body: &'a [u8]) -> Result<Self, WireError> {
+        if body.len() < 4 {
+            return Err(WireError::Truncated);
+        }
+        let count = usize::from(u16::from_be_bytes([body[0], body[1]]));
+        if count == 0 || count > NACK_MAX_SEQS {
+            return Err(WireError::BadType);
+        }
+        let seqs = body.get(4..4 + 8 * count).ok_or(WireError::Truncated)?;
+        Ok(Self { seqs })
+    }
+
+    pub fn len(&self) -> usize {
+        self.seqs.len() / 8
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// The requested sequence numbers, in the order sent.
+    pub fn seqs(&self) -> impl Iterator<Item = u64> + 'a {
+        self.seqs.chunks_exact(8).map(|c| be_u64(c, 0))
+    }
+
+    /// Write a body for `seqs` (1 to [`NACK_MAX_SEQS`] of them) into `out`;
+    /// returns its length, or `None` if `out` is too short or `seqs` empty.
+    pub fn write(seqs: &[u64], out: &mut [u8]) -> Option<usize> {
+        let n = seqs.len();
+        let len = 4 + 8 * n;
+        if n == 0 || n > NACK_MAX_SEQS || out.len() < len {
+            return None;
+        }
+        out[0..2].copy_from_slice(&(n as u16).to_be_bytes());
+        out[2..4].fill(0);
+        for (i, s) in seqs.iter().enumerate() {
+            out[4 + 8 * i..12 + 8 * i].copy_from_slice(&s.to_be_bytes());
+        }
+        Some(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test vector: a receiver report with every field distinct.
+    const REPORT_VECTOR: [u8; REPORT_BODY_LEN] = [
+        0, 0, 0, 0, 0, 0x01, 0x86, 0xa0, // rx bytes 100000
+        0, 0, 0, 0, 0, 0, 0x01, 0x00, // rx packets 256
+        0, 0, 0, 0xff, // rx path seq 255
+        0, 0, 0, 5, // hearing mask: paths 0 and 2
+        0, 0, 0x0b, 0xb8, // queueing 3000 us
+        0, 0, 0, 7, // lost link 7
+        0, 0, 0, 2, // lost congestion 2
+    ];
+
+    fn report() -> ReportBody {
+        ReportBody {
+            rx_bytes: 100_000,
+            rx_packets: 256,
+            rx_path_seq: 255,
+            hearing_mask: 0b101,
+            queueing_us: 3000,
+            lost_link: 7,
+            lost_congestion: 2,
+        }
+    }
+
+    #[test]
+    fn report_vector_roundtrip() {
+        let mut out = [0u8; REPORT_BODY_LEN];
+        report().write(&mut out);
+        assert_eq!(out, REPORT_VECTOR);
+        assert_eq!(ReportBody::parse(&REPORT_VECTOR).unwrap(), report());
+        assert_eq!(
+            ReportBody::parse(&REPORT_VECTOR[..REPORT_BODY_LEN - 1]).unwrap_err(),
+            WireError::Truncated
+        );
+    }
+
+    #[test]
+    fn probe_body_vector_roundtrip() {
+        let mut v = [0u8; PROBE_BODY_LEN];
+        v[..16].copy_from_slice(&[
+            0, 0, 0, 0, 0, 0, 0x0f, 0xa0, // echo ts 4000
+            0, 0, 0, 0, 0, 0, 0, 50, // hold 50 ns
+        ]);
+        v[16..].copy_from_slice(&REPORT_VECTOR);
+        let b = ProbeBody {
+            echo_timestamp_ns: 4000,
+            hold_ns: 50,
+            report: report(),
+        };
+        let mut out = [0u8; PROBE_BODY_LEN];
+        b.write(&mut out);
+        assert_eq!(out, v);
+        assert_eq!(ProbeBody::parse(&v).unwrap(), b);
+        assert_eq!(
+            ProbeBody::parse(&v[..PROBE_BODY_LEN - 1]).unwrap_err(),
+            WireError::Truncated
+        );
+    }
+
+    #[test]
+    fn nack_body_vector_and_limits() {
+        const NACK_VECTOR: [u8; 20] = [
+            0x00, 0x02, 0x00, 0x00, // two sequence numbers, reserved
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, // 256
+            0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, // 2^32 + 7
+        ];
+        let b = NackBody::parse(&NACK_VECTOR).unwrap();
+        assert_eq!(b.seqs().collect::<Vec<_>>(), vec![256, (1 << 32) + 7]);
+        let mut out = [0xffu8; 32];
+        assert_eq!(NackBody::write(&[256, (1 << 32) + 7], &mut out), Some(20));
+        assert_eq!(out[..20], NACK_VECTOR);
+        // Truncated list, zero and too many entries, no room.
+        assert_eq!(
+            NackBody::parse(&NACK_VECTOR[..19]).err(),
+            Some(WireError::Truncated)
+        );
+        assert_eq!(
+            NackBody::parse(&[0, 0, 0, 0]).err(),
+            Some(WireError::BadType)
+        );
+        let mut many = vec![0u8; 4 + 8 * (NACK_MAX_SEQS + 1)];
+        many[1] = (NACK_MAX_SEQS + 1) as u8;
+        assert_eq!(NackBody::parse(&many).err(), Some(WireError::BadType));
+        assert_eq!(NackBody::write(&[], &mut out), None);
+        assert_eq!(
+            NackBody::write(&[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]),
+            None
+        );
+        assert_eq!(NackBody::write(&[1, 2], &mut out[..19]), None);
+    }
+}
