@@ -27,7 +27,9 @@ BASE_PORT = 6000
 class PathOpts:
     link: int
     ipv: int = 4
-    weight: int = 1
+    # None: no weight written, so the daemon learns each path's capacity
+    # (path-aware scheduling); a number selects static weights.
+    weight: int | None = None
 
 
 @dataclass
@@ -116,7 +118,8 @@ def config_text(
         ]
         if not (opts.server_learns and side == "a"):
             lines.append(f'remote = "{_sock(link_addr(p.link, other, p.ipv), port)}"')
-        lines += [f"weight = {p.weight}"]
+        if p.weight is not None:
+            lines += [f"weight = {p.weight}"]
         if opts.keepalive_ms:
             lines.append(f"keepalive_ms = {opts.keepalive_ms}")
         if opts.dead_ms:

@@ -79,7 +79,7 @@ def mpt(
     `workers` threads per daemon (None: one per core). Path weights stay at
     their default unless `weights` (set from the emulated rates, which a
     user does not know: the `mpt-wrr` system)."""
-    w = weights_for(rates) if weights else [1] * len(rates)
+    w: list[int | None] = list(weights_for(rates)) if weights else [None] * len(rates)
     opts = TunnelOpts(
         paths=[PathOpts(i + 1, path_v, weight=w[i]) for i in range(topo.n)],
         tunnel_v4=tunnel_v == 4,

@@ -43,6 +43,9 @@ pub const DELAY_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 const DELAY_BUCKETS: usize = 10;
 /// Smoothing gain of the one-way delay, as a shift (1/8: RFC 6298 §2.3).
 const DELAY_GAIN_SHIFT: u32 = 3;
+/// A change of one-way delay larger than this is a clock step, not a
+/// queue: the delay meter starts over (tuning knob).
+pub const CLOCK_STEP_NS: u64 = 10_000 * NANOS_PER_MS;
 /// Queueing delay below which a loss counts as link loss (tuning knob).
 pub const LINK_LOSS_QUEUE_NS: Nanos = 2 * NANOS_PER_MS;
 
@@ -179,6 +182,17 @@ impl DelayMeter {
     /// A packet that was sent `transit_ns` before `now` by the sender's
     /// clock (including the unknown clock offset).
     pub fn on_sample(&mut self, now: Nanos, transit_ns: i64) {
+        if self
+            .smoothed
+            .is_some_and(|s| s.abs_diff(transit_ns) > CLOCK_STEP_NS)
+        {
+            // A clock stepped (or a timestamp came before the sender set
+            // its wall clock): the old samples share no offset with the
+            // new ones, start over.
+            self.floor.reset(now, transit_ns);
+            self.smoothed = Some(transit_ns);
+            return;
+        }
         self.floor.update(now, transit_ns);
         self.smoothed = Some(match self.smoothed {
             None => transit_ns,

@@ -143,6 +143,11 @@ impl SendQueue {
         self.packets
     }
 
+    /// The tunnel sequence of the oldest packet of `path`.
+    pub fn oldest_seq(&self, path: PathId) -> Option<u64> {
+        self.fifos.get(path as usize)?.front().map(|q| q.seq)
+    }
+
     /// When the oldest packet of `path` entered, and its length.
     pub fn oldest(&self, path: PathId) -> Option<(Nanos, usize)> {
         self.fifos

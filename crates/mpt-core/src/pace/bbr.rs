@@ -18,7 +18,8 @@
 //!   [`QUEUE_CUT_NS`] above its floor (the path's own jitter, the minimum
 //!   of [`QUEUE_FLOOR_WINDOW_NS`]), or packets are lost while a queue
 //!   stands, the estimate is cut to the delivery rate just measured and
-//!   the cycle goes to its drain phase, at most once per phase: a capacity
+//!   the cycle goes to its drain phase, at most once per phase and only
+//!   from a sample of a busy path (the pacer limited it): a capacity
 //!   drop is followed within one round trip plus a report, not after the
 //!   max filter's window.
 //!
@@ -139,19 +140,24 @@ impl RateControl for ProbeBw {
         if now >= start + phase_len {
             self.end_phase(now);
         }
-        self.phase_limited |= s.limited;
-        let sample = s.delivered_bps.max(MIN_RATE_BPS);
-        if s.limited || sample > self.bw_est {
-            self.bw.update(now, sample as i64);
-        }
-        self.bw_est = self.bw.get(now).map_or(self.bw_est, |b| b as u64);
         let excess = s.queueing_ns.map(|q| {
             self.queue_floor.update(now, q as i64);
             let floor = self.queue_floor.get(now).unwrap_or(q as i64);
             q.saturating_sub(floor.max(0) as Nanos)
         });
         let queue_stands = excess.is_some_and(|e| e > QUEUE_CUT_NS);
-        let congested = queue_stands || (s.congestion_lost > 0 && s.limited);
+        // The path was busy if the pacer held packets back, or if a queue
+        // stands at its bottleneck while we send (paced above capacity).
+        let sample = s.delivered_bps.max(MIN_RATE_BPS);
+        let busy = s.limited || (queue_stands && sample * 2 > self.bw_est);
+        self.phase_limited |= busy;
+        if busy || sample > self.bw_est {
+            self.bw.update(now, sample as i64);
+        }
+        self.bw_est = self.bw.get(now).map_or(self.bw_est, |b| b as u64);
+        // Only a sample of a busy path says what it carries: a queue that
+        // stands while we send little is someone else's, or jitter.
+        let congested = busy && (queue_stands || s.congestion_lost > 0);
         let may_cut = self.cut_at.is_none_or(|t| now >= t + phase_len);
         if congested && may_cut && sample < self.bw_est {
             self.bw.reset(now, sample as i64);

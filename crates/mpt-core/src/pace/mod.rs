@@ -40,7 +40,7 @@ use crate::{Nanos, NANOS_PER_MS};
 pub const FEEDBACK_INTERVAL_NS: Nanos = 10 * NANOS_PER_MS;
 /// Shortest reporter-clock interval of one rate sample (tuning knob: long
 /// enough to average over batching and jitter).
-pub const SAMPLE_MIN_NS: Nanos = 20 * NANOS_PER_MS;
+pub const SAMPLE_MIN_NS: Nanos = 30 * NANOS_PER_MS;
 /// Depth of the pacing bucket, as time at the pacing rate (tuning knob:
 /// covers the event loop's timer granularity of 1 ms with room to spare).
 pub const PACING_BURST_NS: Nanos = 4 * NANOS_PER_MS;

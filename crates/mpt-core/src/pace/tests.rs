@@ -151,7 +151,7 @@ fn finds_capacity_within_a_second_and_keeps_the_queue_short() {
         let got = s.mbit(1.0, 3.0);
         assert!(got > 0.9 * cap as f64, "{cap}: delivered {got:.1}");
         let q = s.max_queue_ms(1.0, 3.0);
-        assert!(q < 30.0, "{cap}: standing queue up to {q:.1} ms");
+        assert!(q < 35.0, "{cap}: standing queue up to {q:.1} ms");
     }
 }
 
@@ -218,7 +218,7 @@ fn reports_out_of_order_or_too_close_make_no_sample() {
         s.on_report(0, 1_005 * MS, &r(2000), None).is_none(),
         "older"
     );
-    let x = s.on_report(0, 1_025 * MS, &r(31_250), None).unwrap();
+    let x = s.on_report(0, 1_035 * MS, &r(43_750), None).unwrap();
     assert_eq!(x.delivered_bps, 10_000_000);
     assert_eq!(s.pacing_rate_bps(0), Some(5_000_000), "the cap holds");
     // A report after a silence starts over.

@@ -8,6 +8,9 @@
 //!   path i), so a peer learns on every path which of its send directions
 //!   work; a change of our receive state is announced on every path at
 //!   once;
+//! * the tunnel sequence a control packet carries on a path (its
+//!   frontier) is below every data packet sent on that path later: the
+//!   oldest packet waiting in the path's queue, or the next sequence;
 //! * a path's `up` (usable for sending) follows the peer's reports only,
 //!   its `rx_up` (we hear the peer) follows what arrives only
 //!   (`path/liveness.rs`).
@@ -192,6 +195,9 @@ impl Tunnel {
         buf: &mut [u8],
         body_len: usize,
     ) -> Option<Transmit> {
+        // The frontier a control packet announces must hold for its path:
+        // packets still waiting in the path's queue come after it.
+        let seq = seq.min(self.frontier(path));
         let (len, seal) = self.emit(now, path, ty, class, seq, buf, body_len)?;
         let tx = Transmit {
             path,

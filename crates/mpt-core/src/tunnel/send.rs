@@ -237,6 +237,12 @@ impl Tunnel {
             .min()
     }
 
+    /// The lowest tunnel sequence that may still leave on `path`: its
+    /// oldest waiting packet's, or the next one given out.
+    pub(super) fn frontier(&self, path: PathId) -> u64 {
+        self.queue.oldest_seq(path).unwrap_or(self.next_tunnel_seq)
+    }
+
     /// Packets waiting in the send queue.
     pub fn queued(&self) -> usize {
         self.queue.packets()

@@ -196,6 +196,16 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// source stays ready while its batch came back full), run due timers,
     /// send control traffic, log events.
     pub fn turn(&mut self, ready: &mut Ready) {
+        // The wall clock first: every timestamp sent and every one-way
+        // delay measured in this turn uses it.
+        let now = self.clock.now();
+        if self
+            .last_wall
+            .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
+        {
+            self.last_wall = Some(now);
+            self.tunnel.set_wall_offset(self.clock.wall_offset());
+        }
         self.release_queued();
         if ready.tun {
             ready.tun = self.pump_tun();
@@ -206,13 +216,6 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             }
         }
         let now = self.clock.now();
-        if self
-            .last_wall
-            .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
-        {
-            self.last_wall = Some(now);
-            self.tunnel.set_wall_offset(self.clock.wall_offset());
-        }
         if self.tunnel.poll_timeout().is_some_and(|t| t <= now) {
             self.tunnel.handle_timeout(now);
             self.deliver_ready();
