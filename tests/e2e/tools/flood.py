@@ -66,10 +66,14 @@ def inner_packet():
     return hdr + udp
 
 
+# Wire version of the daemon (crates/mpt-core/src/wire/mod.rs, VERSION).
+VERSION = 3
+
+
 def forged_plain(path):
     h = struct.pack(
         "!BBBBIQIQQ",
-        1,
+        VERSION,
         1,
         path,
         0,
@@ -93,7 +97,7 @@ def bad_tag(g):
 
 
 def handshake_init(path):
-    h = struct.pack("!BBBBIQIQQ", 2, 4, path, 0, 0, 0, 0, time.time_ns(), 0)
+    h = struct.pack("!BBBBIQIQQ", VERSION, 4, path, 0, 0, 0, 0, time.time_ns(), 0)
     return h + os.urandom(161)  # Noise part and the two MACs
 
 

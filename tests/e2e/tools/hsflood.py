@@ -23,7 +23,7 @@ import sys
 import time
 
 HEADER = "!BBBBIQIQQ"  # version, type, path, class, session, counter, pseq, ts, tseq
-VERSION, TYPE_INIT = 2, 4
+VERSION, TYPE_INIT = 3, 4  # wire version (crates/mpt-core/src/wire/mod.rs)
 NOISE_LEN, MAC_LEN = 129, 16
 
 pub_b64, targets_arg, seconds, sources, prefix = sys.argv[1:6]
