@@ -1,13 +1,15 @@
-//! Fuzz the header, probe-body, NACK-body and cookie-reply parsers and the
-//! MAC checks: no input may panic, every accepted header re-encodes to the
-//! same bytes, every accepted NACK body re-encodes to the bytes it was
+//! Fuzz the header, probe-body, receiver-report, NACK-body and cookie-reply
+//! parsers and the MAC checks: no input may panic, every accepted header
+//! and report re-encodes to the same bytes, every accepted NACK body re-encodes to the bytes it was
 //! parsed from, and no cookie reply opens without the right key and mac1.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mpt_core::crypto::cookie::{self, MacKeys};
 use mpt_core::crypto::keys::PrivateKey;
-use mpt_core::wire::{write_header, Header, NackBody, ProbeBody, HEADER_LEN};
+use mpt_core::wire::{
+    write_header, Header, NackBody, ProbeBody, ReportBody, HEADER_LEN, REPORT_BODY_LEN,
+};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(h) = Header::new_checked(data) {
@@ -15,6 +17,11 @@ fuzz_target!(|data: &[u8]| {
         write_header(&mut out, h.packet_type(), &h.fields());
         assert_eq!(&out[..], &data[..HEADER_LEN]);
         let _ = ProbeBody::parse(h.body());
+    }
+    if let Ok(r) = ReportBody::parse(data) {
+        let mut out = [0u8; REPORT_BODY_LEN];
+        r.write(&mut out);
+        assert_eq!(&out[..], &data[..REPORT_BODY_LEN]);
     }
     if let Ok(n) = NackBody::parse(data) {
         let seqs: Vec<u64> = n.seqs().collect();

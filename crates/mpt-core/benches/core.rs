@@ -95,7 +95,7 @@ fn reorder(c: &mut Criterion) {
 fn scheduler(c: &mut Criterion) {
     for n in [4usize, 12] {
         let mut s = SmoothWrr::with_share(&vec![1; n], Share::Bytes);
-        let up = vec![true; n];
+        let up = mpt_core::sched::views_of(&vec![true; n]);
         c.bench_function(&format!("sched/wrr_bytes/{n}_paths"), |b| {
             b.iter(|| s.pick(black_box(&up), 1400))
         });

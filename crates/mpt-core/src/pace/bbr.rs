@@ -13,13 +13,14 @@
 //!   phases (BBR §4.3.2.2), or a queue builds.
 //! * ProbeBW: cycle the pacing gain through [`PROBE_GAINS`] (BBR
 //!   §4.3.4.3), one phase per round trip (at least [`PHASE_MIN_NS`]): probe
-//!   25 % above the estimate, drain what that queued, then cruise.
+//!   25 % above the estimate, drain what that queued (as long as a queue
+//!   stands, as BBR's Drain state), then cruise.
 //! * Standing queue: when the receiver's queueing delay rises
 //!   [`QUEUE_CUT_NS`] above its floor (the path's own jitter, the minimum
 //!   of [`QUEUE_FLOOR_WINDOW_NS`]), or packets are lost while a queue
 //!   stands, the estimate is cut to the delivery rate just measured and
-//!   the cycle goes to its drain phase, at most once per phase and only
-//!   from a sample of a busy path (the pacer limited it): a capacity
+//!   the cycle goes to its drain phase, at most once per phase, by at most
+//!   half, and only from a sample of a busy path: a capacity
 //!   drop is followed within one round trip plus a report, not after the
 //!   max filter's window.
 //!
@@ -49,7 +50,7 @@ pub const QUEUE_CUT_NS: Nanos = 10 * NANOS_PER_MS;
 /// Window of the queueing-delay floor (tuning knob, as the delay floor's).
 pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Bandwidth assumed before the first sample (tuning knob).
-pub const INITIAL_RATE_BPS: u64 = 10_000_000;
+pub const INITIAL_RATE_BPS: u64 = 50_000_000;
 /// Lowest estimate (tuning knob: a path that carried nothing must still
 /// get a probe's worth of traffic).
 pub const MIN_RATE_BPS: u64 = 1_000_000;
@@ -73,6 +74,8 @@ pub struct ProbeBw {
     flat_phases: u32,
     queue_floor: Windowed<10>,
     cut_at: Option<Nanos>,
+    /// The last sample saw a standing queue: the drain phase lasts.
+    queue_stands: bool,
     pub cuts: u64,
 }
 
@@ -89,6 +92,7 @@ impl Default for ProbeBw {
             flat_phases: 0,
             queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
             cut_at: None,
+            queue_stands: false,
             cuts: 0,
         }
     }
@@ -125,7 +129,8 @@ impl ProbeBw {
                     return;
                 }
             }
-        } else {
+        } else if !(self.phase == 1 && self.queue_stands) {
+            // The drain phase lasts while the queue stands (BBR's Drain).
             self.phase = (self.phase + 1) % PROBE_GAINS.len();
         }
         self.phase_limited = false;
@@ -146,10 +151,11 @@ impl RateControl for ProbeBw {
             q.saturating_sub(floor.max(0) as Nanos)
         });
         let queue_stands = excess.is_some_and(|e| e > QUEUE_CUT_NS);
+        self.queue_stands = queue_stands;
         // The path was busy if the pacer held packets back, or if a queue
         // stands at its bottleneck while we send (paced above capacity).
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
-        let busy = s.limited || (queue_stands && sample * 2 > self.bw_est);
+        let busy = s.limited || queue_stands;
         self.phase_limited |= busy;
         if busy || sample > self.bw_est {
             self.bw.update(now, sample as i64);
@@ -160,8 +166,11 @@ impl RateControl for ProbeBw {
         let congested = busy && (queue_stands || s.congestion_lost > 0);
         let may_cut = self.cut_at.is_none_or(|t| now >= t + phase_len);
         if congested && may_cut && sample < self.bw_est {
-            self.bw.reset(now, sample as i64);
-            self.bw_est = sample;
+            // At most halve per cut: a sample from a path we barely used
+            // must not collapse its estimate.
+            let cut = sample.max(self.bw_est / 2);
+            self.bw.reset(now, cut as i64);
+            self.bw_est = cut;
             self.cut_at = Some(now);
             self.cuts += 1;
             self.drain(now);
