@@ -38,7 +38,9 @@ def test_four_by_100mbit_figures(workdir: Path) -> None:
             seconds=4,
             rate=f"{RATE * PAYLOAD / WIRE_PLAIN * 0.99:.1f}M",
         )
-        _a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(i) for i in range(1, N + 1)]), workdir)
+        _a, b = start_pair(
+            topo, TunnelOpts(paths=[PathOpts(i, weight=1) for i in range(1, N + 1)]), workdir
+        )
         tcp = iperf3(topo, TUNNEL_V4["b"], seconds=8)
         udp = iperf3(
             topo,

@@ -16,7 +16,10 @@ def test_lost_packets_are_asked_for_and_resent(workdir: Path) -> None:
     shapes = [Shape(rate_mbit=50, loss=0.03), Shape(rate_mbit=50)]
     with Topology(2, shape=shapes) as topo:
         opts = TunnelOpts(
-            paths=[PathOpts(1), PathOpts(2)],
+            paths=[
+                PathOpts(1, weight=1),
+                PathOpts(2, weight=1),
+            ],  # static weights, as measured before ECF
             tunnel_v6=False,
             extra="[reorder]\nrecover = true",
         )
