@@ -235,10 +235,11 @@ impl PathState {
         self.report_due = false;
         self.report_sent_at = Some(now);
         let est = self.meters.estimates(now);
+        let (rx_packets, rx_path_seq) = self.report();
         ReportBody {
             rx_bytes: self.rx_bytes,
-            rx_packets: self.rx_packets,
-            rx_path_seq: self.rx_highest_seq as u32,
+            rx_packets,
+            rx_path_seq,
             hearing_mask,
             queueing_us: est.queueing_ns.map_or(QUEUEING_UNKNOWN, |q| {
                 (q / 1_000).min(u64::from(QUEUEING_UNKNOWN - 1)) as u32

@@ -144,10 +144,6 @@ impl TokenBucket {
             _ => now,
         }
     }
-
-    pub fn rate_bps(&self) -> Option<u64> {
-        self.rate_bps
-    }
 }
 
 /// The last report a sample started from.
