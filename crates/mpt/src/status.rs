@@ -194,9 +194,10 @@ pub fn render(v: &Value) -> String {
             };
             let _ = writeln!(
                 o,
-                "    sending: {} ({} samples), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing",
+                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing",
                 s.get("control").and_then(Value::as_str).unwrap_or("-"),
                 num(s, "samples"),
+                num(s, "cuts"),
                 mbit("bandwidth_mbps"),
                 mbit("pacing_mbps"),
                 s.get("cap_mbps")

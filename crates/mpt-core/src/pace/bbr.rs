@@ -15,14 +15,18 @@
 //!   §4.3.4.3), one phase per round trip (at least [`PHASE_MIN_NS`]): probe
 //!   25 % above the estimate, drain what that queued (as long as a queue
 //!   stands, as BBR's Drain state), then cruise.
-//! * Standing queue: when the receiver's queueing delay rises
+//! * Standing queue: when the receiver's queueing delay stands
 //!   [`QUEUE_CUT_NS`] above its floor (the path's own jitter, the minimum
-//!   of [`QUEUE_FLOOR_WINDOW_NS`]), or packets are lost while a queue
-//!   stands, the estimate is cut to the delivery rate just measured and
-//!   the cycle goes to its drain phase, at most once per phase, by at most
-//!   half, and only from a sample of a busy path: a capacity
-//!   drop is followed within one round trip plus a report, not after the
-//!   max filter's window.
+//!   of [`QUEUE_FLOOR_WINDOW_NS`]) and grew by [`QUEUE_GROWTH_NS`] over
+//!   the sample (the bottleneck is saturated, so the delivery rate is its
+//!   capacity), the estimate is cut to the delivery rate just measured,
+//!   by at most half; packets lost while a queue stands cut it to at
+//!   least [`LOSS_BETA`] of itself. Either way the cycle goes to its drain
+//!   phase, at most once per phase: a capacity drop is followed within
+//!   one round trip plus a report, not after the max filter's window. A
+//!   queue that stands but shrinks cuts nothing: the path is draining, or
+//!   the scheduler sends elsewhere, and its delivery rate then says
+//!   nothing about its capacity.
 //!
 //! Invariants: the pacing rate is never below [`MIN_RATE_BPS`]; the
 //! estimate changes only through samples; no allocation.
@@ -47,6 +51,12 @@ pub const PHASE_MIN_NS: Nanos = 40 * NANOS_PER_MS;
 /// Queueing delay above the floor that counts as a standing queue (tuning
 /// knob: above a Wi-Fi link's jitter, below a radio's buffer).
 pub const QUEUE_CUT_NS: Nanos = 10 * NANOS_PER_MS;
+/// Growth of the queueing delay over one sample that counts as a queue
+/// building (tuning knob: above the receiver's scheduling noise).
+pub const QUEUE_GROWTH_NS: Nanos = 2 * NANOS_PER_MS;
+/// Share of the estimate kept after a congestion loss (BBRv2's beta,
+/// draft-cardwell-iccrg-bbr-congestion-control-02 §4.2.1).
+pub const LOSS_BETA: f64 = 0.7;
 /// Window of the queueing-delay floor (tuning knob, as the delay floor's).
 pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Bandwidth assumed before the first sample (tuning knob).
@@ -76,6 +86,8 @@ pub struct ProbeBw {
     cut_at: Option<Nanos>,
     /// The last sample saw a standing queue: the drain phase lasts.
     queue_stands: bool,
+    /// The previous sample's delivery rate.
+    prev_sample: u64,
     pub cuts: u64,
 }
 
@@ -93,6 +105,7 @@ impl Default for ProbeBw {
             queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
             cut_at: None,
             queue_stands: false,
+            prev_sample: 0,
             cuts: 0,
         }
     }
@@ -161,14 +174,29 @@ impl RateControl for ProbeBw {
             self.bw.update(now, sample as i64);
         }
         self.bw_est = self.bw.get(now).map_or(self.bw_est, |b| b as u64);
-        // Only a sample of a busy path says what it carries: a queue that
-        // stands while we send little is someone else's, or jitter.
-        let congested = busy && (queue_stands || s.congestion_lost > 0);
+        // Only a queue that grows while it stands says the path carries
+        // less than we send: then the delivery rate is its capacity. A
+        // queue that stands but shrinks is draining (we send less than the
+        // path carries, or the scheduler avoids the path), and a low
+        // sample then says nothing.
+        let growing = s
+            .queue_growth_ns
+            .is_some_and(|g| g > QUEUE_GROWTH_NS as i64);
+        let saturated = queue_stands && growing;
+        let overflow = queue_stands && s.congestion_lost > 0;
         let may_cut = self.cut_at.is_none_or(|t| now >= t + phase_len);
-        if congested && may_cut && sample < self.bw_est {
-            // At most halve per cut: a sample from a path we barely used
-            // must not collapse its estimate.
-            let cut = sample.max(self.bw_est / 2);
+        let prev = std::mem::replace(&mut self.prev_sample, sample);
+        if (saturated || overflow) && may_cut && sample.max(prev) < self.bw_est {
+            // At most halve per cut (a drop to a tenth is followed in a
+            // few round trips); a loss alone cuts by BBRv2's beta.
+            let keep = if saturated {
+                self.bw_est / 2
+            } else {
+                (self.bw_est as f64 * LOSS_BETA) as u64
+            };
+            // One sample alone may be a stall of the receiver; the path's
+            // capacity is the better of the last two.
+            let cut = sample.max(prev).max(keep);
             self.bw.reset(now, cut as i64);
             self.bw_est = cut;
             self.cut_at = Some(now);
@@ -183,6 +211,10 @@ impl RateControl for ProbeBw {
 
     fn bandwidth_bps(&self) -> Option<u64> {
         Some(self.bw_est)
+    }
+
+    fn cuts(&self) -> u64 {
+        self.cuts
     }
 
     fn state(&self) -> &'static str {

@@ -25,10 +25,12 @@
 //! * pure arithmetic on `now`: no clock, no allocation after construction.
 
 mod bbr;
+mod delay;
 #[cfg(test)]
 mod tests;
 
 pub use bbr::ProbeBw;
+pub use delay::TargetDelay;
 
 use serde::Serialize;
 
@@ -47,6 +49,15 @@ pub const PACING_BURST_NS: Nanos = 4 * NANOS_PER_MS;
 /// Smallest pacing bucket depth in bytes (tuning knob: a few full-size
 /// packets, so that slow paths still send whole packets).
 pub const PACING_BURST_MIN_BYTES: u64 = 16 * 1024;
+/// Budget a path gathers before its waiting packets are released, as time
+/// at the pacing rate (tuning knob: released packets leave in batches of
+/// about this much, one batch send per path, rather than one packet per
+/// turn of the event loop).
+pub const RELEASE_BATCH_NS: Nanos = NANOS_PER_MS;
+/// Reported queueing delay below which the scheduler takes a path's
+/// bottleneck queue for empty (tuning knob: above a radio link's jitter
+/// and a probe's overshoot).
+pub const STANDING_QUEUE_NS: Nanos = 10 * NANOS_PER_MS;
 /// Longest interval between two reports that still makes a sample (tuning
 /// knob: after a silence the bytes say nothing about a rate).
 pub const SAMPLE_MAX_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -61,6 +72,10 @@ pub struct RateSample {
     pub interval_ns: Nanos,
     /// The receiver's queueing delay at the end of the interval.
     pub queueing_ns: Option<Nanos>,
+    /// How much the queueing delay grew over the interval (negative: it
+    /// shrank). A queue that grows while we send means the bottleneck is
+    /// saturated, so the delivery rate is its capacity.
+    pub queue_growth_ns: Option<i64>,
     /// Packets lost while a queue stood, new in this interval.
     pub congestion_lost: u64,
     /// Packets lost with no queue, new in this interval.
@@ -81,6 +96,11 @@ pub trait RateControl: Send + std::fmt::Debug {
     fn bandwidth_bps(&self) -> Option<u64>;
     /// The policy's state, for status output.
     fn state(&self) -> &'static str;
+    /// How often the policy cut its estimate for a standing queue or
+    /// congestion loss (status output).
+    fn cuts(&self) -> u64 {
+        0
+    }
 }
 
 /// A pacing budget: tokens are bytes, refilled at the rate in force.
@@ -134,6 +154,27 @@ impl TokenBucket {
         (u128::from(short as u64) * 8 * NANOS_PER_S / u128::from(r)) as Nanos
     }
 
+    /// Bytes a release waits for when `queued` bytes wait: a batch of
+    /// [`RELEASE_BATCH_NS`] at the rate (at most half the bucket), or all
+    /// that waits if less.
+    pub fn release_need(&self, queued: usize) -> usize {
+        let Some(r) = self.rate_bps else {
+            return 1;
+        };
+        let batch = (u128::from(r) * u128::from(RELEASE_BATCH_NS) / (8 * NANOS_PER_S)) as i64;
+        batch.min(Self::depth(r) / 2).min(queued as i64).max(1) as usize
+    }
+
+    /// Whether a release of `queued` waiting bytes may start now.
+    pub fn release_ready(&self, queued: usize) -> bool {
+        self.rate_bps.is_none() || self.tokens >= self.release_need(queued) as i64
+    }
+
+    /// When a release of `queued` waiting bytes may start.
+    pub fn release_at(&self, now: Nanos, queued: usize) -> Nanos {
+        now.max(self.last) + self.wait_ns(self.release_need(queued))
+    }
+
     /// When the bucket next has budget (`now` if it has).
     pub fn budget_at(&self, now: Nanos) -> Nanos {
         match self.rate_bps.filter(|r| *r > 0) {
@@ -150,6 +191,7 @@ impl TokenBucket {
 #[derive(Debug, Clone, Copy)]
 struct ReportMark {
     sent_ns: u64,
+    queueing_ns: Option<Nanos>,
     rx_bytes: u64,
     lost_link: u32,
     lost_congestion: u32,
@@ -226,9 +268,31 @@ impl PathSender {
         self.bucket.budget_at(now)
     }
 
+    /// Whether waiting packets (`queued` bytes) may start to leave.
+    pub fn release_ready(&self, queued: usize) -> bool {
+        self.bucket.release_ready(queued)
+    }
+
+    /// When waiting packets (`queued` bytes) may start to leave.
+    pub fn release_at(&self, now: Nanos, queued: usize) -> Nanos {
+        self.bucket.release_at(now, queued)
+    }
+
     /// The queueing delay the receiver reported last.
     pub fn queueing_ns(&self) -> Option<Nanos> {
         self.queueing_ns
+    }
+
+    /// The part of the reported queueing delay that is a standing queue
+    /// at the path's bottleneck rather than jitter or a passing probe:
+    /// what exceeds [`STANDING_QUEUE_NS`]. A packet sent now is expected
+    /// to wait that long there. (The report is up to a feedback interval
+    /// plus a one-way delay old, and a queue below the threshold drains
+    /// in less than that once the scheduler sends elsewhere.)
+    pub fn standing_queue_ns(&self) -> Nanos {
+        self.queueing_ns
+            .unwrap_or(0)
+            .saturating_sub(STANDING_QUEUE_NS)
     }
 
     /// A receiver report about this path, sent at `sent_ns` by the
@@ -248,6 +312,7 @@ impl PathSender {
             (r.queueing_us != QUEUEING_UNKNOWN).then(|| u64::from(r.queueing_us) * 1_000);
         let here = ReportMark {
             sent_ns,
+            queueing_ns: self.queueing_ns,
             rx_bytes: r.rx_bytes,
             lost_link: r.lost_link,
             lost_congestion: r.lost_congestion,
@@ -271,6 +336,10 @@ impl PathSender {
             delivered_bps: (u128::from(bytes) * 8 * NANOS_PER_S / u128::from(dt)) as u64,
             interval_ns: dt,
             queueing_ns: self.queueing_ns,
+            queue_growth_ns: self
+                .queueing_ns
+                .zip(m.queueing_ns)
+                .map(|(b, a)| b as i64 - a as i64),
             congestion_lost: u64::from(r.lost_congestion.wrapping_sub(m.lost_congestion)),
             link_lost: u64::from(r.lost_link.wrapping_sub(m.lost_link)),
             limited: std::mem::take(&mut self.limited),
@@ -298,6 +367,7 @@ impl PathSender {
             delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
             queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
             samples: self.samples,
+            cuts: self.control.cuts(),
         }
     }
 }
@@ -318,6 +388,8 @@ pub struct SenderStatus {
     /// Queueing delay the peer reported.
     pub queueing_ms: Option<f64>,
     pub samples: u64,
+    /// Cuts of the estimate for a standing queue or congestion loss.
+    pub cuts: u64,
 }
 
 /// A policy that never paces (static-weight scheduling).

@@ -37,10 +37,10 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(capacity_mbit: u64) -> Self {
+    fn with(capacity_mbit: u64, control: Box<dyn RateControl>) -> Self {
         Self {
             now: 0,
-            sender: PathSender::new(Box::new(ProbeBw::default()), None),
+            sender: PathSender::new(control, None),
             capacity_bps: capacity_mbit * 1_000_000,
             link: VecDeque::new(),
             busy_until: 0,
@@ -138,10 +138,19 @@ impl Sim {
     }
 }
 
+/// Both policies pass the same bottleneck tests.
+const POLICIES: [fn() -> Box<dyn RateControl>; 2] = [
+    || Box::new(TargetDelay::default()),
+    || Box::new(ProbeBw::default()),
+];
+
 #[test]
 fn finds_capacity_within_a_second_and_keeps_the_queue_short() {
-    for cap in [20u64, 100] {
-        let mut s = Sim::new(cap);
+    for (cap, policy) in [20u64, 100]
+        .into_iter()
+        .flat_map(|c| POLICIES.map(|p| (c, p)))
+    {
+        let mut s = Sim::with(cap, policy());
         s.run_until(3_000 * MS);
         let bw = s.bandwidth_mbit();
         assert!(
@@ -160,7 +169,12 @@ fn finds_capacity_within_a_second_and_keeps_the_queue_short() {
 
 #[test]
 fn follows_a_capacity_drop_within_a_second() {
-    let mut s = Sim::new(100);
+    for policy in POLICIES {
+        capacity_drop(Sim::with(100, policy()));
+    }
+}
+
+fn capacity_drop(mut s: Sim) {
     s.run_until(2_000 * MS);
     s.capacity_bps = 10_000_000;
     s.run_until(3_000 * MS);
@@ -175,7 +189,12 @@ fn follows_a_capacity_drop_within_a_second() {
 
 #[test]
 fn follows_a_capacity_rise() {
-    let mut s = Sim::new(10);
+    for policy in POLICIES {
+        capacity_rise(Sim::with(10, policy()));
+    }
+}
+
+fn capacity_rise(mut s: Sim) {
     s.run_until(2_000 * MS);
     s.capacity_bps = 50_000_000;
     s.run_until(5_000 * MS);

@@ -47,7 +47,7 @@ pub use status::{QueueStatus, ReorderStatus, TunnelStatus};
 
 use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
 use crate::crypto::TAG_LEN;
-use crate::pace::{PathSender, ProbeBw, RateControl, Unpaced};
+use crate::pace::{PathSender, RateControl, TargetDelay, Unpaced};
 use crate::path::{PathConfig, PathState};
 use crate::queue::SendQueue;
 use crate::reorder::{PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly};
@@ -69,7 +69,7 @@ pub enum ReleaseKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchedKind {
     /// Earliest expected arrival over paced paths, capacity learned
-    /// ([`Ecf`], [`ProbeBw`]).
+    /// ([`Ecf`], [`TargetDelay`]).
     Ecf,
     /// Static weights, unpaced ([`SmoothWrr`]).
     Wrr,
@@ -212,6 +212,8 @@ pub struct Tunnel {
     queue_max: Nanos,
     /// The path [`Tunnel::poll_queued`] looks at first (round robin).
     release_next: usize,
+    /// A release of `release_next`'s waiting packets is under way.
+    releasing: bool,
     adapt_to_loss: bool,
     reorder_max_delay: Nanos,
     recovery: Option<recovery::Recovery>,
@@ -266,7 +268,7 @@ impl Tunnel {
             .iter()
             .map(|p| {
                 let control: Box<dyn RateControl> = if paced {
-                    Box::new(ProbeBw::default())
+                    Box::new(TargetDelay::default())
                 } else {
                     Box::new(Unpaced)
                 };
@@ -287,6 +289,7 @@ impl Tunnel {
             paced,
             queue_max: cfg.queue_max,
             release_next: 0,
+            releasing: false,
             policy,
             reorder: ReorderBuffer::new(cfg.reorder_window, cfg.reorder_max_delay),
             mtu: cfg.mtu,

@@ -43,7 +43,7 @@ impl Tunnel {
             } else {
                 0
             };
-            let delay_ns = p.rtt_min().map(|r| r / 2 + s.queueing_ns().unwrap_or(0));
+            let delay_ns = p.rtt_min().map(|r| r / 2 + s.standing_queue_ns());
             self.views[i] = PathView {
                 up: self.up[i],
                 wait_ns,
@@ -150,8 +150,14 @@ impl Tunnel {
     /// The next waiting packet whose path has budget now, encapsulated in
     /// `buf` (which needs room for the header, the largest inner packet
     /// and the tag) and left to seal like [`Tunnel::send_unsealed`]'s.
+    ///
+    /// A path's release starts once its budget covers a batch
+    /// ([`crate::pace::TokenBucket::release_need`]) and then goes on while
+    /// it has budget, so that its packets leave together (one batch send)
+    /// before the next path's. Call until `None`, at one `now`.
     pub fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if self.queue.is_empty() {
+            self.releasing = false;
             return None;
         }
         let n = self.paths.len();
@@ -167,18 +173,27 @@ impl Tunnel {
                 }
                 continue;
             }
-            self.senders[p].refill(now);
-            if !self.senders[p].has_budget() {
+            let s = &mut self.senders[p];
+            s.refill(now);
+            let ready = if k == 0 && self.releasing {
+                s.has_budget()
+            } else {
+                s.release_ready(self.queue.bytes(path))
+            };
+            if !ready {
                 continue;
             }
             let q = self.queue.pop(path, now)?;
-            self.release_next = (p + 1) % n;
-            if let Some(t) = self.emit_queued(now, path, &q, buf) {
-                self.queue.recycle(q);
-                return Some(t);
-            }
+            self.release_next = p;
+            self.releasing = true;
+            let t = self.emit_queued(now, path, &q, buf);
             self.queue.recycle(q);
+            if t.is_some() {
+                return t;
+            }
         }
+        self.releasing = false;
+        self.release_next = (self.release_next + 1) % n.max(1);
         None
     }
 
@@ -227,7 +242,7 @@ impl Tunnel {
             .filter_map(|i| {
                 let (at, _) = self.queue.oldest(i as PathId)?;
                 Some(if self.up[i] {
-                    self.senders[i].budget_at(now)
+                    self.senders[i].release_at(now, self.queue.bytes(i as PathId))
                 } else if any_up {
                     now
                 } else {

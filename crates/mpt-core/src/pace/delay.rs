@@ -1,0 +1,171 @@
+//! [`TargetDelay`]: rate control of one path that holds the queue at the
+//! path's bottleneck near a small target delay (the default).
+//!
+//! This is LEDBAT's controller (RFC 6817 §2.4: the queueing delay is the
+//! one-way delay above its floor, and the sender moves in proportion to
+//! how far that delay is off a target) applied to a pacing rate instead of
+//! a window, with the receiver's reports for acknowledgements:
+//!
+//! * below the target, while the pacer holds packets back (the path could
+//!   take more than it is allowed), the rate grows by `step × off_target`
+//!   per sample; `step` starts at [`STEP_MIN`] and doubles while the queue
+//!   stays under half the target, up to [`STEP_MAX`] (as BBRv2's ProbeBW_UP
+//!   doubles its probe), so a path finds a new capacity within a few
+//!   hundred milliseconds and approaches a known one gently;
+//! * above the target the bottleneck is saturated, so the delivery rate
+//!   the receiver measured is its capacity: the rate goes to that capacity
+//!   less what drains the excess within [`DRAIN_NS`] (at most half at a
+//!   time); one sample alone may be a stall of the receiver, so the
+//!   capacity is the better of the last two;
+//! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
+//!   once per round trip (RFC 6817 halves its window; losses on a path
+//!   whose queue is empty are the link's, not ours, and cut nothing);
+//! * the rate never exceeds [`HEADROOM`] × the highest delivery rate of the
+//!   last [`BW_WINDOW_NS`] or [`INITIAL_RATE_BPS`], whichever is higher
+//!   (nor falls below [`MIN_RATE_BPS`]): a path the scheduler barely used
+//!   cannot claim a rate it never showed, yet an idle path stays worth
+//!   trying.
+//!
+//! Why not BBR's gain cycle ([`super::ProbeBw`])? Its probe pushes 25 %
+//! above capacity for a phase; our phases last tens of milliseconds, and
+//! the queue a probe builds on one path delays every path's packets at the
+//! receiver's reorder buffer. Here the standing queue is the target's few
+//! milliseconds, and steady.
+//!
+//! Invariants: `MIN_RATE_BPS <= rate`; the rate changes only through
+//! samples; no allocation.
+
+use super::{RateControl, RateSample};
+use crate::estimate::Windowed;
+use crate::{Nanos, NANOS_PER_MS};
+
+/// Target queueing delay at the bottleneck (tuning knob; RFC 6817 allows
+/// up to 100 ms, a multipath tunnel wants a few ms: the reorder buffer
+/// waits for the slowest path's queue).
+pub const TARGET_NS: Nanos = 5 * NANOS_PER_MS;
+/// Smallest and largest growth step per sample (tuning knobs).
+pub const STEP_MIN: f64 = 0.01;
+pub const STEP_MAX: f64 = 0.5;
+/// Time over which a queue above the target is drained (tuning knob).
+pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
+/// Share of the rate kept after a congestion loss (tuning knob; BBRv2's
+/// beta, draft-cardwell-iccrg-bbr-congestion-control-02).
+pub const LOSS_BETA: f64 = 0.7;
+/// The rate may exceed the highest recent delivery rate by this factor.
+pub const HEADROOM: f64 = 2.0;
+/// Window of the delivery-rate maximum and of the queueing floor's
+/// refresh (tuning knobs).
+pub const BW_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;
+pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
+/// Most of the reported queueing delay taken for the path's own jitter
+/// (tuning knob: a radio link's).
+pub const JITTER_MAX_NS: Nanos = 5 * NANOS_PER_MS;
+/// Rate before the first sample (tuning knob).
+pub const INITIAL_RATE_BPS: u64 = 50_000_000;
+/// Lowest rate (tuning knob: a path must still carry a probe's worth).
+pub const MIN_RATE_BPS: u64 = 1_000_000;
+/// Shortest interval between two loss cuts (tuning knob, with the RTT).
+const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
+
+/// See the module documentation.
+#[derive(Debug, Clone)]
+pub struct TargetDelay {
+    rate: u64,
+    step: f64,
+    delivered_max: Windowed<10>,
+    queue_floor: Windowed<10>,
+    prev_sample: u64,
+    loss_cut_at: Option<Nanos>,
+    state: &'static str,
+    cuts: u64,
+}
+
+impl Default for TargetDelay {
+    fn default() -> Self {
+        Self {
+            rate: INITIAL_RATE_BPS,
+            step: STEP_MIN,
+            delivered_max: Windowed::new(BW_WINDOW_NS, true),
+            queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
+            prev_sample: 0,
+            loss_cut_at: None,
+            state: "startup",
+            cuts: 0,
+        }
+    }
+}
+
+impl TargetDelay {
+    /// The queueing delay above its own floor (the path's jitter, up to
+    /// [`JITTER_MAX_NS`]: a floor above that is a queue that never drained,
+    /// not jitter).
+    fn excess(&mut self, now: Nanos, s: &RateSample) -> Nanos {
+        let Some(q) = s.queueing_ns else {
+            return 0;
+        };
+        self.queue_floor.update(now, q as i64);
+        let floor = self.queue_floor.get(now).unwrap_or(q as i64).max(0) as Nanos;
+        q.saturating_sub(floor.min(JITTER_MAX_NS))
+    }
+}
+
+impl RateControl for TargetDelay {
+    fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
+        let q = self.excess(now, s);
+        let sample = s.delivered_bps.max(MIN_RATE_BPS);
+        let capacity = sample.max(self.prev_sample);
+        self.prev_sample = sample;
+        self.delivered_max.update(now, sample as i64);
+        let loss_gap = rtt_min.unwrap_or(0).max(LOSS_CUT_MIN_NS);
+        if s.congestion_lost > 0
+            && q >= TARGET_NS / 2
+            && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
+        {
+            self.rate = (self.rate as f64 * LOSS_BETA) as u64;
+            self.loss_cut_at = Some(now);
+            self.step = STEP_MIN;
+            self.cuts += 1;
+            self.state = "drain";
+        } else if q > TARGET_NS {
+            let drain = ((q - TARGET_NS) as f64 / DRAIN_NS as f64).min(0.5);
+            let to = (capacity as f64 * (1.0 - drain)) as u64;
+            if to < self.rate {
+                self.rate = to.max(self.rate / 2);
+                self.cuts += 1;
+            }
+            self.step = STEP_MIN;
+            self.state = "drain";
+        } else if s.limited {
+            let off = (TARGET_NS - q) as f64 / TARGET_NS as f64;
+            self.rate += (self.rate as f64 * self.step * off) as u64;
+            self.step = if q < TARGET_NS / 2 {
+                (self.step * 2.0).min(STEP_MAX)
+            } else {
+                STEP_MIN
+            };
+            if self.state != "startup" {
+                self.state = "grow";
+            }
+        } else {
+            self.state = "hold";
+        }
+        let shown = (self.delivered_max.get(now).unwrap_or(0) as f64 * HEADROOM) as u64;
+        self.rate = self.rate.min(shown.max(INITIAL_RATE_BPS)).max(MIN_RATE_BPS);
+    }
+
+    fn pacing_rate_bps(&self, _now: Nanos) -> Option<u64> {
+        Some(self.rate)
+    }
+
+    fn bandwidth_bps(&self) -> Option<u64> {
+        Some(self.rate)
+    }
+
+    fn state(&self) -> &'static str {
+        self.state
+    }
+
+    fn cuts(&self) -> u64 {
+        self.cuts
+    }
+}
