@@ -115,6 +115,7 @@ pub struct ReorderSection {
     pub max_delay_ms: u64,
     pub release: Release,
     /// Ask the peer to resend data packets found lost (both peers).
+    /// Default: on with path-aware sending (`ecf`), off with `wrr`.
     pub recover: bool,
 }
 
@@ -431,7 +432,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         Some("timeout") => Release::Timeout,
         _ => Release::Frontier,
     };
-    let recover = rr.boolean(ctx, "recover").unwrap_or(false);
+    let recover_set = rr.boolean(ctx, "recover");
     rr.finish(ctx);
 
     // [scheduler]
@@ -504,6 +505,10 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         }
     }
     sr.finish(ctx);
+    // Recovery resends link losses only when the sender paces (it tells a
+    // congested path by its peer's reports); with static weights it would
+    // hide congestion from the inner TCP, so it stays opt-in there.
+    let recover = recover_set.unwrap_or(scheduler == SchedulerMode::Ecf);
 
     // [[route]]
     let mut routes = vec![];

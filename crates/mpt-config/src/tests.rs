@@ -100,7 +100,7 @@ fn defaults_are_filled_in() {
             window: 4096,
             max_delay_ms: 100,
             release: Release::Frontier,
-            recover: false,
+            recover: true,
         }
     );
     assert_eq!(c.share, Share::Bytes);
@@ -124,7 +124,13 @@ fn scheduler_mode_follows_weights_and_rejects_mixtures() {
         "remote = \"192.168.1.2:5000\"",
         "remote = \"192.168.1.2:5000\"\nweight = 3",
     );
-    assert_eq!(parse(&weighted).unwrap().scheduler, SchedulerMode::Wrr);
+    let w = parse(&weighted).unwrap();
+    assert_eq!(w.scheduler, SchedulerMode::Wrr);
+    assert!(!w.reorder.recover, "recovery is opt-in with static weights");
+    let forced = parse(&format!("{weighted}[reorder]\nrecover = true\n")).unwrap();
+    assert!(forced.reorder.recover);
+    let off = parse(&format!("{MINIMAL}[reorder]\nrecover = false\n")).unwrap();
+    assert!(!off.reorder.recover);
     let capped = MINIMAL.replace(
         "remote = \"192.168.1.2:5000\"",
         "remote = \"192.168.1.2:5000\"\nrate_mbit = 10",

@@ -46,8 +46,11 @@ const DELAY_GAIN_SHIFT: u32 = 3;
 /// A change of one-way delay larger than this is a clock step, not a
 /// queue: the delay meter starts over (tuning knob).
 pub const CLOCK_STEP_NS: u64 = 10_000 * NANOS_PER_MS;
-/// Queueing delay below which a loss counts as link loss (tuning knob).
-pub const LINK_LOSS_QUEUE_NS: Nanos = 2 * NANOS_PER_MS;
+/// Queueing delay below which a loss counts as link loss (tuning knob:
+/// twice the sender's target queueing delay, [`crate::pace::TARGET_NS`],
+/// which holds a few milliseconds of queue at every busy bottleneck on
+/// purpose; a buffer overflows only well above that).
+pub const LINK_LOSS_QUEUE_NS: Nanos = 10 * NANOS_PER_MS;
 
 /// A maximum (or minimum) over a sliding window of time, kept in buckets.
 #[derive(Debug, Clone)]

@@ -30,7 +30,7 @@ mod delay;
 mod tests;
 
 pub use bbr::ProbeBw;
-pub use delay::TargetDelay;
+pub use delay::{TargetDelay, TARGET_NS};
 
 use serde::Serialize;
 

@@ -1,10 +1,21 @@
-//! Loss recovery inside the tunnel (opt-in, `[reorder] recover = true` on
-//! both peers): the receiver asks for data packets a release policy has
-//! proven lost ([`PacketType::Nack`]), the sender sends them again from a
-//! ring of recent packets on its best path, and the receiver holds the
-//! gap meanwhile instead of releasing it — so the inner TCP sees a short
-//! delay instead of a loss (ARQ, in the spirit of RFC 5681's fast
-//! retransmit but one layer down, where the path RTT is short).
+//! Loss recovery inside the tunnel (`[reorder] recover`, on by default with
+//! path-aware sending; both peers need it): the receiver asks for data
+//! packets a release policy has proven lost ([`PacketType::Nack`]), the
+//! sender sends them again from a ring of recent packets on its best path,
+//! and the receiver holds the gap meanwhile instead of releasing it — so
+//! the inner TCP sees a short delay instead of a loss (ARQ, in the spirit
+//! of RFC 5681's fast retransmit but one layer down, where the path RTT is
+//! short).
+//!
+//! Which losses it hides: with path-aware sending the tunnel's own send
+//! queue is the bottleneck the inner TCP fills, and its congestion signal
+//! is that queue's delay and its drops beyond `queue_ms`, which never got a
+//! sequence number and are never resent. A loss on a path is the link's, or
+//! the path's rate controller overshooting (its peer reports it as
+//! congestion loss and the controller cuts the rate,
+//! [`crate::pace::TargetDelay`]); neither is the inner TCP's to answer, so
+//! both are resent. With static weights (no own queue, no pacing) a path's
+//! congestion drops are the inner TCP's signal, and recovery stays opt-in.
 //!
 //! Invariants:
 //! * a gap is asked for once; it is released (as today) when its answer
@@ -31,7 +42,7 @@ use crate::{Nanos, PathId, NANOS_PER_MS};
 pub const RING_PACKETS: usize = 4096;
 pub const MAX_PENDING: usize = 1024;
 pub const MAX_RETRANSMIT_QUEUE: usize = 1024;
-pub const WAIT_MIN: Nanos = 2 * NANOS_PER_MS;
+pub const WAIT_MIN: Nanos = 20 * NANOS_PER_MS;
 pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
 
 /// Recovery counters, in `mpt status` under `recovery`.
