@@ -246,3 +246,24 @@ fn reports_out_of_order_or_too_close_make_no_sample() {
     // A report after a silence starts over.
     assert!(s.on_report(0, 9_000 * MS, &r(90_000), None).is_none());
 }
+
+#[test]
+fn releases_wait_for_a_batch_of_budget() {
+    let mut b = TokenBucket::default();
+    b.refill(0, Some(80_000_000)); // 10 bytes per µs: 1 ms = 10 000 bytes
+    b.take(TokenBucket::depth(80_000_000) as usize); // empty
+    assert!(!b.has_budget());
+    // A batch is 1 ms at the rate; less if less waits.
+    assert_eq!(b.release_need(100_000), 10_000);
+    assert_eq!(b.release_need(3_000), 3_000);
+    assert_eq!(b.release_at(0, 100_000), 1_000_000);
+    b.refill(500_000, Some(80_000_000));
+    assert!(b.has_budget(), "budget for one packet");
+    assert!(!b.release_ready(100_000), "but not for a batch");
+    assert!(b.release_ready(4_000));
+    b.refill(1_000_000, Some(80_000_000));
+    assert!(b.release_ready(100_000));
+    // Unpaced: always ready.
+    let u = TokenBucket::default();
+    assert!(u.release_ready(1 << 20));
+}
