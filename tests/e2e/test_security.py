@@ -87,7 +87,10 @@ def test_flipped_bits_are_dropped_and_counted(workdir: Path) -> None:
         )
         assert bad_tag > 20
         assert got["invalid"] == 0 and got["duplicates"] == 0
-        assert got["lost"] >= 20
+        # Loss recovery (on by default) asks for and gets back most of
+        # what the receiver dropped; none of it arrives corrupted.
+        assert b.status()["recovery"]["recovered"] > 0
+        assert got["lost"] < bad_tag
 
 
 def test_replayed_packets_are_dropped_and_never_delivered_twice(workdir: Path) -> None:
