@@ -375,7 +375,8 @@ impl PathSender {
 /// What the sender knows of one path, as shown by `mpt status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SenderStatus {
-    /// The rate controller's state (`startup`, `probe-bw`, `off`).
+    /// The rate controller's state (`startup`, `grow`, `hold`, `drain` for
+    /// the default [`TargetDelay`]; `probe-bw` for [`ProbeBw`]; `off`).
     pub control: &'static str,
     /// Estimated capacity us → peer.
     pub bandwidth_mbps: Option<f64>,
