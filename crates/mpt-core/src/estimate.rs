@@ -12,8 +12,16 @@
 //!   timestamp. The clocks need not agree: the unknown offset is the same in
 //!   every sample, so the floor (minimum over [`DELAY_FLOOR_WINDOW_NS`],
 //!   as BBR's min-RTT filter, §4.6) and the smoothed value (gain 1/8, as
-//!   RFC 6298's SRTT) share it and their difference, the queueing delay, is
-//!   exact.
+//!   RFC 6298's SRTT) share it and their difference is exact.
+//! * Queueing delay: the smoothed one-way delay above the lowest smoothed
+//!   value of the same window (its *base*), not above the lowest single
+//!   sample. On a link with jitter the lowest sample of ten seconds lies
+//!   several standard deviations below the typical delay (three and a half
+//!   for a normal jitter over thousands of packets: 17 ms for an LTE-like
+//!   link with 5 ms of jitter), so a path with an empty queue would read as
+//!   queued and its sender would slow it to nothing; the smoothed value
+//!   averages the jitter out first (LEDBAT's noise filtering, RFC 6817
+//!   §3.4.2, applied to both ends of the difference).
 //! * Loss: a gap in the path's sequence numbers is link loss while the
 //!   queueing delay is below [`LINK_LOSS_QUEUE_NS`] (the queue is empty, so
 //!   nothing overflowed; a radio dropped the packet), congestion loss
@@ -169,6 +177,7 @@ impl RateMeter {
 #[derive(Debug, Clone)]
 pub struct DelayMeter {
     floor: Windowed<DELAY_BUCKETS>,
+    base: Windowed<DELAY_BUCKETS>,
     smoothed: Option<i64>,
 }
 
@@ -176,6 +185,7 @@ impl Default for DelayMeter {
     fn default() -> Self {
         Self {
             floor: Windowed::new(DELAY_FLOOR_WINDOW_NS, false),
+            base: Windowed::new(DELAY_FLOOR_WINDOW_NS, false),
             smoothed: None,
         }
     }
@@ -193,14 +203,17 @@ impl DelayMeter {
             // its wall clock): the old samples share no offset with the
             // new ones, start over.
             self.floor.reset(now, transit_ns);
+            self.base.reset(now, transit_ns);
             self.smoothed = Some(transit_ns);
             return;
         }
         self.floor.update(now, transit_ns);
-        self.smoothed = Some(match self.smoothed {
+        let smoothed = match self.smoothed {
             None => transit_ns,
             Some(s) => s.saturating_add(transit_ns.saturating_sub(s) >> DELAY_GAIN_SHIFT),
-        });
+        };
+        self.smoothed = Some(smoothed);
+        self.base.update(now, smoothed);
     }
 
     /// The lowest one-way delay of the window (with the clock offset).
@@ -213,9 +226,10 @@ impl DelayMeter {
         self.smoothed
     }
 
-    /// Queueing delay: smoothed one-way delay above its floor.
+    /// Queueing delay: smoothed one-way delay above its base (the lowest
+    /// smoothed value of the window).
     pub fn queueing_ns(&self, now: Nanos) -> Option<Nanos> {
-        let q = self.smoothed?.saturating_sub(self.floor_ns(now)?);
+        let q = self.smoothed?.saturating_sub(self.base.get(now)?);
         Some(q.max(0) as Nanos)
     }
 }

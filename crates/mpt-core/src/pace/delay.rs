@@ -12,11 +12,15 @@
 //!   stays under half the target, up to [`STEP_MAX`] (as BBRv2's ProbeBW_UP
 //!   doubles its probe), so a path finds a new capacity within a few
 //!   hundred milliseconds and approaches a known one gently;
-//! * above the target the bottleneck is saturated, so the delivery rate
+//! * above the target while the pacer held packets back, the bottleneck
+//!   is saturated, so the delivery rate
 //!   the receiver measured is its capacity: the rate goes to that capacity
 //!   less what drains the excess within [`DRAIN_NS`] (at most half at a
 //!   time); one sample alone may be a stall of the receiver, so the
 //!   capacity is the better of the last two;
+//! * above the target while the pacer held nothing back, the queue is not
+//!   of our making (another sender's, or a radio link's jitter) and a cut
+//!   would not drain it: the rate holds;
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
 //!   whose queue is empty are the link's, not ours, and cut nothing);
@@ -64,6 +68,9 @@ pub const JITTER_MAX_NS: Nanos = 5 * NANOS_PER_MS;
 pub const INITIAL_RATE_BPS: u64 = 50_000_000;
 /// Lowest rate (tuning knob: a path must still carry a probe's worth).
 pub const MIN_RATE_BPS: u64 = 1_000_000;
+/// Smoothing of the capacity estimate: gain 1 / this per sample (as RFC
+/// 6298's SRTT).
+const SMOOTHING_DIV: i64 = 8;
 /// Shortest interval between two loss cuts (tuning knob, with the RTT).
 const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
 
@@ -78,6 +85,8 @@ pub struct TargetDelay {
     loss_cut_at: Option<Nanos>,
     state: &'static str,
     cuts: u64,
+    /// The rate smoothed over samples (status: the capacity estimate).
+    smoothed_bps: u64,
 }
 
 impl Default for TargetDelay {
@@ -91,6 +100,7 @@ impl Default for TargetDelay {
             loss_cut_at: None,
             state: "startup",
             cuts: 0,
+            smoothed_bps: INITIAL_RATE_BPS,
         }
     }
 }
@@ -126,6 +136,10 @@ impl RateControl for TargetDelay {
             self.step = STEP_MIN;
             self.cuts += 1;
             self.state = "drain";
+        } else if q > TARGET_NS && !s.limited {
+            // A queue while we send less than our rate: not of our making
+            // (on a radio link, jitter), and cutting would not drain it.
+            self.state = "hold";
         } else if q > TARGET_NS {
             let drain = ((q - TARGET_NS) as f64 / DRAIN_NS as f64).min(0.5);
             let to = (capacity as f64 * (1.0 - drain)) as u64;
@@ -151,14 +165,19 @@ impl RateControl for TargetDelay {
         }
         let shown = (self.delivered_max.get(now).unwrap_or(0) as f64 * HEADROOM) as u64;
         self.rate = self.rate.min(shown.max(INITIAL_RATE_BPS)).max(MIN_RATE_BPS);
+        self.smoothed_bps = (self.smoothed_bps as i64
+            + (self.rate as i64 - self.smoothed_bps as i64) / SMOOTHING_DIV)
+            as u64;
     }
 
     fn pacing_rate_bps(&self, _now: Nanos) -> Option<u64> {
         Some(self.rate)
     }
 
+    /// The pacing rate smoothed over samples: the controller's rate
+    /// swings a few percent around the capacity on purpose.
     fn bandwidth_bps(&self) -> Option<u64> {
-        Some(self.rate)
+        Some(self.smoothed_bps)
     }
 
     fn state(&self) -> &'static str {
