@@ -108,6 +108,13 @@ def test_start_failures_are_explained(workdir: Path) -> None:
         assert "port 6000 is already in use" in _up_fails(topo, cfg)
         holder.kill()
         holder.wait()
+        # A route that already exists: named with its configuration line.
+        run(["ip", "route", "add", "10.123.0.0/16", "dev", "lo"], ns=topo.a)
+        cfg.write_text(text + '\n[[route]]\nnetwork = "10.123.0.0/16"\n')
+        line = cfg.read_text().splitlines().index('network = "10.123.0.0/16"') + 1
+        err = _up_fails(topo, cfg)
+        assert f"{cfg}:{line}: route[1]: a route to 10.123.0.0/16 already exists" in err, err
+        assert "RTNETLINK" not in err, err
         # Nothing was left behind by the failed starts.
         assert "mpt0" not in run(["ip", "link"], ns=topo.a).stdout
         assert not (workdir / "a.sock").exists()
@@ -205,3 +212,20 @@ def test_status_json_and_human(workdir: Path) -> None:
         human = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a).stdout
         assert "link1v4" in human and "link2v6" in human and "drops:" in human
         assert "2/2 paths up" in human
+        # The human drops line lists only counters that counted; --json has all.
+        drops_line = next(ln for ln in human.splitlines() if ln.startswith("drops:"))
+        nonzero = {k for k, v in doc["drops"].items() if v}
+        assert len(doc["drops"]) > len(nonzero)
+        shown = {w.split("=")[0] for w in drops_line.split()[1:] if "=" in w}
+        assert shown == nonzero, drops_line
+        assert all(not w.endswith("=0") for w in drops_line.split()), drops_line
+        # status -c still finds the daemon after its file became invalid.
+        text = a.cfg.read_text()
+        a.cfg.write_text(text + "\nbogus_key = 1\n")
+        p = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a, check=False)
+        assert p.returncode == 0 and "2/2 paths up" in p.stdout, p.stderr
+        assert "error(s) now" in p.stderr and "mpt check" in p.stderr, p.stderr
+        a.cfg.write_text("[tunnel\n")
+        p = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a, check=False)
+        assert p.returncode == 2 and "is not valid TOML" in p.stderr and "-s" in p.stderr
+        a.cfg.write_text(text)

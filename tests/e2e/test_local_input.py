@@ -52,6 +52,34 @@ def test_fifo_directory_and_oversized_files_are_refused(workdir: Path) -> None:
     assert p.returncode != 0 and "is a FIFO" in p.stderr, p.stderr
 
 
+def test_key_commands_explain_themselves(workdir: Path) -> None:
+    # genkey -o into a missing directory, or onto an existing file.
+    p = _mpt("genkey", "-o", str(workdir / "no" / "such" / "k.key"))
+    missing = workdir / "no" / "such"
+    assert p.returncode == 1 and f"the directory {missing} does not exist" in p.stderr
+    key = workdir / "k.key"
+    assert _mpt("genkey", "-o", str(key)).returncode == 0
+    assert key.stat().st_mode & 0o777 == 0o600
+    p = _mpt("genkey", "-o", str(key))
+    assert p.returncode == 1 and "already exists" in p.stderr, p.stderr
+    # genkey > FILE (mode 0644 with the usual umask) warns.
+    shared = workdir / "shared.key"
+    with shared.open("w") as f:
+        os.chmod(shared, 0o644)
+        p = subprocess.run(
+            [str(mpt_binary()), "genkey"], stdout=f, stderr=subprocess.PIPE, text=True, check=False
+        )
+    assert p.returncode == 0 and "readable by others (mode 644)" in p.stderr, p.stderr
+    assert "genkey -o FILE" in p.stderr
+    # To a pipe: no warning.
+    assert _mpt("genkey").stderr == ""
+    # Every option has help text.
+    for sub, opt in (("check", "--config"), ("genkey", "--out"), ("pubkey", "--input")):
+        lines = _mpt(sub, "--help").stdout.splitlines()
+        line = next(ln for ln in lines if opt in ln and ln.lstrip().startswith("-"))
+        assert len(line.split(">", 1)[1].strip()) > 10, line
+
+
 def test_control_socket_path_holding_a_file_is_kept(workdir: Path) -> None:
     with Topology(1) as topo:
         opts = TunnelOpts(paths=[PathOpts(1)], security="insecure")

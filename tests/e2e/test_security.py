@@ -64,7 +64,11 @@ def test_unknown_client_key_is_refused_and_logged(workdir: Path) -> None:
         a, b = _start_with_stranger_key(topo, workdir, "a")
         assert b.status()["paths_up"] == 0
         assert "initiation from an unknown static key" in a.log_text()
-        # Keys never appear in logs or status.
+        # The log names the offending public key, to compare with the
+        # client's `mpt pubkey`.
+        client_pub = run([str(mpt_binary()), "pubkey", "-i", str(workdir / "b.key")]).stdout.strip()
+        assert f"public key {client_pub} is not this tunnel's peer_public_key" in a.log_text()
+        # Private keys never appear in logs or status.
         key = (workdir / "b.key").read_text().strip()
         assert key not in a.log_text() + b.log_text()
         assert (

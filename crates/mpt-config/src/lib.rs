@@ -123,6 +123,8 @@ pub struct ReorderSection {
 pub struct RouteSection {
     pub network: IpNet,
     pub metric: Option<u32>,
+    /// Line of `network` in the configuration file (for runtime errors).
+    pub line: Option<usize>,
 }
 
 /// A validated configuration.
@@ -266,6 +268,30 @@ impl Config {
     }
 
     /// Validate `text` as if it were the file `path`.
+    /// The control socket named by a configuration file that may no
+    /// longer be valid as a whole (it was edited after the daemon
+    /// started): `tunnel.control_socket`, or the default for
+    /// `tunnel.name`. An error says why neither can be found.
+    pub fn control_socket_of(path: &Path) -> Result<PathBuf, String> {
+        let (text, _) = files::read_text(path, files::MAX_CONFIG_BYTES)?;
+        let doc = Document::parse(text.as_str())
+            .map_err(|e| format!("{} is not valid TOML: {}", path.display(), e.message()))?;
+        let tunnel = doc.get("tunnel").and_then(|t| t.as_table_like());
+        let get = |k: &str| tunnel.and_then(|t| t.get(k)).and_then(|v| v.as_str());
+        if let Some(s) = get("control_socket") {
+            return Ok(PathBuf::from(s));
+        }
+        match get("name") {
+            Some(n) if valid_ifname(n).is_ok() => {
+                Ok(PathBuf::from(format!("{}/{n}.sock", defaults::CONTROL_DIR)))
+            }
+            _ => Err(format!(
+                "{} names neither tunnel.control_socket nor a valid tunnel.name",
+                path.display()
+            )),
+        }
+    }
+
     pub fn parse(text: &str, path: &Path) -> Result<Config, Vec<ConfigError>> {
         let mut ctx = Ctx::new(path.display().to_string(), text);
         let doc = match Document::parse(text) {
@@ -329,7 +355,11 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             ),
         }
     }
-    if t.is_some() && addrs.is_empty() && tr.span("addresses").is_some() {
+    let empty_array = t
+        .and_then(|t| t.get("addresses"))
+        .and_then(|v| v.as_array())
+        .is_some_and(|a| a.is_empty());
+    if empty_array {
         ctx.error(
             tr.span("addresses"),
             "tunnel.addresses",
@@ -525,6 +555,15 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             .int(ctx, "metric", (0, u32::MAX as i64))
             .map(|v| v as u32);
         if let Some(n) = net {
+            let family = |a: &IpNet| matches!(a, IpNet::V4(_)) == matches!(n, IpNet::V4(_));
+            if !addresses.is_empty() && !addresses.iter().any(family) {
+                let v = if matches!(n, IpNet::V4(_)) { 4 } else { 6 };
+                ctx.error(
+                    rr.span("network"),
+                    &rr.key("network"),
+                    format!("'{n}' is an IPv{v} network but the tunnel has no IPv{v} address (tunnel.addresses); add one, or remove the route"),
+                );
+            }
             if n.trunc() != n {
                 ctx.error(
                     rr.span("network"),
@@ -532,7 +571,12 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
                     format!("'{n}' has host bits set; did you mean '{}'?", n.trunc()),
                 );
             }
-            routes.push(RouteSection { network: n, metric });
+            let line = ctx.line_of(rr.span("network"));
+            routes.push(RouteSection {
+                network: n,
+                metric,
+                line,
+            });
         }
         rr.finish(ctx);
     }
@@ -610,6 +654,22 @@ fn read_path(
     const SOCK: &str = "an address:port (like 192.0.2.1:5000 or [2001:db8::1]:5000)";
     let local = pr.parsed(ctx, "local", SOCK, sock);
     let local = pr.required(ctx, "local", local);
+    if let Some(l) = local {
+        if l.port() == 0 {
+            ctx.error(
+                pr.span("local"),
+                &pr.key("local"),
+                "port 0 is not allowed: give the port the peer sends this path to",
+            );
+        }
+        if l.ip().is_unspecified() {
+            ctx.error(
+                pr.span("local"),
+                &pr.key("local"),
+                format!("{} is a wildcard address; give this host's own address on the path's link (a path is one (local, remote) pair, and replies must leave from the address the peer sent to)", l.ip()),
+            );
+        }
+    }
     let remote = pr.parsed(ctx, "remote", SOCK, sock);
     if remote.is_none() && !learns && pr.span("remote").is_none() {
         ctx.error(

@@ -81,7 +81,7 @@ pub fn read(ctx: &mut Ctx<'_>, t: Option<&Table>, file: &Path) -> Option<Securit
         ctx.error(
             None,
             "security",
-            "missing section [security]: give private_key_file and peer_public_key (create keys with `mpt genkey > FILE` and `mpt pubkey < FILE`), or, for an unencrypted lab tunnel only, insecure_no_encryption = true",
+            "missing section [security]: give private_key_file and peer_public_key (create a key with `mpt genkey -o FILE`, mode 0600, and print its public key for the peer with `mpt pubkey -i FILE`), or, for an unencrypted lab tunnel only, insecure_no_encryption = true",
         );
         return None;
     };

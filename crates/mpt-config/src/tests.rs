@@ -446,3 +446,36 @@ fn config_and_key_files_must_be_regular_and_small() {
     );
     let _ = std::fs::remove_dir_all(d);
 }
+
+#[test]
+fn first_hour_mistakes_are_refused_clearly() {
+    // The hint for a missing [security] writes a private key file (mode
+    // 0600), not a redirect (mode 0644, which mpt refuses).
+    let no_sec = MINIMAL.replace("[security]\ninsecure_no_encryption = true\n", "");
+    let e = errors(&no_sec).join("\n");
+    assert!(
+        e.contains("mpt genkey -o FILE") && !e.contains("> FILE"),
+        "{e}"
+    );
+    // Wildcard and port-0 binds.
+    let e = errors(&MINIMAL.replace("192.168.1.1:5000", "0.0.0.0:5000")).join("\n");
+    assert!(e.contains("path[1].local") && e.contains("wildcard"), "{e}");
+    let e = errors(&MINIMAL.replace("192.168.1.1:5000", "192.168.1.1:0")).join("\n");
+    assert!(e.contains("path[1].local") && e.contains("port 0"), "{e}");
+    // An IPv6 route on an IPv4-only tunnel, and the other way round.
+    let e = errors(&format!("{MINIMAL}[[route]]\nnetwork = \"fd00:99::/48\"\n")).join("\n");
+    assert!(
+        e.contains("route[1].network") && e.contains("no IPv6 address"),
+        "{e}"
+    );
+    let v6 = MINIMAL.replace("10.0.0.1/24", "fd00::1/64");
+    let e = errors(&format!("{v6}[[route]]\nnetwork = \"10.9.0.0/16\"\n")).join("\n");
+    assert!(e.contains("no IPv4 address"), "{e}");
+    // `addresses` as a string: one error, not two.
+    let e = errors(&MINIMAL.replace("[\"10.0.0.1/24\"]", "\"10.0.0.1/24\""));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("expected an array"), "{e:?}");
+    // An empty array is still refused.
+    let e = errors(&MINIMAL.replace("[\"10.0.0.1/24\"]", "[]"));
+    assert!(e.join("").contains("needs at least one address"), "{e:?}");
+}

@@ -73,7 +73,16 @@ impl EventLog {
             Event::Security(CryptoEvent::Established { cipher, rekey }) => {
                 info!(tunnel = %tunnel_name, cipher, rekey, "session established")
             }
-            Event::Security(CryptoEvent::Failed { reason }) => {
+            Event::Security(CryptoEvent::Failed {
+                reason,
+                unknown_key: Some(key),
+            }) => {
+                if let Some(suppressed) = self.allow("handshake-failed") {
+                    let key = mpt_core::crypto::keys::encode(&key);
+                    warn!(tunnel = %tunnel_name, reason, peer_key = %key, suppressed, "handshake failed: the sender's public key {key} is not this tunnel's peer_public_key")
+                }
+            }
+            Event::Security(CryptoEvent::Failed { reason, .. }) => {
                 if let Some(suppressed) = self.allow("handshake-failed") {
                     warn!(tunnel = %tunnel_name, reason, suppressed, "handshake failed")
                 }

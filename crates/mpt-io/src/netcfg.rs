@@ -70,15 +70,28 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// Install `routes` via `dev`. On error, routes installed so far are
+    /// Install `routes` via `dev`; each comes with a label naming where it
+    /// was configured, for errors. On error, routes installed so far are
     /// removed again when the returned error drops the partial set.
-    pub fn install(dev: &str, routes: &[(IpNet, Option<u32>)]) -> io::Result<Routes> {
+    pub fn install(dev: &str, routes: &[(IpNet, Option<u32>, String)]) -> io::Result<Routes> {
         let mut r = Routes {
             dev: dev.to_string(),
             installed: vec![],
         };
-        for (net, metric) in routes {
-            ip(&route_args("add", net, dev, *metric))?;
+        for (net, metric, label) in routes {
+            ip(&route_args("add", net, dev, *metric)).map_err(|e| {
+                if e.to_string().contains("File exists") {
+                    io::Error::new(
+                        io::ErrorKind::AlreadyExists,
+                        format!(
+                            "{label}: a route to {net}{} already exists on this host (see `ip route show {net}`); remove it, or give this route another metric",
+                            metric.map_or(String::new(), |m| format!(" with metric {m}"))
+                        ),
+                    )
+                } else {
+                    io::Error::other(format!("{label}: {e}"))
+                }
+            })?;
             r.installed.push((*net, *metric));
         }
         Ok(r)

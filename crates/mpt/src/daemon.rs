@@ -114,7 +114,16 @@ pub fn run(cfg: Config) -> io::Result<()> {
     let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
     let tun = Tun::create(&cfg.tunnel.name, cfg.tunnel.offload)?;
     netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
-    let route_list: Vec<_> = cfg.routes.iter().map(|r| (r.network, r.metric)).collect();
+    let route_list: Vec<_> = cfg
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = r.line.map_or(String::new(), |l| format!(":{l}"));
+            let label = format!("{}{at}: route[{}]", cfg.file.display(), i + 1);
+            (r.network, r.metric, label)
+        })
+        .collect();
     let routes = Routes::install(&cfg.tunnel.name, &route_list)?;
 
     let clock = SystemClock::new();

@@ -39,17 +39,21 @@ enum Cmd {
     },
     /// Validate a configuration file without touching the system.
     Check {
+        /// Configuration file (TOML) to validate.
         #[arg(short, long)]
         config: PathBuf,
     },
     /// Write a new private key (base64) to stdout, or to a new file with
     /// mode 0600.
     Genkey {
+        /// Write the key to this new file (mode 0600; never overwrites)
+        /// instead of standard output.
         #[arg(short, long)]
         out: Option<PathBuf>,
     },
     /// Print the public key of a private key read from stdin or a file.
     Pubkey {
+        /// Private key file to read (default: standard input).
         #[arg(short, long)]
         input: Option<PathBuf>,
     },
@@ -120,9 +124,26 @@ fn main() -> ExitCode {
         } => {
             let sock = match (socket, config) {
                 (Some(s), _) => s,
-                (None, Some(c)) => match load(&c) {
+                (None, Some(c)) => match Config::load(&c) {
                     Ok(cfg) => cfg.tunnel.control_socket,
-                    Err(code) => return code,
+                    // Edited into an invalid state after the daemon
+                    // started: its socket is still where the file says.
+                    Err(errs) => match Config::control_socket_of(&c) {
+                        Ok(s) => {
+                            eprintln!(
+                                "warning: {} has {} error(s) now (see `mpt check -c {}`); asking the daemon at {}",
+                                c.display(),
+                                errs.len(),
+                                c.display(),
+                                s.display()
+                            );
+                            s
+                        }
+                        Err(e) => {
+                            eprintln!("error: cannot find the control socket: {e}; give it with -s SOCKET");
+                            return ExitCode::from(2);
+                        }
+                    },
                 },
                 (None, None) => match status::default_socket() {
                     Ok(s) => s,

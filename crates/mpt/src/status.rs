@@ -352,11 +352,18 @@ pub fn render(v: &Value) -> String {
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
+                .filter(|(_, x)| x.as_u64() != Some(0))
                 .map(|(k, x)| format!("{k}={}", x.as_u64().unwrap_or(0)))
                 .collect()
         })
         .unwrap_or_default();
-    let _ = writeln!(o, "drops: {}", drops.join(" "));
+    // Only the counters that counted (all of them are in --json).
+    let shown = if drops.is_empty() {
+        "none".to_string()
+    } else {
+        drops.join(" ")
+    };
+    let _ = writeln!(o, "drops: {shown}");
     o
 }
 

@@ -104,6 +104,10 @@ impl CryptoState {
         self.stats.handshake_failures += 1;
         self.events.push_back(CryptoEvent::Failed {
             reason: e.describe(),
+            unknown_key: match e {
+                HandshakeError::UnknownPeer(k) => Some(k),
+                _ => None,
+            },
         });
         match e {
             HandshakeError::Unexpected => DropReason::HandshakeUnexpected,

@@ -85,8 +85,10 @@ pub enum HandshakeError {
     /// Authentication failed: the sender does not hold the keys we expect
     /// (wrong peer public key, wrong private key, or wrong pre-shared key).
     Decrypt,
-    /// Authentic, but from a static key other than the configured peer's.
-    UnknownPeer,
+    /// Authentic, but from a static key other than the configured peer's
+    /// (which one, for the log: the operator compares it with the peer's
+    /// `mpt pubkey`).
+    UnknownPeer([u8; 32]),
     /// Timestamp not newer than the last accepted initiation (a replay).
     Replayed,
     /// The response names no initiation of ours.
@@ -100,7 +102,7 @@ impl HandshakeError {
             Self::Decrypt => {
                 "authentication failed (wrong peer public key, private key or pre-shared key?)"
             }
-            Self::UnknownPeer => "initiation from an unknown static key",
+            Self::UnknownPeer(_) => "initiation from an unknown static key",
             Self::Replayed => "replayed initiation (timestamp not newer)",
             Self::Unexpected => "response to no pending initiation",
         }
@@ -261,8 +263,14 @@ pub fn respond(
     let n = hs
         .read_message(&body[4..], &mut payload)
         .map_err(|_| HandshakeError::Decrypt)?;
-    if hs.get_remote_static() != Some(&id.peer_public.0[..]) {
-        return Err(HandshakeError::UnknownPeer);
+    match hs.get_remote_static() {
+        Some(k) if k == &id.peer_public.0[..] => {}
+        Some(k) => {
+            let mut key = [0u8; 32];
+            key.copy_from_slice(&k[..32.min(k.len())]);
+            return Err(HandshakeError::UnknownPeer(key));
+        }
+        None => return Err(HandshakeError::Malformed),
     }
     if n != TIMESTAMP_LEN + 1 + ANNOUNCE_LEN {
         return Err(HandshakeError::Malformed);

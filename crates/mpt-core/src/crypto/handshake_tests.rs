@@ -92,7 +92,10 @@ fn wrong_keys_never_get_a_session() {
         private: PrivateKey::from_random([8u8; 32]),
         ..a.clone()
     };
-    assert_eq!(run(&stranger, &b).unwrap_err(), HandshakeError::UnknownPeer);
+    assert_eq!(
+        run(&stranger, &b).unwrap_err(),
+        HandshakeError::UnknownPeer(stranger.private.public().0)
+    );
     // Wrong pre-shared key: the initiation decrypts (psk enters at message 2)
     // but the initiator cannot read the response.
     let mut other_psk = a.clone();

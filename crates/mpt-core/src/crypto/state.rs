@@ -91,6 +91,9 @@ pub enum CryptoEvent {
     },
     Failed {
         reason: &'static str,
+        /// The static public key of the sender, when it was authentic but
+        /// not the configured peer's.
+        unknown_key: Option<[u8; 32]>,
     },
     /// Initiations went unanswered (logged at 2, 4, 8, ... attempts).
     /// `under_load`: the server did answer with cookie replies (it is there
