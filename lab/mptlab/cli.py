@@ -105,7 +105,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         say("interrupted; writing what was measured")
         points = r.points
     command = "mptlab run " + " ".join([args.scenario, *args.overrides])
-    doc = results.write(out, sc.name, command, points, started.isoformat(timespec="seconds"))
+    setup = {
+        "seconds": sc.seconds,
+        "link_rates_mbit": sc.link_rates(max(sc.link_counts)),
+    }
+    doc = results.write(out, sc.name, command, points, started.isoformat(timespec="seconds"), setup)
     made = plot.plot_all(doc, out)
     say(
         f"done in {time.monotonic() - t0:.0f} s: {out}/raw.json, summary.csv, "

@@ -21,8 +21,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .results import process_cpu  # noqa: E402
+from .runner import label_ip  # noqa: E402
+
+BUSY_NOTE = (
+    "machine busy: CPU use of the whole machine during the run (every process,"
+    " the emulator and traffic tools included); 100 = one core"
+)
 
 STYLE = {
     "mpt": ("tab:blue", "o"),
@@ -59,6 +66,24 @@ def _series(points: list[dict[str, Any]], traffic: str, path_v: int, tunnel_v: i
     return by
 
 
+def _who(p: dict[str, Any]) -> str:
+    return f"{p['system']} {label_ip(p['ip'])}"
+
+
+def _setup(doc: dict[str, Any], links: list[int]) -> str:
+    """Scenario, link rates and duration, for titles."""
+    s = doc.get("setup") or {}
+    rates = s.get("link_rates_mbit") or []
+    shown = sorted({r for r in rates[: max(links, default=0)] if r})
+    rate = (
+        f"{shown[0]:g} Mbit/s links"
+        if len(shown) == 1
+        else ("links of " + "/".join(f"{r:g}" for r in shown) + " Mbit/s" if shown else "")
+    )
+    secs = f"{s['seconds']:g} s" if s.get("seconds") else ""
+    return ", ".join(x for x in (doc.get("scenario", ""), rate, secs) if x)
+
+
 def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
     pts = doc["points"]
     made: list[Path] = []
@@ -69,7 +94,8 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             by = _series(pts, tr, pv, tv)
             if not by or max(len(v) for v in by.values()) < 2:
                 continue
-            label = f"{tr.upper()}, IPv{tv} tunnel over IPv{pv} paths"
+            links = sorted({p["links"] for v in by.values() for p in v})
+            label = f"{_setup(doc, links)}\n{tr.upper()}, IPv{tv} tunnel over IPv{pv} paths"
             plain = [
                 p
                 for p in pts
@@ -77,19 +103,24 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             ]
             # Throughput.
             fig, ax = plt.subplots(figsize=(6.4, 4))
-            links = sorted({p["links"] for v in by.values() for p in v})
             sums = {p["links"]: p["sum_mbit"] for v in by.values() for p in v}
             if any(sums.values()):
                 ax.plot(links, [sums[n] for n in links], "k--", lw=1, label="sum of links")
             for sys_, ps in by.items():
                 c, m = STYLE.get(sys_, ("tab:red", "x"))
+                # Error bars only where repeats spread (one run has none).
+                spread = any(
+                    p["mbps_min"] is not None and p["mbps_max"] != p["mbps_min"] for p in ps
+                )
                 ax.errorbar(
                     [p["links"] for p in ps],
                     [p["mbps"] for p in ps],
                     yerr=[
                         [p["mbps"] - p["mbps_min"] for p in ps],
                         [p["mbps_max"] - p["mbps"] for p in ps],
-                    ],
+                    ]
+                    if spread
+                    else None,
                     color=c,
                     marker=m,
                     capsize=3,
@@ -98,6 +129,8 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             if plain:
                 ax.axhline(plain[0]["mbps"], color="tab:gray", ls=":", label="plain, 1 link")
             ax.set(xlabel="number of links", ylabel="Mbit/s", title=label)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend()
             made += _save(fig, outdir, f"throughput-{tr}-{tv}in{pv}")
@@ -112,6 +145,7 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             ax.set(
                 xlabel="number of links", ylabel="% of the sum of links", title=label, ylim=(0, 110)
             )
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             ax.legend()
             made += _save(fig, outdir, f"efficiency-{tr}-{tv}in{pv}")
@@ -134,8 +168,11 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
                         label=f"{sys_}: machine busy",
                     )
             ax.set(xlabel="number of links", ylabel="CPU % (100 = one core)", title=label)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
+            fig.text(0.01, -0.02, BUSY_NOTE, fontsize=7, ha="left", va="top", wrap=True)
             made += _save(fig, outdir, f"cpu-{tr}-{tv}in{pv}")
     # One-way delay CDFs of the VoIP streams, every system on one figure.
     for tr in sorted({p["traffic"] for p in pts if p["traffic"].startswith("voip")}):
@@ -150,11 +187,14 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             ms = [v for _, v in cdf]
             frac = [q / 100 for q, _ in cdf]
             colour = STYLE.get(p["system"], ("tab:gray", ""))[0]
-            ax.plot(ms, frac, color=colour, label=f"{p['system']} {p['ip']}")
+            ax.plot(ms, frac, color=colour, label=_who(p))
         ax.set(
             xlabel="one-way delay (ms; both namespaces share one clock)",
             ylabel="fraction of packets",
-            title=f"{tr}: one-way delay of the VoIP stream",
+            title=(
+                f"{_setup(doc, [p['links'] for p in curves])}\n"
+                f"{tr}: one-way delay of the VoIP stream"
+            ),
         )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -189,9 +229,10 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
         ax.set(
             xlabel="seconds",
             ylabel="Mbit/s",
-            title=f"{p['scenario']}: {p['system']} {p['ip']}, {p['links']} links, {after}",
+            title=f"{_setup(doc, [p['links']])}\n{_who(p)}, {p['links']} links, {after}",
         )
         ax.grid(alpha=0.3)
         ax.legend()
-        made += _save(fig, outdir, f"{p['scenario']}-{p['system']}-{p['ip']}-{p['links']}")
+        tag = label_ip(p["ip"]).replace("IPv", "v")
+        made += _save(fig, outdir, f"{p['scenario']}-{p['system']}-{tag}-{p['links']}")
     return made

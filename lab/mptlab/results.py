@@ -3,7 +3,9 @@ the Markdown report for docs/results.md.
 
 Layout of a results directory::
 
-    raw.json      -- {"scenario", "command", "machine", "started", "points": [...]}
+    raw.json      -- {"scenario", "command", "setup", "machine", "started",
+                      "points": [...]}; setup holds the run's seconds and
+                      the rate of each link
     summary.csv   -- one row per point, without samples and timelines
     *.png, *.svg  -- plots (see plot.py)
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .runner import Point
+from .util import mpt_binary, repo_root
 
 CSV_FIELDS = [
     "scenario",
@@ -50,9 +53,11 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    # The commit of the mpt tree the lab belongs to, wherever mptlab runs
+    # from, and the version of the binary it measures.
     try:
         mpt = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
+            ["git", "-C", str(repo_root()), "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=False,
@@ -60,12 +65,23 @@ def machine() -> dict[str, Any]:
         ).stdout.strip()
     except OSError:
         mpt = ""
+    try:
+        version = subprocess.run(
+            [str(mpt_binary()), "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
+        ).stdout.strip()
+    except OSError:
+        version = ""
     return {
         "kernel": platform.release(),
         "cpus": os.cpu_count(),
         "cpu_model": cpu,
         "python": platform.python_version(),
         "commit": mpt,
+        "mpt_version": version,
     }
 
 
@@ -74,12 +90,18 @@ def process_cpu(p: dict[str, Any]) -> float:
 
 
 def write(
-    outdir: Path, scenario: str, command: str, points: list[Point], started: str
+    outdir: Path,
+    scenario: str,
+    command: str,
+    points: list[Point],
+    started: str,
+    setup: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     outdir.mkdir(parents=True, exist_ok=True)
     doc = {
         "scenario": scenario,
         "command": command,
+        "setup": setup or {},
         "machine": machine(),
         "started": started,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -57,15 +57,26 @@ class Point:
     error: str | None = None
 
 
+def label_ip(ip: str) -> str:
+    """How a point's IP combination reads: `4in6` for a tunnel, `IPv4` for
+    a system without one (plain, MPTCP), whose field holds `-in4`."""
+    return f"IPv{ip[3:]}" if ip.startswith("-in") else ip
+
+
 def _ip(combo: str) -> tuple[int, int]:
     t, p = combo.split("in")
     return int(t), int(p)
 
 
-def udp_payload_for(wanted: int, system: str, tunnel_v: int, path_v: int) -> int:
+def udp_payload_for(
+    wanted: int, system: str, tunnel_v: int, path_v: int, mtu: int | None = None
+) -> int:
     """The scenario's UDP payload, reduced so that one datagram fits the
-    tunnel MTU (1500 minus the encapsulation of the path's IP version) or
-    the plain link's 1500 bytes: no IP fragmentation in any combination."""
+    tunnel MTU (1500 minus the encapsulation of the path's IP version; a
+    hook's own `mtu` when known) or the plain link's 1500 bytes: no IP
+    fragmentation in any combination."""
+    if mtu:
+        return min(wanted, mtu - UDP_IP[tunnel_v])
     tunnelled = system.startswith("mpt") and system != "mptcp"
     if tunnelled:
         tag = 0 if system == "mpt-insecure" else AEAD_TAG
@@ -114,13 +125,19 @@ def cpu_hz() -> float:
     return 0.0
 
 
-def cycles_per_byte(cpu_pct: dict[str, float], mbps: float) -> dict[str, float]:
+def cycles_per_byte(
+    cpu_pct: dict[str, float], mbps: float, processes: list[str] | None = None
+) -> dict[str, float]:
     """CPU cycles per delivered byte: of the whole machine (busy time of
-    all cores) and of the tunnel's own processes (names starting 'mpt-')."""
+    all cores) and of the tunnel's own processes (names starting 'mpt-',
+    and a hook tunnel's `processes`, counted on either side)."""
     hz, rate = cpu_hz(), mbps * 1e6 / 8
     if not hz or rate <= 0:
         return {}
-    tunnel = sum(v for k, v in cpu_pct.items() if k.startswith("mpt-"))
+    own = set(processes or [])
+    tunnel = sum(
+        v for k, v in cpu_pct.items() if k.startswith("mpt-") or k.split(":", 1)[-1] in own
+    )
     out = {"cycles_per_byte": cpu_pct.get("system_busy", 0.0) / 100 * hz / rate}
     if tunnel:
         out["tunnel_cycles_per_byte"] = tunnel / 100 * hz / rate
@@ -196,7 +213,7 @@ class Runner:
                         mbps, d = r.mbps, {"retransmits": r.retransmits}
                 elif point.traffic == "udp":
                     payload = udp_payload_for(
-                        sc.udp_payload, point.system, point.tunnel_v, point.path_v
+                        sc.udp_payload, point.system, point.tunnel_v, point.path_v, target.mtu
                     )
                     wire = udp_wire_bytes(payload, point.system, point.tunnel_v, point.path_v)
                     rate = f"{total_rate * payload / wire * 0.98:.2f}M" if total_rate else "0"
@@ -209,7 +226,10 @@ class Runner:
                         seconds=sc.seconds,
                         window=UDP_SOCKET_BUFFER,
                     )
-                    mbps, d = r.mbps, {"lost_percent": r.lost_percent, "offered": rate}
+                    mbps, d = (
+                        r.mbps,
+                        {"lost_percent": r.lost_percent, "offered": rate, "payload": payload},
+                    )
                 elif point.traffic == "http":
                     size = (
                         int(sc.http_mb * 1e6)
@@ -250,7 +270,12 @@ class Runner:
         point.efficiency = (
             point.mbps / total_rate if total_rate and not point.traffic.startswith("voip") else None
         )
-        point.details = {**details, **target.notes, **cycles_per_byte(point.cpu_pct, point.mbps)}
+        own = sc.hook_processes if point.system == "hook" else None
+        point.details = {
+            **details,
+            **target.notes,
+            **cycles_per_byte(point.cpu_pct, point.mbps, own),
+        }
         if target.peers:
             st = target.peers[1].status()
             point.details["receiver_reorder"] = st.get("reorder")
@@ -393,7 +418,7 @@ class Runner:
         cpu = sum(v for k, v in p.cpu_pct.items() if k != "system_busy")
         cpu_s = f" cpu {cpu:.0f}%" if p.cpu_pct and cpu else ""
         self.progress(
-            f"[{self.done}/{self.total}] {p.system:<6} {p.ip} N={p.links:<2} "
+            f"[{self.done}/{self.total}] {p.system:<6} {label_ip(p.ip)} N={p.links:<2} "
             f"{p.traffic:<4}: {what}{cpu_s}"
         )
 
@@ -451,7 +476,7 @@ class Runner:
                             tr,
                         )
                     if "hook" in sc.systems and sc.hook_up and sc.hook_down:
-                        cm = systems.hook(topo, sc.hook_up, sc.hook_down, tv, pv)
+                        cm = systems.hook(topo, sc.hook_up, sc.hook_down, tv, pv, sc.hook_mtu)
                         self._run_system(
                             topo, cm, Point(**{**asdict(base), "system": "hook"}), sc.traffic
                         )

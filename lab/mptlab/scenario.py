@@ -37,7 +37,12 @@ A scenario file::
 
     [hook]                    # optional: any other tunnel, for "hook"
     up = "/path/up.sh"        # prints the address to send to (example: tests/e2e/tools/vxlan-up.sh)
-    down = "/path/down.sh"
+    down = "/path/down.sh"    # both get MPTLAB_* variables: namespaces, link addresses,
+                              # MPTLAB_LINK{i}_RATE_MBIT, _DELAY_MS, _JITTER_MS, _LOSS
+    mtu = 1420                # optional: UDP datagrams fit this MTU (or the up
+                              # script prints a line "mtu=1420" before the address)
+    processes = ["glorytun"]  # optional: the tunnel's processes, counted in
+                              # tunnel_cycles_per_byte
 
 Invariants: loading validates every key and value and raises ScenarioError
 naming the file and key; overrides (`key=value`, dotted for sections, lists
@@ -132,6 +137,8 @@ class Scenario:
     events: list[Event] = field(default_factory=list)
     hook_up: str | None = None
     hook_down: str | None = None
+    hook_mtu: int | None = None  # the hook tunnel's MTU, if its up script does not print it
+    hook_processes: list[str] = field(default_factory=list)  # its processes' names
     mpt_extra: str = ""
     source: str = ""
 
@@ -243,7 +250,13 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
                 "topology; give the links a delay_ms to start with"
             )
     hook = data.get("hook", {})
-    _check_keys(f"{source}: [hook]", hook, {"up", "down"})
+    _check_keys(f"{source}: [hook]", hook, {"up", "down", "mtu", "processes"})
+    hook_mtu = hook.get("mtu")
+    if hook_mtu is not None and (
+        isinstance(hook_mtu, bool) or not isinstance(hook_mtu, int) or not 576 <= hook_mtu <= 65535
+    ):
+        raise ScenarioError(f"{source}: hook.mtu must be an integer within 576..65535")
+    hook_processes = [str(x) for x in _list(f"{source}: hook.processes", hook.get("processes", []))]
     sc = Scenario(
         name=str(data.get("name", Path(source).stem)),
         description=str(data.get("description", "")),
@@ -261,6 +274,8 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         events=events,
         hook_up=hook.get("up"),
         hook_down=hook.get("down"),
+        hook_mtu=hook_mtu,
+        hook_processes=hook_processes,
         mpt_extra=str(data.get("mpt", {}).get("extra", "")),
         source=source,
     )

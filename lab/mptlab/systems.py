@@ -44,6 +44,8 @@ class Target:
     pids: dict[str, int] = field(default_factory=dict)
     peers: list[Peer] = field(default_factory=list)
     notes: dict[str, object] = field(default_factory=dict)
+    # The tunnel's MTU when it is not mpt's (a hook's), for UDP sizing.
+    mtu: int | None = None
 
 
 def weights_for(rates: list[float]) -> list[int]:
@@ -123,8 +125,12 @@ def mptcp(topo: Topology, path_v: int) -> Iterator[Target]:
 
 
 @contextmanager
-def hook(topo: Topology, up: str, down: str, tunnel_v: int, path_v: int) -> Iterator[Target]:
-    """Run the user's up script; it prints the address to send to."""
+def hook(
+    topo: Topology, up: str, down: str, tunnel_v: int, path_v: int, mtu: int | None = None
+) -> Iterator[Target]:
+    """Run the user's up script; it prints the address to send to on its
+    last line, and before it may print `mtu=N` (the tunnel's MTU, which
+    overrides `mtu`)."""
     env = dict(
         os.environ,
         MPTLAB_NS_A=topo.a,
@@ -136,11 +142,24 @@ def hook(topo: Topology, up: str, down: str, tunnel_v: int, path_v: int) -> Iter
     for i in range(1, topo.n + 1):
         env[f"MPTLAB_LINK{i}_A"] = link_addr(i, "a", path_v)
         env[f"MPTLAB_LINK{i}_B"] = link_addr(i, "b", path_v)
+        s = topo.shapes[i - 1]
+        env[f"MPTLAB_LINK{i}_RATE_MBIT"] = f"{s.rate_mbit or 0:g}"
+        env[f"MPTLAB_LINK{i}_DELAY_MS"] = f"{s.delay_ms:g}"
+        env[f"MPTLAB_LINK{i}_JITTER_MS"] = f"{s.jitter_ms:g}"
+        env[f"MPTLAB_LINK{i}_LOSS"] = f"{s.loss:g}"
     p = subprocess.run([up], env=env, capture_output=True, text=True, timeout=60, check=False)
     if p.returncode != 0:
         raise CommandError(f"hook up script {up} failed: {p.stderr.strip()}")
-    addr = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    lines = p.stdout.strip().splitlines()
+    for line in lines:
+        if line.startswith("mtu="):
+            try:
+                mtu = int(line[4:])
+            except ValueError as e:
+                raise CommandError(f"hook up script {up} printed a bad MTU: {line!r}") from e
+    addrs = [ln for ln in lines if not ln.startswith("mtu=")]
+    addr = addrs[-1].strip() if addrs else ""
     try:
-        yield Target(addr=addr)
+        yield Target(addr=addr, mtu=mtu)
     finally:
         subprocess.run([down], env=env, capture_output=True, timeout=60, check=False)
