@@ -103,6 +103,8 @@ pub struct PathSection {
     pub weight_set: bool,
     /// Cap on what the path carries, Mbit/s (metered or known links).
     pub rate_mbit: Option<u64>,
+    /// Carries data only while no other path is up (failover).
+    pub backup: bool,
     pub keepalive_ms: u64,
     pub dead_ms: u64,
     /// MTU of the underlying link (for the default tunnel MTU).
@@ -186,6 +188,7 @@ const PATH_KEYS: &[&str] = &[
     "interface",
     "weight",
     "rate_mbit",
+    "backup",
     "keepalive_ms",
     "dead_ms",
     "mtu",
@@ -447,6 +450,13 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             paths.push(p);
         }
         pr.finish(ctx);
+    }
+    if !paths.is_empty() && paths.iter().all(|p| p.backup) {
+        ctx.error(
+            None,
+            "path.backup",
+            "every path is a backup path; at least one must carry data (remove `backup = true` from one)",
+        );
     }
 
     // [reorder]
@@ -718,6 +728,7 @@ fn read_path(
         .int(ctx, "weight", (1, 1000))
         .map_or(defaults::WEIGHT, |v| v as u32);
     let rate_mbit = pr.int(ctx, "rate_mbit", (1, 1_000_000)).map(|v| v as u64);
+    let backup = pr.boolean(ctx, "backup").unwrap_or(false);
     let keepalive_ms = pr
         .int(ctx, "keepalive_ms", (10, 60_000))
         .map_or(defaults::KEEPALIVE_MS, |v| v as u64);
@@ -742,6 +753,7 @@ fn read_path(
         weight,
         weight_set,
         rate_mbit,
+        backup,
         keepalive_ms,
         dead_ms,
         mtu,

@@ -479,3 +479,20 @@ fn first_hour_mistakes_are_refused_clearly() {
     let e = errors(&MINIMAL.replace("[\"10.0.0.1/24\"]", "[]"));
     assert!(e.join("").contains("needs at least one address"), "{e:?}");
 }
+
+#[test]
+fn backup_paths() {
+    let two = format!(
+        "{MINIMAL}[[path]]\nname = \"lte\"\nlocal = \"192.168.2.1:5000\"\nremote = \"192.168.2.2:5000\"\nbackup = true\n"
+    );
+    let c = parse(&two).unwrap();
+    assert!(!c.paths[0].backup && c.paths[1].backup);
+    let all = two.replace(
+        "remote = \"192.168.1.2:5000\"\n",
+        "remote = \"192.168.1.2:5000\"\nbackup = true\n",
+    );
+    let e = errors(&all).join("\n");
+    assert!(e.contains("every path is a backup path"), "{e}");
+    let e = errors(&two.replace("backup = true", "backup = 1")).join("\n");
+    assert!(e.contains("path[2].backup"), "{e}");
+}

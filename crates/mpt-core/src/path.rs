@@ -59,6 +59,8 @@ pub struct PathConfig {
     /// Most this path may carry, bits per second (`rate_mbit`): a cap on
     /// the learned rate for metered or known links.
     pub rate_cap_bps: Option<u64>,
+    /// Carries data only while no other path is up (`backup = true`).
+    pub backup: bool,
     /// Interval between probes on this path.
     pub keepalive: Nanos,
     /// Silence after which the path is declared down.
@@ -364,6 +366,7 @@ impl PathState {
                 .map_or_else(|| "(learning)".to_string(), |r| r.to_string()),
             weight: self.cfg.weight,
             weight_factor: self.weight_factor,
+            backup: self.cfg.backup,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             rx_packets: self.rx_packets,
@@ -412,6 +415,8 @@ pub struct PathStatus {
     pub weight: u32,
     /// Share of `weight` in use after loss adaptation (1 = all of it).
     pub weight_factor: f64,
+    /// Carries data only while no other path is up.
+    pub backup: bool,
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub rx_packets: u64,
@@ -482,6 +487,7 @@ mod tests {
                 remote: Some(a),
                 weight: 1,
                 rate_cap_bps: None,
+                backup: false,
                 keepalive: 100 * NANOS_PER_MS,
                 dead: 500 * NANOS_PER_MS,
             },

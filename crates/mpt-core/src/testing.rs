@@ -76,6 +76,7 @@ impl TestConfig {
                 remote: Some(addr(1 - side, i)),
                 weight: 1,
                 rate_cap_bps: None,
+                backup: false,
                 keepalive: 100 * MS,
                 dead: 500 * MS,
             })

@@ -460,3 +460,45 @@ fn recovery_resends_what_a_lossy_path_lost() {
     assert!(tx.retransmitted >= rx.recovered);
     assert_eq!(rx.gave_up as usize, 20_000 - delivered);
 }
+
+#[test]
+fn a_backup_path_carries_data_only_while_no_other_path_is_up() {
+    for ecf in [false, true] {
+        let cfg = |side: u8| {
+            let c = TestConfig::new(side, 2).with(|c| c.paths[1].backup = true);
+            if ecf {
+                c.ecf().tunnel()
+            } else {
+                c.tunnel()
+            }
+        };
+        let mut sim = Sim::with_tunnels(links(&[(5, 0, 0.0), (5, 0, 0.0)]), [cfg(0), cfg(1)], 7);
+        sim.deliver_until(1_000 * MS);
+        let t = sim.run_traffic(1_000 * MS, 1_000, MS, 0);
+        assert_eq!(
+            sim.sent_on_path[1], 0,
+            "ecf {ecf}: backup used while the primary is up"
+        );
+        // The primary fails: the backup takes over.
+        sim.links[0][0].up = false;
+        sim.links[0][1].up = false;
+        let t = sim.run_traffic(t, 2_000, MS, 1_000);
+        assert!(
+            sim.sent_on_path[1] > 1_000,
+            "ecf {ecf}: {:?}",
+            sim.sent_on_path
+        );
+        // The primary returns: the backup goes back to standing by.
+        sim.links[0][0].up = true;
+        sim.links[0][1].up = true;
+        let t = sim.run_traffic(t, 1_000, MS, 3_000);
+        let standby = sim.sent_on_path[1];
+        let t = sim.run_traffic(t, 1_000, MS, 4_000);
+        sim.deliver_until(t + 1_000 * MS);
+        assert_eq!(
+            sim.sent_on_path[1], standby,
+            "ecf {ecf}: backup used after the return"
+        );
+        assert_in_order_exactly_once(&sim.delivered[1], 5_000, &sim.lost_data);
+    }
+}

@@ -55,6 +55,7 @@ fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
                 remote: p.remote,
                 weight: p.weight,
                 rate_cap_bps: p.rate_mbit.map(|r| r * 1_000_000),
+                backup: p.backup,
                 keepalive: p.keepalive_ms * NANOS_PER_MS,
                 dead: p.dead_ms * NANOS_PER_MS,
             })

@@ -165,8 +165,13 @@ pub fn render(v: &Value) -> String {
     for p in &paths {
         let _ = writeln!(
             o,
-            "  {}: {} -> {}  weight {}  owd {} ms  rtt min {} ms  up/down {}/{}",
+            "  {}{}: {} -> {}  weight {}  owd {} ms  rtt min {} ms  up/down {}/{}",
             p.get("name").and_then(Value::as_str).unwrap_or("-"),
+            if p.get("backup").and_then(Value::as_bool) == Some(true) {
+                " (backup: data only while no other path is up)"
+            } else {
+                ""
+            },
             p.get("local").and_then(Value::as_str).unwrap_or("-"),
             p.get("remote").and_then(Value::as_str).unwrap_or("-"),
             num(p, "weight"),

@@ -32,6 +32,21 @@ impl Tunnel {
     }
 
     /// Re-evaluate both directions of path `pid`, emitting events on change.
+    /// Which paths may carry data: every path that is up, except that a
+    /// backup path (`backup = true`) carries data only while no other path
+    /// is up. Backup paths are probed all the time, so their liveness and
+    /// delay stay known and failover to them is immediate.
+    pub(super) fn refresh_usable(&mut self) {
+        let primary_up = self
+            .paths
+            .iter()
+            .zip(&self.up)
+            .any(|(p, up)| *up && !p.cfg.backup);
+        for (i, p) in self.paths.iter().enumerate() {
+            self.usable[i] = self.up[i] && (!p.cfg.backup || !primary_up);
+        }
+    }
+
     pub(super) fn refresh_up(&mut self, pid: PathId, now: Nanos) {
         let p = &mut self.paths[pid as usize];
         let rx = p.hearing(now);
@@ -68,6 +83,7 @@ impl Tunnel {
                 self.events.push_back(Event::AllPathsDown);
             }
         }
+        self.refresh_usable();
     }
 
     /// Re-evaluate every path (after a report that concerns them all).

@@ -186,7 +186,11 @@ pub enum Event {
 /// The tunnel. See the module documentation.
 pub struct Tunnel {
     paths: Vec<PathState>,
+    /// Per path: alive for sending (liveness).
     up: Vec<bool>,
+    /// Per path: may carry data now: up, and either not a backup path or
+    /// no other path is up (see [`Tunnel::refresh_usable`]).
+    usable: Vec<bool>,
     sched: Box<dyn Scheduler>,
     policy: Box<dyn ReleasePolicy>,
     reorder: ReorderBuffer,
@@ -282,6 +286,7 @@ impl Tunnel {
                 .map(|p| PathState::new(p, now))
                 .collect(),
             up: vec![false; n],
+            usable: vec![false; n],
             sched,
             senders,
             views: vec![PathView::default(); n],

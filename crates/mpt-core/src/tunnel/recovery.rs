@@ -155,7 +155,7 @@ impl Tunnel {
     /// The path to use for recovery traffic: up, least loss, then lowest RTT.
     fn recovery_path(&self) -> Option<PathId> {
         (0..self.paths.len())
-            .filter(|i| self.up[*i] && self.paths[*i].remote.is_some())
+            .filter(|i| self.usable[*i] && self.paths[*i].remote.is_some())
             .min_by(|a, b| {
                 let (pa, pb) = (&self.paths[*a], &self.paths[*b]);
                 pa.tx_loss_recent().total_cmp(&pb.tx_loss_recent()).then(
@@ -178,7 +178,7 @@ impl Tunnel {
         // The wait only matters for new gaps: no path scan otherwise.
         let wait = if floor > from {
             let best_rtt = (0..self.paths.len())
-                .filter(|i| self.up[*i])
+                .filter(|i| self.usable[*i])
                 .filter_map(|i| self.paths[i].srtt())
                 .min();
             Recovery::wait(best_rtt, self.reorder_max_delay)

@@ -45,7 +45,7 @@ impl Tunnel {
             };
             let delay_ns = p.rtt_min().map(|r| r / 2 + s.standing_queue_ns());
             self.views[i] = PathView {
-                up: self.up[i],
+                up: self.usable[i],
                 wait_ns,
                 delay_ns,
             };
@@ -80,7 +80,7 @@ impl Tunnel {
             self.drops.add(DropReason::NoSession);
             return None;
         }
-        let burst = self.burst_path.filter(|p| self.up[*p as usize]);
+        let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
         let Some(path) = burst.or_else(|| self.pick(now, len)) else {
             self.drops.add(DropReason::NoPath);
             return None;
@@ -167,7 +167,7 @@ impl Tunnel {
             if self.queue.len(path) == 0 {
                 continue;
             }
-            if !self.up[p] {
+            if !self.usable[p] {
                 if let Some(t) = self.reroute(now, path, buf) {
                     return Some(t);
                 }
@@ -237,11 +237,11 @@ impl Tunnel {
         if self.queue.is_empty() {
             return None;
         }
-        let any_up = self.up.iter().any(|u| *u);
+        let any_up = self.usable.iter().any(|u| *u);
         (0..self.paths.len())
             .filter_map(|i| {
                 let (at, _) = self.queue.oldest(i as PathId)?;
-                Some(if self.up[i] {
+                Some(if self.usable[i] {
                     self.senders[i].release_at(now, self.queue.bytes(i as PathId))
                 } else if any_up {
                     now
