@@ -44,6 +44,16 @@ CSV_FIELDS = [
 ]
 
 
+def _output(cmd: list[str]) -> str:
+    """A command's standard output, or "" if it cannot run."""
+    try:
+        return subprocess.run(
+            cmd, capture_output=True, text=True, check=False, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def machine() -> dict[str, Any]:
     cpu = ""
     try:
@@ -55,26 +65,8 @@ def machine() -> dict[str, Any]:
         pass
     # The commit of the mpt tree the lab belongs to, wherever mptlab runs
     # from, and the version of the binary it measures.
-    try:
-        mpt = subprocess.run(
-            ["git", "-C", str(repo_root()), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=5,
-        ).stdout.strip()
-    except OSError:
-        mpt = ""
-    try:
-        version = subprocess.run(
-            [str(mpt_binary()), "--version"],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=5,
-        ).stdout.strip()
-    except OSError:
-        version = ""
+    mpt = _output(["git", "-C", str(repo_root()), "rev-parse", "--short", "HEAD"])
+    version = _output([str(mpt_binary()), "--version"])
     return {
         "kernel": platform.release(),
         "cpus": os.cpu_count(),

@@ -18,9 +18,11 @@
 //!   less what drains the excess within [`DRAIN_NS`] (at most half at a
 //!   time); one sample alone may be a stall of the receiver, so the
 //!   capacity is the better of the last two;
-//! * above the target while the pacer held nothing back, the queue is not
-//!   of our making (another sender's, or a radio link's jitter) and a cut
-//!   would not drain it: the rate holds;
+//! * above the target while the pacer held nothing back and the queue
+//!   grew by less than the target over the sample, the queue is not of
+//!   our making (another sender's, or a radio link's jitter) and a cut
+//!   would not drain it: the rate holds (a queue that grows that fast is
+//!   ours even so: the capacity fell below what we send, so it is cut);
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
 //!   whose queue is empty are the link's, not ours, and cut nothing);
@@ -136,9 +138,10 @@ impl RateControl for TargetDelay {
             self.step = STEP_MIN;
             self.cuts += 1;
             self.state = "drain";
-        } else if q > TARGET_NS && !s.limited {
-            // A queue while we send less than our rate: not of our making
-            // (on a radio link, jitter), and cutting would not drain it.
+        } else if q > TARGET_NS && !s.limited && s.queue_growth_ns.unwrap_or(0) < TARGET_NS as i64 {
+            // A queue while we send less than our rate and it does not
+            // grow fast: not of our making (on a radio link, jitter), and
+            // cutting would not drain it.
             self.state = "hold";
         } else if q > TARGET_NS {
             let drain = ((q - TARGET_NS) as f64 / DRAIN_NS as f64).min(0.5);

@@ -310,3 +310,34 @@ fn jitter_is_not_taken_for_a_queue() {
     let got = s.mbit(2.0, 4.0);
     assert!(got > 0.35 * 20.0, "delivered {got:.1} of 20");
 }
+
+/// A capacity drop below what the path is given, while the pacer holds
+/// nothing back (the scheduler sends less than the pacing rate): the queue
+/// grows fast, so it counts as ours and the rate follows the capacity.
+#[test]
+fn a_drop_below_an_unlimited_load_is_followed() {
+    let rate = |bps: u64, growth_ms: i64, limited: bool| RateSample {
+        delivered_bps: bps,
+        interval_ns: 30 * MS,
+        queueing_ns: Some(20 * MS),
+        queue_growth_ns: Some(growth_ms * MS as i64),
+        congestion_lost: 0,
+        link_lost: 0,
+        limited,
+    };
+    let mut c = TargetDelay::default();
+    for i in 0..20 {
+        c.on_sample(i * 30 * MS, &rate(50_000_000, 0, true), Some(10 * MS));
+    }
+    let before = c.pacing_rate_bps(0).unwrap();
+    // A standing queue that does not grow while not limited: held.
+    c.on_sample(700 * MS, &rate(40_000_000, 1, false), Some(10 * MS));
+    assert_eq!(c.pacing_rate_bps(0).unwrap(), before);
+    assert_eq!(c.state(), "hold");
+    // Capacity fell to 10: the queue grows by 12 ms in 30 ms.
+    for i in 0..10 {
+        c.on_sample((730 + i * 30) * MS, &rate(10_000_000, 12, false), Some(10 * MS));
+    }
+    let after = c.pacing_rate_bps(0).unwrap();
+    assert!(after <= 10_000_000, "rate {after} after the drop");
+}
