@@ -336,7 +336,11 @@ fn a_drop_below_an_unlimited_load_is_followed() {
     assert_eq!(c.state(), "hold");
     // Capacity fell to 10: the queue grows by 12 ms in 30 ms.
     for i in 0..10 {
-        c.on_sample((730 + i * 30) * MS, &rate(10_000_000, 12, false), Some(10 * MS));
+        c.on_sample(
+            (730 + i * 30) * MS,
+            &rate(10_000_000, 12, false),
+            Some(10 * MS),
+        );
     }
     let after = c.pacing_rate_bps(0).unwrap();
     assert!(after <= 10_000_000, "rate {after} after the drop");
