@@ -47,6 +47,9 @@ impl Queued {
 pub struct QueueStats {
     /// Packets that waited (entered the queue).
     pub queued: u64,
+    /// Packets that arrived before the first session and waited for it
+    /// (at most [`crate::tunnel::STAGED_MAX_PACKETS`] at a time).
+    pub staged: u64,
     /// Packets that left the queue.
     pub released: u64,
     /// Packets moved off a path that went down while they waited.
@@ -120,6 +123,11 @@ impl SendQueue {
         if self.pool.len() < self.max_packets {
             self.pool.push(q.buf);
         }
+    }
+
+    /// Count a packet held for the first session.
+    pub fn count_staged(&mut self) {
+        self.stats.staged += 1;
     }
 
     /// Count a packet moved to another path.

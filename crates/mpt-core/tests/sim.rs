@@ -180,10 +180,28 @@ fn wrong_key_never_gets_a_session() {
         &e.2,
         Event::Security(mpt_core::crypto::state::CryptoEvent::Failed { .. })
     )));
-    // No data passes: the sender has no session.
-    sim.run_traffic(5_000 * MS, 10, MS, 0);
+    // No data passes: the sender has no session. It holds the first
+    // packets for one and drops the rest.
+    let held = mpt_core::tunnel::STAGED_MAX_PACKETS as u64;
+    sim.run_traffic(5_000 * MS, held + 10, MS, 0);
     assert_eq!(sim.t[0].drops().get(DropReason::NoSession), 10);
     assert!(sim.delivered[1].is_empty());
+}
+
+#[test]
+fn packets_sent_while_the_first_handshake_runs_arrive_without_drops() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0), (5, 0, 0.0)]), 23, security(1, true));
+    // Traffic from the first instant: the handshake takes a round trip.
+    let t = sim.run_traffic(0, 100, MS / 5, 0);
+    sim.deliver_until(t + 1_000 * MS);
+    assert!(sim.t[0].has_session());
+    assert_in_order_exactly_once(&sim.delivered[1], 100, &[]);
+    for side in 0..2 {
+        let drops: Vec<_> = sim.t[side].drops().iter().filter(|(_, n)| *n > 0).collect();
+        assert!(drops.is_empty(), "side {side}: {drops:?}");
+    }
+    let st = sim.t[0].status(t);
+    assert!(st.queue.is_some_and(|q| q.stats.staged > 0));
 }
 
 #[test]

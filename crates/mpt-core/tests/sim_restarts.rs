@@ -117,7 +117,11 @@ fn restarted_server_is_found_again_without_waiting_for_rekey() {
         if sim.t[0].has_session() {
             session_at.get_or_insert(now);
         }
-        if send_one(&mut sim, now, 0, 200_000 + i) {
+        // Sent now, or held for the new session (then sent when it is up).
+        let staged =
+            |t: &mpt_core::tunnel::Tunnel| t.status(now).queue.map_or(0, |q| q.stats.staged);
+        let held_before = staged(&sim.t[0]);
+        if send_one(&mut sim, now, 0, 200_000 + i) || staged(&sim.t[0]) > held_before {
             from_server.push(200_000 + i);
         }
         // What the client sends under its old session before it noticed is

@@ -35,6 +35,7 @@ mod handshake;
 mod recovery;
 mod recv;
 mod send;
+pub use send::STAGED_MAX_PACKETS;
 mod split;
 mod status;
 
@@ -212,6 +213,9 @@ pub struct Tunnel {
     views: Vec<PathView>,
     /// Packets waiting for their path's budget.
     queue: SendQueue,
+    /// Inner packets that arrived before the first session, sent once it
+    /// is up (see `send.rs`).
+    staged: std::collections::VecDeque<(u8, Vec<u8>)>,
     paced: bool,
     queue_max: Nanos,
     /// The path [`Tunnel::poll_queued`] looks at first (round robin).
@@ -291,6 +295,7 @@ impl Tunnel {
             senders,
             views: vec![PathView::default(); n],
             queue: SendQueue::new(n, QUEUE_MAX_PACKETS),
+            staged: std::collections::VecDeque::new(),
             paced,
             queue_max: cfg.queue_max,
             release_next: 0,

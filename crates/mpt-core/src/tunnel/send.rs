@@ -21,8 +21,11 @@
 //!   and nonce when it leaves (both count real sends);
 //! * a packet waiting for a path that goes down moves to the path the
 //!   scheduler picks then; with no path up it waits, within its bound;
-//! * with an unpaced scheduler nothing ever waits: the behaviour is the
-//!   static-share tunnel's.
+//! * with an unpaced scheduler nothing waits once a session is up: the
+//!   behaviour is the static-share tunnel's;
+//! * before the first session, up to [`STAGED_MAX_PACKETS`] packets wait
+//!   for it (as wireguard-go stages them) and then enter the send queue in
+//!   the order they came; more are dropped as `no_session`.
 
 use super::{Burst, Transmit, Tunnel};
 use crate::queue::Queued;
@@ -30,6 +33,10 @@ use crate::sched::PathView;
 use crate::stats::DropReason;
 use crate::wire::{self, PacketType, HEADER_LEN};
 use crate::{Nanos, PathId};
+
+/// Most inner packets held while the first session is being set up
+/// (tuning knob; wireguard-go stages up to 128 per peer).
+pub const STAGED_MAX_PACKETS: usize = 128;
 
 impl Tunnel {
     /// Fill the scheduler's view of every path for a packet of `len` bytes.
@@ -77,7 +84,15 @@ impl Tunnel {
         }
         let class = wire::inner_traffic_class(inner);
         if !self.has_session() {
-            self.drops.add(DropReason::NoSession);
+            // Before the first session (the handshake is under way), hold
+            // a few packets, as wireguard-go stages them, rather than drop
+            // what an application sent while the tunnel came up.
+            if self.staged.len() < STAGED_MAX_PACKETS {
+                self.staged.push_back((class, inner.to_vec()));
+                self.queue.count_staged();
+            } else {
+                self.drops.add(DropReason::NoSession);
+            }
             return None;
         }
         let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
@@ -156,6 +171,9 @@ impl Tunnel {
     /// it has budget, so that its packets leave together (one batch send)
     /// before the next path's. Call until `None`, at one `now`.
     pub fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.staged.is_empty() && self.has_session() {
+            self.unstage(now);
+        }
         if self.queue.is_empty() {
             self.releasing = false;
             return None;
@@ -234,6 +252,9 @@ impl Tunnel {
 
     /// When the next waiting packet's path has budget again.
     pub(super) fn queue_deadline(&self, now: Nanos) -> Option<Nanos> {
+        if !self.staged.is_empty() && self.has_session() {
+            return Some(now);
+        }
         if self.queue.is_empty() {
             return None;
         }
@@ -260,7 +281,30 @@ impl Tunnel {
 
     /// Packets waiting in the send queue.
     pub fn queued(&self) -> usize {
-        self.queue.packets()
+        let staged = if self.has_session() {
+            self.staged.len()
+        } else {
+            0
+        };
+        self.queue.packets() + staged
+    }
+
+    /// The first session is up: packets held for it enter the send queue
+    /// on the paths the scheduler picks, in the order they came.
+    fn unstage(&mut self, now: Nanos) {
+        while let Some((class, pkt)) = self.staged.pop_front() {
+            let Some(path) = self.pick(now, pkt.len()) else {
+                self.drops.add(DropReason::NoPath);
+                continue;
+            };
+            let seq = self.next_tunnel_seq;
+            if !self.queue.push(path, seq, class, now, &pkt) {
+                self.drops.add(DropReason::QueueFull);
+                continue;
+            }
+            self.store_for_recovery(seq, class, &pkt);
+            self.next_tunnel_seq += 1;
+        }
     }
 
     /// Send the next packets (`packets` of them, `bytes` in all: the

@@ -80,7 +80,7 @@ impl Tunnel {
                 next_seq: self.reorder.next_seq(),
                 stats: self.reorder.stats().clone(),
             },
-            queue: self.paced.then(|| QueueStatus {
+            queue: (self.paced || self.queue.stats().staged > 0).then(|| QueueStatus {
                 packets_now: self.queue.packets(),
                 max_ms: self.queue_max as f64 / crate::NANOS_PER_MS as f64,
                 stats: self.queue.stats().clone(),

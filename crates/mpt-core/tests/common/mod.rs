@@ -198,6 +198,20 @@ impl Sim {
             while let Some(tx) = self.t[side].poll_transmit(now, &mut buf) {
                 self.emit(now, side, tx.path as usize, buf[..tx.len].to_vec(), None);
             }
+            // Packets that waited in the send queue (paced paths, or held
+            // for the first session).
+            let mut qbuf = vec![0u8; 2048];
+            while let Some(tx) = self.t[side].poll_queued(now, &mut qbuf) {
+                let idx = index_of(&qbuf[HEADER_LEN..]);
+                let mut d = qbuf[..tx.len].to_vec();
+                if !self.t[side].sealer().seal(tx.seal, &mut d) {
+                    continue;
+                }
+                if side == 0 {
+                    self.sent_on_path[tx.path as usize] += 1;
+                }
+                self.emit(now, side, tx.path as usize, d, Some(idx));
+            }
             while let Some(e) = self.t[side].poll_event() {
                 self.events.push((now, side, e));
             }
