@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -195,6 +196,14 @@ def test_status_json_and_human(workdir: Path) -> None:
         doc = json.loads(p.stdout)
         for key in ("paths", "counters", "reorder", "drops", "paths_up", "pid"):
             assert key in doc
+        # Who and what: schema, version, the peer's key, the last handshake.
+        assert doc["schema"] == 1 and doc["version"]
+        assert doc["peer_public_key"] and len(doc["peer_public_key"]) == 44
+        assert abs(doc["last_handshake_unix_s"] - time.time()) < 60
+        # SIGHUP does not end the daemon (it says it changes nothing yet).
+        a.proc.send_signal(signal.SIGHUP)
+        wait_for("SIGHUP logged", lambda: "SIGHUP received" in a.log_text(), timeout=5)
+        assert a.proc.poll() is None and a.status()["pid"] == doc["pid"]
         path = doc["paths"][0]
         for key in (
             "state",

@@ -9,10 +9,10 @@
 //! Invariants:
 //! * the loop never blocks except in `poll`, whose timeout is the core's
 //!   next timer (or zero while a source is still ready);
-//! * only SIGINT/SIGTERM end it; I/O errors on packets are counted drops
-//!   (see the engine).
+//! * only SIGINT/SIGTERM end it (SIGHUP is logged and changes nothing);
+//!   I/O errors on packets are counted drops (see the engine).
 
-use std::io;
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use mpt_core::tunnel::Tunnel;
 use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::control::Request;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
@@ -35,6 +35,7 @@ use crate::workers::{Engage, Workers};
 
 const TOKEN_TUN: Token = Token(0);
 const TOKEN_SIGNAL: Token = Token(1);
+const TOKEN_HANGUP: Token = Token(4);
 const TOKEN_WAKER: Token = Token(2);
 const TOKEN_SOCKET_BASE: usize = 16;
 
@@ -44,7 +45,14 @@ pub struct Identity {
     pub role: &'static str,
     pub addresses: Vec<String>,
     pub control_socket: String,
+    /// The configured peer's public key (base64); `None` without
+    /// encryption.
+    pub peer_public_key: Option<String>,
 }
+
+/// Version of the status document's layout (`mpt status --json`); bumped
+/// when a field changes meaning or goes away.
+pub const STATUS_SCHEMA: u32 = 1;
 
 /// The event loop and everything it owns.
 pub struct Driver {
@@ -53,6 +61,8 @@ pub struct Driver {
     identity: Identity,
     /// Kept open: the signal handlers write to its peer.
     _signal_rx: MioUnixStream,
+    /// SIGHUP's pipe, read to empty on each hangup.
+    hangup_rx: MioUnixStream,
     control_rx: mpsc::Receiver<Request>,
     started: Instant,
 }
@@ -98,6 +108,12 @@ impl Driver {
         }
         let mut signal_rx = MioUnixStream::from_std(sig_rx);
         reg.register(&mut signal_rx, TOKEN_SIGNAL, Interest::READABLE)?;
+        // SIGHUP (`systemctl reload`) must not end the tunnel.
+        let (hup_rx, hup_tx) = std::os::unix::net::UnixStream::pair()?;
+        hup_rx.set_nonblocking(true)?;
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_tx)?;
+        let mut hangup_rx = MioUnixStream::from_std(hup_rx);
+        reg.register(&mut hangup_rx, TOKEN_HANGUP, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(reg, TOKEN_WAKER)?);
         let (tx, control_rx) = mpsc::channel();
         let hook = ControlHook {
@@ -116,6 +132,7 @@ impl Driver {
                 engine,
                 identity,
                 _signal_rx: signal_rx,
+                hangup_rx,
                 control_rx,
                 started: Instant::now(),
             },
@@ -158,6 +175,7 @@ impl Driver {
                         info!(tunnel = %self.identity.name, "signal received, stopping");
                         return Ok(());
                     }
+                    TOKEN_HANGUP => self.hangup(),
                     TOKEN_WAKER => self.answer_control(),
                     Token(t) if t >= TOKEN_SOCKET_BASE => {
                         if let Some(r) = ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
@@ -170,6 +188,14 @@ impl Driver {
             self.engine.turn(&mut ready);
             self.engine.workers_mut().tick(loop_idle);
         }
+    }
+
+    /// SIGHUP: applying a changed configuration at runtime is not there
+    /// yet, so the tunnel goes on unchanged and says so.
+    fn hangup(&mut self) {
+        let mut buf = [0u8; 64];
+        while matches!(self.hangup_rx.read(&mut buf), Ok(n) if n > 0) {}
+        warn!(tunnel = %self.identity.name, "SIGHUP received: reloading the configuration at runtime is not supported yet; the tunnel goes on unchanged (restart it to apply changes)");
     }
 
     fn answer_control(&mut self) {
@@ -188,6 +214,18 @@ impl Driver {
         let now = e.clock.now();
         let mut v = serde_json::to_value(e.tunnel().status(now)).unwrap_or(Value::Null);
         if let Value::Object(m) = &mut v {
+            m.insert("schema".into(), json!(STATUS_SCHEMA));
+            m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+            m.insert(
+                "peer_public_key".into(),
+                json!(self.identity.peer_public_key),
+            );
+            if let Some(age) = v_session_age(m) {
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                m.insert("last_handshake_unix_s".into(), json!(wall - age));
+            }
             m.insert("name".into(), json!(self.identity.name));
             m.insert("role".into(), json!(self.identity.role));
             m.insert("pid".into(), json!(std::process::id()));
@@ -218,4 +256,9 @@ impl Driver {
         }
         v
     }
+}
+
+/// The current session's age from the status document, if there is one.
+fn v_session_age(m: &serde_json::Map<String, Value>) -> Option<f64> {
+    m.get("security")?.get("session_age_s")?.as_f64()
 }

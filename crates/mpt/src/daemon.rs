@@ -144,6 +144,10 @@ pub fn run(cfg: Config) -> io::Result<()> {
         },
         addresses: cfg.tunnel.addresses.iter().map(|a| a.to_string()).collect(),
         control_socket: cfg.tunnel.control_socket.display().to_string(),
+        peer_public_key: match &cfg.security {
+            Security::Encrypted(k) => Some(mpt_core::crypto::keys::encode(&k.peer_public.0)),
+            Security::InsecurePlaintext => None,
+        },
     };
     let workers = cfg.tunnel.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
