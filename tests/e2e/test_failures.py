@@ -54,6 +54,11 @@ def test_tcp_survives_path_cut_and_recovers_rate(workdir: Path) -> None:
         # The path comes back when its link returns.
         topo.set_link(2, up=True)
         wait_for("path 2 up", lambda: _path_state(a, 1) == "up", timeout=5)
+        # It came back once, without an up/down/up flap, on both sides.
+        time.sleep(1)
+        for side in (a, _b):
+            p = side.status()["paths"][1]
+            assert (p["ups"], p["downs"]) == (2, 1), (side.side, p["ups"], p["downs"])
 
 
 def test_all_paths_down_drops_counted_and_recovers(workdir: Path) -> None:

@@ -520,3 +520,38 @@ fn a_backup_path_carries_data_only_while_no_other_path_is_up() {
         assert_in_order_exactly_once(&sim.delivered[1], 5_000, &sim.lost_data);
     }
 }
+
+#[test]
+fn a_returning_path_comes_up_once_without_a_flap() {
+    for seed in 0..20 {
+        let mut sim = Sim::new(
+            links(&[(5, 0, 0.0), (20, 0, 0.0)]),
+            ReleaseKind::PathFrontier,
+            seed,
+        );
+        sim.deliver_until(1_000 * MS);
+        for l in &mut sim.links[1] {
+            l.up = false;
+        }
+        sim.deliver_until(3_000 * MS);
+        let restored = 3_000 * MS + seed * 7 * MS;
+        sim.deliver_until(restored);
+        for l in &mut sim.links[1] {
+            l.up = true;
+        }
+        sim.deliver_until(restored + 2_000 * MS);
+        for side in 0..2 {
+            let changes: Vec<_> = sim
+                .events
+                .iter()
+                .filter(|(t, s, _)| *t >= restored && *s == side)
+                .filter_map(|(t, _, e)| match e {
+                    Event::PathUp { path: 1 } => Some((t / MS, "up")),
+                    Event::PathDown { path: 1, .. } => Some((t / MS, "down")),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(changes.len(), 1, "seed {seed} side {side}: {changes:?}");
+        }
+    }
+}
