@@ -246,3 +246,37 @@ def test_status_json_and_human(workdir: Path) -> None:
         p = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a, check=False)
         assert p.returncode == 2 and "is not valid TOML" in p.stderr and "-s" in p.stderr
         a.cfg.write_text(text)
+
+
+def test_path_order_mismatch_is_logged(workdir: Path) -> None:
+    """Paths are paired by their order in the two files: listed in another
+    order on one side, the datagrams of each path arrive on the other
+    path's socket. Both sides say so in the log (once, then at 2, 4, 8...),
+    naming the path ids this socket serves."""
+
+    def swap(text: str) -> str:
+        head, first, second = text.split("[[path]]")
+        return head + "[[path]]" + second.rstrip() + "\n\n[[path]]" + first.rstrip() + "\n"
+
+    with Topology(2) as topo:
+        a, b = start_pair(
+            topo,
+            TunnelOpts(paths=[PathOpts(1), PathOpts(2)]),
+            workdir,
+            wait=False,
+            edit=lambda side, t: swap(t) if side == "b" else t,
+        )
+        a.wait_ready(0)
+        b.wait_ready(0)
+        hint = "paths are paired by their order in the two configuration files"
+        # The server hears the client's initiations on the wrong sockets.
+        wait_for("server logs the mismatch", lambda: hint in a.log_text(), timeout=5)
+        assert "path id 1, which this socket does not serve (link1v4 = id 0)" in a.log_text()
+        assert a.status()["drops"]["unknown_path"] > 0
+        # The client hears nothing back, and its warning names the cause.
+        wait_for("client warns", lambda: "no handshake response yet" in b.log_text(), timeout=5)
+        assert "listed in another order" in b.log_text()
+        # Rate-limited: far fewer lines than drops.
+        time.sleep(1)
+        lines = a.log_text().count(hint)
+        assert lines <= 1 + a.status()["drops"]["unknown_path"].bit_length(), lines

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use mpt_core::crypto::state::CryptoEvent;
+use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{Event, Tunnel};
 use tracing::{info, warn};
 
@@ -91,7 +92,7 @@ impl EventLog {
                 attempts,
                 under_load: false,
             }) => {
-                warn!(tunnel = %tunnel_name, attempts, "no handshake response yet (peer down, unreachable, or it does not accept our key?)")
+                warn!(tunnel = %tunnel_name, attempts, "no handshake response yet (peer down or unreachable, it does not accept our key, or its paths are listed in another order than ours?)")
             }
             Event::Security(CryptoEvent::Unanswered {
                 attempts,
@@ -101,6 +102,28 @@ impl EventLog {
             }
             Event::Security(CryptoEvent::Expired) => {
                 warn!(tunnel = %tunnel_name, "session expired without rekey; waiting for a new handshake")
+            }
+            Event::Stray {
+                reason: DropReason::UnknownPath,
+                claimed_path,
+                local_key,
+                from,
+                count,
+            } => {
+                let here: Vec<String> = (0..t.path_count())
+                    .filter_map(|i| Some((i, t.path(i as u8)?)))
+                    .filter(|(_, p)| p.cfg.local_key == local_key)
+                    .map(|(i, p)| format!("{} = id {i}", p.cfg.name))
+                    .collect();
+                warn!(tunnel = %tunnel_name, from = %from, path_id = claimed_path, count, "datagram for path id {claimed_path}, which this socket does not serve ({}): paths are paired by their order in the two configuration files; list the same paths in the same order on both peers", here.join(", "))
+            }
+            Event::Stray {
+                claimed_path,
+                from,
+                count,
+                ..
+            } => {
+                warn!(tunnel = %tunnel_name, path = %name(claimed_path), from = %from, expected = %peer(claimed_path), count, "datagram from an address that is not the path's remote (dropped as unknown_source)")
             }
             Event::HandshakeRejected { path, from, reason } => {
                 if let Some(suppressed) = self.allow("handshake-rejected") {

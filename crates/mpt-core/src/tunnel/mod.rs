@@ -182,6 +182,20 @@ pub enum Event {
         from: SocketAddr,
         reason: DropReason,
     },
+    /// A datagram for a path id not configured on the socket it came in on
+    /// (`UnknownPath`: the peers list their paths in another order or
+    /// number), or from an address other than the path's remote
+    /// (`UnknownSource`). Raised on the 1st, 2nd, 4th, 8th, ... of each
+    /// reason, so a flood cannot fill the log.
+    Stray {
+        reason: DropReason,
+        /// The path id the datagram claimed.
+        claimed_path: u8,
+        local_key: usize,
+        from: SocketAddr,
+        /// How many of this reason so far.
+        count: u64,
+    },
 }
 
 /// The tunnel. See the module documentation.

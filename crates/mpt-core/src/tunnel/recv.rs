@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 
-use super::{OpenTicket, Received, RecvStart, Tunnel};
+use super::{Event, OpenTicket, Received, RecvStart, Tunnel};
 use crate::reorder::Accept;
 use crate::stats::DropReason;
 use crate::wire::{
@@ -21,6 +21,29 @@ use crate::{Nanos, PathId};
 impl Tunnel {
     pub(super) fn drop_counted(&mut self, r: DropReason) -> Received {
         self.drops.add(r);
+        Received::Dropped(r)
+    }
+
+    /// A datagram that does not belong to the path it claims: counted, and
+    /// told (on the 1st, 2nd, 4th, ... of its reason) for the log.
+    pub(super) fn drop_stray(
+        &mut self,
+        r: DropReason,
+        claimed_path: u8,
+        local_key: usize,
+        from: SocketAddr,
+    ) -> Received {
+        self.drops.add(r);
+        let count = self.drops.get(r);
+        if count.is_power_of_two() {
+            self.events.push_back(Event::Stray {
+                reason: r,
+                claimed_path,
+                local_key,
+                from,
+                count,
+            });
+        }
         Received::Dropped(r)
     }
 
@@ -48,7 +71,10 @@ impl Tunnel {
         let pid = f.path;
         match self.paths.get(pid as usize) {
             Some(p) if p.cfg.local_key == local_key => {}
-            _ => return RecvStart::Done(self.drop_counted(DropReason::UnknownPath)),
+            _ => {
+                let r = self.drop_stray(DropReason::UnknownPath, pid, local_key, from);
+                return RecvStart::Done(r);
+            }
         }
         if matches!(
             ty,
@@ -60,7 +86,8 @@ impl Tunnel {
         // peer's address from authentic packets; every other path accepts
         // only its known remote.
         if !self.learns(pid) && self.paths[pid as usize].remote != Some(from) {
-            return RecvStart::Done(self.drop_counted(DropReason::UnknownSource));
+            let r = self.drop_stray(DropReason::UnknownSource, pid, local_key, from);
+            return RecvStart::Done(r);
         }
         let r = match self.crypto.as_ref() {
             Some(_) if f.session == 0 => DropReason::NoSession,
