@@ -280,3 +280,32 @@ def test_path_order_mismatch_is_logged(workdir: Path) -> None:
         time.sleep(1)
         lines = a.log_text().count(hint)
         assert lines <= 1 + a.status()["drops"]["unknown_path"].bit_length(), lines
+
+
+def test_status_shows_rates_and_watch_redraws(workdir: Path) -> None:
+    with Topology(2, shape=Shape(rate_mbit=50)) as topo:
+        a, _ = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
+        result: dict = {}
+        t = threading.Thread(
+            target=lambda: result.setdefault("r", iperf3(topo, TUNNEL_V4["b"], seconds=4))
+        )
+        t.start()
+        time.sleep(2.5)
+        doc = a.status()
+        total = doc["rates"]["tx_bps"]
+        per_path = [p["rates"]["tx_bps"] for p in doc["paths"]]
+        assert total > 20e6, doc["rates"]
+        assert abs(sum(per_path) - total) < 1e3, (per_path, total)
+        assert all(p["rates"]["tx_pps"] > 0 for p in doc["paths"]), per_path
+        p = run(
+            [
+                str(mpt_binary()),
+                *("status", "-s", str(a.control), "--watch", "--interval", "0.2", "--count", "2"),
+            ],
+            ns=topo.a,
+            timeout=10,
+        )
+        assert p.stdout.count("\x1b[H\x1b[2J") == 2, p.stdout[:200]
+        assert "rates (last second): tx" in p.stdout and "Mbit/s" in p.stdout
+        t.join(timeout=30)
+        assert result["r"].mbps > 20

@@ -13,6 +13,7 @@
 //! * [`pace`] — the sender's model of each path from receiver reports:
 //!   BBR-style rate control and a pacing budget;
 //! * [`queue`] — mpt's own send queue, bounded in time;
+//! * [`rates`] — bits and packets per second over the last second;
 //! * [`sched`] — the [`sched::Scheduler`] trait, earliest-arrival (ECF) and
 //!   smooth weighted round-robin;
 //! * [`reorder`] — the receive-side reorder buffer and its release policies;
@@ -36,6 +37,7 @@ pub mod ip;
 pub mod pace;
 pub mod path;
 pub mod queue;
+pub mod rates;
 pub mod reorder;
 pub mod sched;
 pub mod stats;

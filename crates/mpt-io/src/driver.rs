@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use mio::net::UnixStream as MioUnixStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
+use mpt_core::rates::{Counts, RateWindow};
 use mpt_core::tunnel::Tunnel;
 use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
@@ -64,6 +65,8 @@ pub struct Driver {
     /// SIGHUP's pipe, read to empty on each hangup.
     hangup_rx: MioUnixStream,
     control_rx: mpsc::Receiver<Request>,
+    /// Throughput over the last second, per path (status).
+    rates: RateWindow,
     started: Instant,
 }
 
@@ -134,6 +137,7 @@ impl Driver {
                 _signal_rx: signal_rx,
                 hangup_rx,
                 control_rx,
+                rates: RateWindow::default(),
                 started: Instant::now(),
             },
             hook,
@@ -187,6 +191,20 @@ impl Driver {
             }
             self.engine.turn(&mut ready);
             self.engine.workers_mut().tick(loop_idle);
+            let now = self.engine.clock.now();
+            if self.rates.due(now) {
+                let t = self.engine.tunnel();
+                let counts = (0..t.path_count())
+                    .filter_map(|i| t.path(i as u8))
+                    .map(|p| Counts {
+                        tx_bytes: p.tx_bytes,
+                        tx_packets: p.tx_packets,
+                        rx_bytes: p.rx_bytes,
+                        rx_packets: p.rx_packets,
+                    })
+                    .collect();
+                self.rates.update(now, counts);
+            }
         }
     }
 
@@ -215,6 +233,14 @@ impl Driver {
         let mut v = serde_json::to_value(e.tunnel().status(now)).unwrap_or(Value::Null);
         if let Value::Object(m) = &mut v {
             m.insert("schema".into(), json!(STATUS_SCHEMA));
+            m.insert("rates".into(), json!(self.rates.total()));
+            if let Some(Value::Array(paths)) = m.get_mut("paths") {
+                for (i, p) in paths.iter_mut().enumerate() {
+                    if let Value::Object(p) = p {
+                        p.insert("rates".into(), json!(self.rates.path(i)));
+                    }
+                }
+            }
             m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
             m.insert(
                 "peer_public_key".into(),

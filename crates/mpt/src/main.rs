@@ -66,8 +66,18 @@ enum Cmd {
         #[arg(short, long)]
         socket: Option<PathBuf>,
         /// Print the raw JSON document.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw the human view in place every --interval seconds, with
+        /// the rates of the last second, until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Seconds between two redraws of --watch.
+        #[arg(long, default_value_t = 1.0, requires = "watch")]
+        interval: f64,
+        /// Stop --watch after this many redraws.
+        #[arg(long, requires = "watch")]
+        count: Option<u64>,
     },
 }
 
@@ -121,6 +131,9 @@ fn main() -> ExitCode {
             config,
             socket,
             json,
+            watch,
+            interval,
+            count,
         } => {
             let sock = match (socket, config) {
                 (Some(s), _) => s,
@@ -153,7 +166,16 @@ fn main() -> ExitCode {
                     }
                 },
             };
-            match status::show(&sock, json) {
+            let shown = if watch {
+                if !(0.1..=3600.0).contains(&interval) {
+                    eprintln!("error: --interval must be within 0.1..3600 seconds");
+                    return ExitCode::from(2);
+                }
+                status::watch(&sock, std::time::Duration::from_secs_f64(interval), count)
+            } else {
+                status::show(&sock, json)
+            };
+            match shown {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -45,6 +45,26 @@ pub fn default_socket() -> io::Result<PathBuf> {
     }
 }
 
+/// `mpt status --watch`: the human view, redrawn in place every
+/// `interval` until interrupted (or `count` times).
+pub fn watch(sock: &Path, interval: std::time::Duration, count: Option<u64>) -> io::Result<()> {
+    let mut shown = 0;
+    loop {
+        let line = mpt_io::control::request(sock, "status")?;
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
+        // Home and clear the screen, then draw.
+        print!("\x1b[H\x1b[2J{}", render(&v));
+        use std::io::Write;
+        io::stdout().flush()?;
+        shown += 1;
+        if count.is_some_and(|c| shown >= c) {
+            return Ok(());
+        }
+        std::thread::sleep(interval);
+    }
+}
+
 pub fn show(sock: &Path, json: bool) -> io::Result<()> {
     let line = mpt_io::control::request(sock, "status")?;
     let v: Value = serde_json::from_str(&line)
@@ -58,6 +78,21 @@ pub fn show(sock: &Path, json: bool) -> io::Result<()> {
         print!("{}", render(&v));
     }
     Ok(())
+}
+
+/// "tx 12.3 Mbit/s 1050 pkt/s, rx ..." from a rates object.
+fn rates(r: Option<&Value>) -> String {
+    let Some(r) = r.filter(|r| r.is_object()) else {
+        return "(measuring)".into();
+    };
+    let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    format!(
+        "tx {:.2} Mbit/s {:.0} pkt/s, rx {:.2} Mbit/s {:.0} pkt/s",
+        f("tx_bps") / 1e6,
+        f("tx_pps"),
+        f("rx_bps") / 1e6,
+        f("rx_pps")
+    )
 }
 
 fn num(v: &Value, k: &str) -> u64 {
@@ -117,10 +152,11 @@ pub fn render(v: &Value) -> String {
     let _ = writeln!(o, "addresses {}", addrs.join(", "));
     let _ = writeln!(
         o,
-        "scheduler {}, reorder release {}\n",
+        "scheduler {}, reorder release {}",
         s("scheduler"),
         s("release_policy")
     );
+    let _ = writeln!(o, "rates (last second): {}\n", rates(v.get("rates")));
     let _ = writeln!(
         o,
         "{:<12} {:<5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>7} {:>7} {:>9}",
@@ -180,6 +216,7 @@ pub fn render(v: &Value) -> String {
             num(p, "ups"),
             num(p, "downs"),
         );
+        let _ = writeln!(o, "    rates: {}", rates(p.get("rates")));
         let cause = p.get("rx_lost_by_cause").cloned().unwrap_or(Value::Null);
         let _ = writeln!(
             o,
