@@ -48,7 +48,7 @@ pub struct QueueStats {
     /// Packets that waited (entered the queue).
     pub queued: u64,
     /// Packets that arrived before the first session and waited for it
-    /// (at most [`crate::tunnel::STAGED_MAX_PACKETS`] at a time).
+    /// (the latest [`crate::tunnel::STAGED_MAX_PACKETS`] are kept).
     pub staged: u64,
     /// Packets that left the queue.
     pub released: u64,

@@ -23,9 +23,9 @@
 //!   scheduler picks then; with no path up it waits, within its bound;
 //! * with an unpaced scheduler nothing waits once a session is up: the
 //!   behaviour is the static-share tunnel's;
-//! * before the first session, up to [`STAGED_MAX_PACKETS`] packets wait
-//!   for it (as wireguard-go stages them) and then enter the send queue in
-//!   the order they came; more are dropped as `no_session`.
+//! * before the first session, the latest [`STAGED_MAX_PACKETS`] packets
+//!   wait for it (as wireguard-go stages them; older ones are dropped as
+//!   `no_session`) and then enter the send queue in the order they came.
 
 use super::{Burst, Transmit, Tunnel};
 use crate::queue::Queued;
@@ -87,12 +87,15 @@ impl Tunnel {
             // Before the first session (the handshake is under way), hold
             // a few packets, as wireguard-go stages them, rather than drop
             // what an application sent while the tunnel came up.
-            if self.staged.len() < STAGED_MAX_PACKETS {
-                self.staged.push_back((class, inner.to_vec()));
-                self.queue.count_staged();
-            } else {
+            // When full, the oldest goes (as in wireguard-go): what leaves
+            // once the session is up is the most recent stretch, with no
+            // gap before what follows it.
+            if self.staged.len() >= STAGED_MAX_PACKETS {
+                self.staged.pop_front();
                 self.drops.add(DropReason::NoSession);
             }
+            self.staged.push_back((class, inner.to_vec()));
+            self.queue.count_staged();
             return None;
         }
         let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
