@@ -50,9 +50,7 @@ pub fn default_socket() -> io::Result<PathBuf> {
 pub fn watch(sock: &Path, interval: std::time::Duration, count: Option<u64>) -> io::Result<()> {
     let mut shown = 0;
     loop {
-        let line = mpt_io::control::request(sock, "status")?;
-        let v: Value = serde_json::from_str(&line)
-            .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
+        let v = fetch(sock)?;
         // Home and clear the screen, then draw.
         print!("\x1b[H\x1b[2J{}", render(&v));
         use std::io::Write;
@@ -65,15 +63,24 @@ pub fn watch(sock: &Path, interval: std::time::Duration, count: Option<u64>) -> 
     }
 }
 
-pub fn show(sock: &Path, json: bool) -> io::Result<()> {
+/// The daemon's status document, or why there is none.
+fn fetch(sock: &Path) -> io::Result<Value> {
     let line = mpt_io::control::request(sock, "status")?;
     let v: Value = serde_json::from_str(&line)
         .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
     if let Some(e) = v.get("error").and_then(Value::as_str) {
         return Err(io::Error::other(format!("daemon: {e}")));
     }
+    Ok(v)
+}
+
+pub fn show(sock: &Path, json: bool) -> io::Result<()> {
+    let v = fetch(sock)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or(line));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
+        );
     } else {
         print!("{}", render(&v));
     }
