@@ -5,10 +5,10 @@ sum and of N times the plain link measured in the same run. The assertions
 are loose floors that catch a broken data plane, not the targets themselves
 (those are reported in the closing note and docs/results.md).
 
-UDP uses 1400-byte datagrams (1392 bytes of payload), which fill the 1420-byte
+UDP uses 1432-byte datagrams (1404 bytes of payload), which fill the 1432-byte
 tunnel MTU of IPv4 paths exactly. Each such packet costs 1514 bytes on a
-shaped veth link (14 Ethernet + 20 IP + 8 UDP + 36 mpt header + 1420 + 16 AEAD
-tag), against 1434 bytes for the same datagram sent plainly; the offered rate
+shaped veth link (14 Ethernet + 20 IP + 8 UDP + 24 mpt header + 1432 + 16 AEAD
+tag), against 1446 bytes for the same datagram sent plainly; the offered rate
 is set just below what the links can carry with that overhead.
 """
 
@@ -22,9 +22,9 @@ from mptlab.traffic import iperf3
 
 RATE = 100
 N = 4
-PAYLOAD = 1392
+PAYLOAD = 1404
 WIRE_PLAIN = PAYLOAD + 8 + 20 + 14
-WIRE_TUNNEL = WIRE_PLAIN + 36 + 16 + 8 + 20
+WIRE_TUNNEL = WIRE_PLAIN + 24 + 16 + 8 + 20
 
 
 def test_four_by_100mbit_figures(workdir: Path) -> None:

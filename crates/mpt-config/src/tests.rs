@@ -82,8 +82,8 @@ fn examples_load() {
     assert_eq!(c.paths[0].weight, 10);
     assert_eq!(c.paths[2].dead_ms, 900);
     assert_eq!(c.routes.len(), 2);
-    // Smallest path MTU 1500 minus the IPv6 path's 40+8+36+16 bytes.
-    assert_eq!(c.tunnel.mtu, 1400);
+    // Smallest path MTU 1500 minus the IPv6 path's 40+8+24+16 bytes.
+    assert_eq!(c.tunnel.mtu, 1412);
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn defaults_are_filled_in() {
     let p = &c.paths[0];
     assert_eq!(p.name, "path1");
     assert_eq!((p.weight, p.keepalive_ms, p.dead_ms), (1, 100, 500));
-    assert_eq!(c.tunnel.mtu, 1500 - 20 - 8 - 36 - 16);
+    assert_eq!(c.tunnel.mtu, 1500 - 20 - 8 - 24 - 16);
     assert_eq!(c.tunnel.control_socket, PathBuf::from("/run/mpt/mpt0.sock"));
     assert_eq!(
         c.reorder,
@@ -261,7 +261,7 @@ local = "10.1.0.1:1"
 remote = "10.1.0.2:1"
 "#;
     let c = parse(text).unwrap();
-    assert_eq!(c.tunnel.mtu, 1400);
+    assert_eq!(c.tunnel.mtu, 1412);
 }
 
 const SECURE_CLIENT: &str = r#"

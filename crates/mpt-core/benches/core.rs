@@ -17,7 +17,7 @@ fn header(c: &mut Criterion) {
         session: 7,
         counter: 99,
         path_seq: 5,
-        timestamp_ns: 1,
+        timestamp_us: 1,
         tunnel_seq: 77,
     };
     let mut buf = [0u8; HEADER_LEN + 64];

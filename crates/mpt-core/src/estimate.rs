@@ -22,6 +22,10 @@
 //!   queued and its sender would slow it to nothing; the smoothed value
 //!   averages the jitter out first (LEDBAT's noise filtering, RFC 6817
 //!   §3.4.2, applied to both ends of the difference).
+//! * Jitter: RFC 3550 §6.4.1 interarrival jitter, the mean change of
+//!   transit from one packet to the next (gain 1/16); the receiver reports
+//!   it so that the sender can tell a radio link's own delay variation
+//!   from a queue of its making.
 //! * Loss: a gap in the path's sequence numbers is link loss while the
 //!   queueing delay is below [`LINK_LOSS_QUEUE_NS`] (the queue is empty, so
 //!   nothing overflowed; a radio dropped the packet), congestion loss
@@ -234,6 +238,40 @@ impl DelayMeter {
     }
 }
 
+/// RFC 3550 §6.4.1 interarrival jitter: `J += (|D| - J) / 16`, where `D`
+/// is the change of transit between consecutive packets, in integer ns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Jitter {
+    last_transit: Option<i64>,
+    jitter_ns: u64,
+}
+
+/// RFC 3550 §6.4.1 jitter gain, as a shift (1/16; spec constant).
+const JITTER_GAIN_SHIFT: u32 = 4;
+
+impl Jitter {
+    pub fn on_sample(&mut self, transit_ns: i64) {
+        if let Some(prev) = self.last_transit {
+            // i128: the timestamps come from the network and may be anything.
+            let d = (i128::from(transit_ns) - i128::from(prev)).abs();
+            let j = i128::from(self.jitter_ns);
+            let j = j + ((d - j) >> JITTER_GAIN_SHIFT);
+            self.jitter_ns = j.clamp(0, i128::from(u64::MAX)) as u64;
+        }
+        self.last_transit = Some(transit_ns);
+    }
+
+    /// The jitter, once a transit has been seen.
+    pub fn jitter_ns(&self) -> Option<Nanos> {
+        self.last_transit.map(|_| self.jitter_ns)
+    }
+
+    /// The last transit seen (with the clock offset).
+    pub fn last_transit_ns(&self) -> Option<i64> {
+        self.last_transit
+    }
+}
+
 /// Loss counted by cause.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct LossSplit {
@@ -263,6 +301,8 @@ pub struct Estimates {
     /// Queueing delay above the floor, nanoseconds.
     pub queueing_ns: Option<Nanos>,
     pub loss: LossSplit,
+    /// RFC 3550 interarrival jitter, nanoseconds.
+    pub jitter_ns: Option<Nanos>,
 }
 
 /// The receiver-side estimators of one path.
@@ -271,6 +311,7 @@ pub struct PathMeters {
     pub rate: RateMeter,
     pub delay: DelayMeter,
     pub loss: LossSplit,
+    pub jitter: Jitter,
 }
 
 impl PathMeters {
@@ -280,6 +321,7 @@ impl PathMeters {
     pub fn on_packet(&mut self, now: Nanos, bytes: usize, transit_ns: i64, lost: u64) {
         self.rate.on_arrival(now, bytes);
         self.delay.on_sample(now, transit_ns);
+        self.jitter.on_sample(transit_ns);
         if lost > 0 {
             let q = self.delay.queueing_ns(now);
             self.loss.on_loss(lost, q);
@@ -291,6 +333,7 @@ impl PathMeters {
             rate_bps: self.rate.rate_bps(now),
             queueing_ns: self.delay.queueing_ns(now),
             loss: self.loss,
+            jitter_ns: self.jitter.jitter_ns(),
         }
     }
 }

@@ -34,8 +34,6 @@ use crate::{Nanos, NANOS_PER_MS};
 const RTT_ALPHA_SHIFT: u32 = 3;
 /// RFC 6298 §2.3 gain for RTTVAR.
 const RTT_BETA_SHIFT: u32 = 2;
-/// RFC 3550 §6.4.1 jitter gain.
-const JITTER_GAIN_SHIFT: u32 = 4;
 /// Packets per loss measurement interval (tuning knob).
 const LOSS_INTERVAL_PACKETS: u64 = 200;
 /// Longest loss interval when few packets flow (tuning knob).
@@ -89,7 +87,7 @@ pub struct PathState {
     pub next_probe_at: Nanos,
     pub probe_due: bool,
     /// Pending echo: (probe timestamp, probe arrival time).
-    pub echo_due: Option<(u64, Nanos)>,
+    pub echo_due: Option<(u32, Nanos)>,
     /// Peer said it hears us (from the latest probe/echo flags).
     pub peer_hears_us: bool,
     /// A send on this path failed hard (network unreachable, link down);
@@ -107,9 +105,7 @@ pub struct PathState {
     rttvar: Nanos,
     rtt_min: Option<Nanos>,
     rtt_latest: Option<Nanos>,
-    owd_last: Option<i64>,
     owd_min: Option<i64>,
-    jitter: u64,
     /// Delivery rate, queueing delay and loss by cause, peer → us.
     meters: PathMeters,
     peer_rx_packets: u64,
@@ -157,9 +153,7 @@ impl PathState {
             rttvar: 0,
             rtt_min: None,
             rtt_latest: None,
-            owd_last: None,
             owd_min: None,
-            jitter: 0,
             meters: PathMeters::default(),
             peer_rx_packets: 0,
             peer_rx_seq: 0,
@@ -185,22 +179,19 @@ impl PathState {
     /// Account an authentic packet that arrived at `now`, with its per-path
     /// sequence number and the one-way transit time (arrival wall time minus
     /// send timestamp; may be negative between unsynchronised clocks).
-    pub fn on_receive(&mut self, now: Nanos, len: usize, path_seq: u32, transit_ns: i64) {
+    pub fn on_receive(&mut self, now: Nanos, len: usize, path_seq: u16, transit_ns: i64) {
         self.last_rx = Some(now);
         self.send_blocked = false;
         self.rx_packets += 1;
         self.rx_bytes += len as u64;
-        // Extend the 32-bit sequence around the highest seen.
+        // Extend the 16-bit sequence around the highest seen (RFC 3550 §A.1).
         let ext = match self.rx_first_seq {
             None => {
                 self.rx_first_seq = Some(u64::from(path_seq));
                 self.rx_highest_seq = u64::from(path_seq);
                 u64::from(path_seq)
             }
-            Some(_) => {
-                let delta = path_seq.wrapping_sub(self.rx_highest_seq as u32) as i32;
-                self.rx_highest_seq.saturating_add_signed(i64::from(delta))
-            }
+            Some(_) => crate::wire::widen_u16(path_seq, self.rx_highest_seq),
         };
         let mut lost = 0;
         if ext > self.rx_highest_seq {
@@ -209,14 +200,6 @@ impl PathState {
         } else if self.rx_packets > 1 && ext < self.rx_highest_seq {
             self.rx_out_of_order += 1;
         }
-        if let Some(prev) = self.owd_last {
-            // J += (|D| - J) / 16, in integer nanoseconds; i128 because the
-            // timestamps come from the network and may be anything.
-            let d = (i128::from(transit_ns) - i128::from(prev)).abs();
-            let j = i128::from(self.jitter) + ((d - i128::from(self.jitter)) >> JITTER_GAIN_SHIFT);
-            self.jitter = j.clamp(0, i128::from(u64::MAX)) as u64;
-        }
-        self.owd_last = Some(transit_ns);
         self.owd_min = Some(self.owd_min.map_or(transit_ns, |m| m.min(transit_ns)));
         self.meters.on_packet(now, len, transit_ns, lost);
     }
@@ -248,6 +231,9 @@ impl PathState {
             }),
             lost_link: est.loss.link as u32,
             lost_congestion: est.loss.congestion as u32,
+            jitter_us: est.jitter_ns.map_or(QUEUEING_UNKNOWN, |j| {
+                (j / 1_000).min(u64::from(QUEUEING_UNKNOWN - 1)) as u32
+            }),
         }
     }
 
@@ -375,9 +361,9 @@ impl PathState {
             rtt_var_ms: self.srtt.map(|_| ms(self.rttvar)),
             rtt_min_ms: self.rtt_min.map(ms),
             rtt_latest_ms: self.rtt_latest.map(ms),
-            owd_ms: self.owd_last.map(|o| o as f64 / NANOS_PER_MS as f64),
+            owd_ms: (self.meters.jitter.last_transit_ns()).map(|o| o as f64 / NANOS_PER_MS as f64),
             owd_min_ms: self.owd_min.map(|o| o as f64 / NANOS_PER_MS as f64),
-            jitter_ms: self.owd_last.map(|_| ms(self.jitter)),
+            jitter_ms: self.meters.jitter.jitter_ns().map(ms),
             rx_lost: self.rx_lost(),
             rx_loss: if rx_expected > 0 {
                 self.rx_lost() as f64 / rx_expected as f64
@@ -498,7 +484,7 @@ mod tests {
     #[test]
     fn loss_and_reordering_from_path_sequence() {
         let mut p = path();
-        for s in [10u32, 11, 13, 12, 16] {
+        for s in [10u16, 11, 13, 12, 16] {
             p.on_receive(0, 100, s, 0);
         }
         // 10..=16 expected (7), 5 received.
@@ -509,12 +495,13 @@ mod tests {
     #[test]
     fn sequence_wraps() {
         let mut p = path();
-        for s in [u32::MAX - 1, u32::MAX, 0, 1] {
+        for s in [u16::MAX - 1, u16::MAX, 0, 1] {
             p.on_receive(0, 100, s, 0);
         }
         assert_eq!(p.rx_lost(), 0);
         assert_eq!(p.rx_out_of_order, 0);
-        assert_eq!(p.report().1, 1);
+        // Reported extended: 65 534 + 3.
+        assert_eq!(p.report().1, 65_537);
     }
 
     #[test]
@@ -534,7 +521,7 @@ mod tests {
         p.on_receive(0, 1, 0, 1_000);
         p.on_receive(0, 1, 1, 1_000 + 1_600);
         // J = 0 + (1600 - 0)/16 = 100.
-        assert_eq!(p.jitter, 100);
+        assert_eq!(p.meters.jitter.jitter_ns(), Some(100));
         let s = p.status(0);
         assert_eq!(s.jitter_ms, Some(0.0001));
     }
@@ -544,7 +531,7 @@ mod tests {
         // Found by fuzzing: transit times from hostile timestamps.
         let mut p = path();
         p.on_receive(0, 1, 0, i64::MIN);
-        p.on_receive(0, 1, u32::MAX, i64::MAX);
+        p.on_receive(0, 1, u16::MAX, i64::MAX);
         p.on_receive(0, 1, 5, i64::MIN);
         let s = p.status(0);
         assert!(s.jitter_ms.unwrap() > 0.0);

@@ -33,8 +33,8 @@ fn data_packet(path: u8, seq: u64, inner_first: u8, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; HEADER_LEN + len];
     let f = HeaderFields {
         path,
-        tunnel_seq: seq,
-        path_seq: seq as u32,
+        tunnel_seq: seq as u32,
+        path_seq: seq as u16,
         ..Default::default()
     };
     write_header(&mut b, PacketType::Data, &f);
@@ -150,7 +150,7 @@ fn hostile_datagram() -> impl Strategy<Value = Vec<u8>> {
             0u8..12,
             0u8..3,
             any::<u32>(),
-            any::<u64>(),
+            any::<u32>(),
             proptest::collection::vec(any::<u8>(), 0..300)
         )
             .prop_map(|(ty, path, session, seq, body)| {

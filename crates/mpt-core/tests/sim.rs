@@ -555,3 +555,50 @@ fn a_returning_path_comes_up_once_without_a_flap() {
         }
     }
 }
+
+/// The header's timestamp is 32 bits of microseconds: each side widens it
+/// near its own clock less the last transit, so peers whose clocks are
+/// hours apart, or about half the 71.6-minute range apart, measure the
+/// same round trips, one-way delay differences and jitter as peers whose
+/// clocks agree. (2147.504 s and -2147.464 s put the 20 ms path's transits,
+/// ±2 ms, across half the 32-bit range: widened near the own clock alone,
+/// they would read 71.6 minutes apart from packet to packet.)
+#[test]
+fn peers_with_clocks_far_apart_measure_as_if_they_agreed() {
+    let mut seen = vec![];
+    for offset_ms in [0i64, 3 * 3_600_000, -50 * 60_000, 2_147_504, -2_147_464] {
+        let mut sim = Sim::new(
+            links(&[(5, 0, 0.0), (20, 2, 0.0)]),
+            ReleaseKind::PathFrontier,
+            3,
+        );
+        // Wall clocks of today (the UNIX epoch is not representable less 3 h).
+        let epoch_ms = 1_790_000_000_000;
+        sim.t[0].set_wall_offset(epoch_ms * 1_000_000);
+        sim.t[1].set_wall_offset((epoch_ms + offset_ms) * 1_000_000);
+        sim.deliver_until(1_000 * MS);
+        let end = sim.run_traffic(1_000 * MS, 4_000, 250_000, 0);
+        sim.deliver_until(end + 1_000 * MS);
+        assert_in_order_exactly_once(&sim.delivered[1], 4_000, &sim.lost_data);
+        assert!(sim.drops_seen.is_empty(), "{:?}", sim.drops_seen);
+        for side in 0..2 {
+            let st = sim.t[side].status(end + 1_000 * MS);
+            let p: Vec<_> = st
+                .paths
+                .iter()
+                .map(|p| {
+                    (
+                        p.rtt_min_ms.unwrap().round() as i64,
+                        p.jitter_ms.unwrap() < 3.0,
+                        p.rx_queueing_ms.unwrap() < 5.0,
+                    )
+                })
+                .collect();
+            seen.push((offset_ms, side, p));
+        }
+    }
+    for (offset_ms, side, p) in &seen {
+        assert_eq!(p, &seen[*side].2, "offset {offset_ms} ms, side {side}");
+        assert_eq!((p[0].0, p[1].0), (10, 40), "{seen:?}");
+    }
+}

@@ -243,7 +243,7 @@ pub fn render(v: &Value) -> String {
             };
             let _ = writeln!(
                 o,
-                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing",
+                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing, {} ms jitter",
                 s.get("control").and_then(Value::as_str).unwrap_or("-"),
                 num(s, "samples"),
                 num(s, "cuts"),
@@ -254,6 +254,7 @@ pub fn render(v: &Value) -> String {
                     .map_or(String::new(), |c| format!(" (cap {c:.0})")),
                 mbit("delivered_mbps"),
                 ms(s, "queueing_ms"),
+                ms(s, "jitter_ms"),
             );
         }
     }

@@ -66,23 +66,22 @@ def inner_packet():
     return hdr + udp
 
 
-# Wire version of the daemon (crates/mpt-core/src/wire/mod.rs, VERSION).
-VERSION = 3
+# Wire version of the daemon and its header (crates/mpt-core/src/wire/mod.rs):
+# version, type, path, class, session, counter (48 bits: high 16, low 32),
+# path seq (16), timestamp (us mod 2^32), tunnel seq (32).
+VERSION = 4
+HEADER = "!BBBBIHIHII"
+HEADER_LEN = struct.calcsize(HEADER)
+
+
+def header(ty, path, session=0, counter=0, tseq=0):
+    ts_us = (time.time_ns() // 1000) & 0xFFFFFFFF
+    c_hi, c_lo = counter >> 32, counter & 0xFFFFFFFF
+    return struct.pack(HEADER, VERSION, ty, path, 0, session, c_hi, c_lo, 0, ts_us, tseq)
 
 
 def forged_plain(path):
-    h = struct.pack(
-        "!BBBBIQIQQ",
-        VERSION,
-        1,
-        path,
-        0,
-        0,
-        random.getrandbits(32),
-        0,
-        time.time_ns(),
-        random.getrandbits(40),
-    )
+    h = header(1, path, counter=random.getrandbits(32), tseq=random.getrandbits(32))
     return h + inner_packet()
 
 
@@ -90,20 +89,19 @@ def bad_tag(g):
     # A fresh counter (so the replay window lets it through to the AEAD)
     # and a flipped body bit: only the tag check can refuse it.
     b = bytearray(g)
-    b[8:16] = struct.pack("!Q", (1 << 40) + random.getrandbits(32))
-    i = random.randrange(36, len(b))
+    b[8:14] = struct.pack("!Q", (1 << 40) + random.getrandbits(32))[2:]
+    i = random.randrange(HEADER_LEN, len(b))
     b[i] ^= 1 << random.randrange(8)
     return bytes(b)
 
 
 def handshake_init(path):
-    h = struct.pack("!BBBBIQIQQ", VERSION, 4, path, 0, 0, 0, 0, time.time_ns(), 0)
-    return h + os.urandom(161)  # Noise part and the two MACs
+    return header(4, path) + os.urandom(161)  # Noise part and the two MACs
 
 
 kinds = {
     "random": lambda p: os.urandom(random.randrange(0, 1400)),
-    "truncated": lambda p: random.choice(genuine)[: random.randrange(0, 36)],
+    "truncated": lambda p: random.choice(genuine)[: random.randrange(0, HEADER_LEN)],
     "bad_tag": lambda p: bad_tag(random.choice(genuine)),
     "replay": lambda p: random.choice(genuine),
     "forged_plaintext": forged_plain,

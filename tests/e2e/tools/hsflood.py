@@ -22,8 +22,10 @@ import struct
 import sys
 import time
 
-HEADER = "!BBBBIQIQQ"  # version, type, path, class, session, counter, pseq, ts, tseq
-VERSION, TYPE_INIT = 3, 4  # wire version (crates/mpt-core/src/wire/mod.rs)
+# version, type, path, class, session, counter (48 bits: high 16, low 32),
+# path seq (16), timestamp (us mod 2^32), tunnel seq (32): 24 bytes.
+HEADER = "!BBBBIHIHII"
+VERSION, TYPE_INIT = 4, 4  # wire version (crates/mpt-core/src/wire/mod.rs)
 NOISE_LEN, MAC_LEN = 129, 16
 
 pub_b64, targets_arg, seconds, sources, prefix = sys.argv[1:6]
@@ -37,7 +39,8 @@ mac1_key = hashlib.blake2s(b"mac1----" + pub).digest()
 def initiation(path: int) -> bytes:
     """A well-formed initiation with random Noise content and a valid mac1
     (mac2 zero: the attacker has no cookie for the spoofed source)."""
-    head = struct.pack(HEADER, VERSION, TYPE_INIT, path, 0, 0, 0, 0, time.time_ns(), 0)
+    ts_us = (time.time_ns() // 1000) & 0xFFFFFFFF
+    head = struct.pack(HEADER, VERSION, TYPE_INIT, path, 0, 0, 0, 0, 0, ts_us, 0)
     body = head + os.urandom(NOISE_LEN)
     mac1 = hashlib.blake2s(body, key=mac1_key, digest_size=MAC_LEN).digest()
     return body + mac1 + bytes(MAC_LEN)

@@ -2,7 +2,7 @@
 //! 800-38D), via `ring`.
 //!
 //! Nonce: 4 zero bytes followed by the 64-bit packet counter, big-endian (as
-//! the header carries it). The 36-byte mpt header is the associated data, so
+//! the header carries it). The 24-byte mpt header is the associated data, so
 //! every field the receiver relies on is authenticated.
 //!
 //! Invariants: a [`DataKey`] never seals two packets with one counter (the

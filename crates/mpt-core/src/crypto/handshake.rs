@@ -41,7 +41,7 @@ use super::keys::{PresharedKey, PrivateKey, PublicKey};
 pub const NOISE_PARAMS: &str = "Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s";
 /// Prologue binding the handshake to this protocol and version.
 pub const PROLOGUE: &[u8] = b"mpt v2 handshake";
-/// Lengths of the Noise parts of the bodies (after the 36-byte header,
+/// Lengths of the Noise parts of the bodies (after the 24-byte header,
 /// before the MACs).
 pub const INIT_NOISE_LEN: usize = 4 + 32 + 48 + (TIMESTAMP_LEN + 1 + ANNOUNCE_LEN + 16);
 pub const RESPONSE_NOISE_LEN: usize = 4 + 4 + 32 + (1 + ANNOUNCE_LEN + 16);

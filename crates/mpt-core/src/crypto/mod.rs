@@ -5,7 +5,7 @@
 //! * [`handshake`] — Noise `IKpsk2` (as WireGuard) over the tunnel's wire
 //!   format, producing a [`session::Session`];
 //! * [`aead`] — ChaCha20-Poly1305 (RFC 8439) and AES-256-GCM for data, with
-//!   the 36-byte mpt header as associated data;
+//!   the 24-byte mpt header as associated data;
 //! * [`replay`] — the RFC 6479 sliding-window anti-replay check;
 //! * [`cookie`] — the MACs and cookie replies that keep handshake floods
 //!   from spoofed sources away from the Diffie-Hellman work (WireGuard);
@@ -43,7 +43,7 @@ pub mod knobs {
     /// Refuse to use a session older than this (both directions).
     pub const REJECT_AFTER: Nanos = 180_000 * NANOS_PER_MS;
     /// Never send more packets than this under one key (nonce space).
-    pub const REJECT_AFTER_PACKETS: u64 = u64::MAX - (1 << 13);
+    pub const REJECT_AFTER_PACKETS: u64 = crate::wire::COUNTER_LIMIT - (1 << 13);
     /// Retry an unanswered handshake initiation after this long, doubling
     /// with every attempt up to `HANDSHAKE_RETRY_MAX` (backoff while the
     /// server stays away). The cap is low because an unanswered initiation

@@ -23,6 +23,14 @@
 //!   our making (another sender's, or a radio link's jitter) and a cut
 //!   would not drain it: the rate holds (a queue that grows that fast is
 //!   ours even so: the capacity fell below what we send, so it is cut);
+//! * the target grows with the path's own delay variation: by
+//!   [`JITTER_TARGET_GAIN`] times the RFC 3550 jitter the receiver reports
+//!   (up to [`TARGET_MAX_NS`]). On a radio link packets held in FIFO order
+//!   behind a late one read, under load, as a queue of about two standard
+//!   deviations of the jitter that no rate cut can drain; the consecutive
+//!   packets' jitter is a fraction of that deviation under load, hence the
+//!   gain. A wired path's jitter is microseconds and leaves the target as
+//!   it is;
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
 //!   whose queue is empty are the link's, not ours, and cut nothing);
@@ -49,6 +57,10 @@ use crate::{Nanos, NANOS_PER_MS};
 /// up to 100 ms, a multipath tunnel wants a few ms: the reorder buffer
 /// waits for the slowest path's queue).
 pub const TARGET_NS: Nanos = 5 * NANOS_PER_MS;
+/// Target added per nanosecond of reported jitter, and the largest target
+/// (tuning knobs).
+pub const JITTER_TARGET_GAIN: u64 = 8;
+pub const TARGET_MAX_NS: Nanos = 30 * NANOS_PER_MS;
 /// Smallest and largest growth step per sample (tuning knobs).
 pub const STEP_MIN: f64 = 0.01;
 pub const STEP_MAX: f64 = 0.5;
@@ -119,18 +131,25 @@ impl TargetDelay {
         let floor = self.queue_floor.get(now).unwrap_or(q as i64).max(0) as Nanos;
         q.saturating_sub(floor.min(JITTER_MAX_NS))
     }
+
+    /// The target queueing delay for a path with the sample's jitter.
+    fn target(s: &RateSample) -> Nanos {
+        let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);
+        TARGET_NS.saturating_add(extra).min(TARGET_MAX_NS)
+    }
 }
 
 impl RateControl for TargetDelay {
     fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
         let q = self.excess(now, s);
+        let target = Self::target(s);
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);
         self.prev_sample = sample;
         self.delivered_max.update(now, sample as i64);
         let loss_gap = rtt_min.unwrap_or(0).max(LOSS_CUT_MIN_NS);
         if s.congestion_lost > 0
-            && q >= TARGET_NS / 2
+            && q >= target / 2
             && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
         {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
@@ -138,13 +157,13 @@ impl RateControl for TargetDelay {
             self.step = STEP_MIN;
             self.cuts += 1;
             self.state = "drain";
-        } else if q > TARGET_NS && !s.limited && s.queue_growth_ns.unwrap_or(0) < TARGET_NS as i64 {
+        } else if q > target && !s.limited && s.queue_growth_ns.unwrap_or(0) < target as i64 {
             // A queue while we send less than our rate and it does not
             // grow fast: not of our making (on a radio link, jitter), and
             // cutting would not drain it.
             self.state = "hold";
-        } else if q > TARGET_NS {
-            let drain = ((q - TARGET_NS) as f64 / DRAIN_NS as f64).min(0.5);
+        } else if q > target {
+            let drain = ((q - target) as f64 / DRAIN_NS as f64).min(0.5);
             let to = (capacity as f64 * (1.0 - drain)) as u64;
             if to < self.rate {
                 self.rate = to.max(self.rate / 2);
@@ -153,9 +172,9 @@ impl RateControl for TargetDelay {
             self.step = STEP_MIN;
             self.state = "drain";
         } else if s.limited {
-            let off = (TARGET_NS - q) as f64 / TARGET_NS as f64;
+            let off = (target - q) as f64 / target as f64;
             self.rate += (self.rate as f64 * self.step * off) as u64;
-            self.step = if q < TARGET_NS / 2 {
+            self.step = if q < target / 2 {
                 (self.step * 2.0).min(STEP_MAX)
             } else {
                 STEP_MIN

@@ -76,6 +76,10 @@ pub struct RateSample {
     /// shrank). A queue that grows while we send means the bottleneck is
     /// saturated, so the delivery rate is its capacity.
     pub queue_growth_ns: Option<i64>,
+    /// The receiver's RFC 3550 interarrival jitter on the path at the end
+    /// of the interval: how much its one-way delay moves from packet to
+    /// packet with no queue of ours (a radio link's).
+    pub jitter_ns: Option<Nanos>,
     /// Packets lost while a queue stood, new in this interval.
     pub congestion_lost: u64,
     /// Packets lost with no queue, new in this interval.
@@ -340,6 +344,7 @@ impl PathSender {
                 .queueing_ns
                 .zip(m.queueing_ns)
                 .map(|(b, a)| b as i64 - a as i64),
+            jitter_ns: (r.jitter_us != QUEUEING_UNKNOWN).then(|| u64::from(r.jitter_us) * 1_000),
             congestion_lost: u64::from(r.lost_congestion.wrapping_sub(m.lost_congestion)),
             link_lost: u64::from(r.lost_link.wrapping_sub(m.lost_link)),
             limited: std::mem::take(&mut self.limited),
@@ -366,6 +371,10 @@ impl PathSender {
             cap_mbps: self.cap_bps.map(mbps),
             delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
             queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
+            jitter_ms: self
+                .last_sample
+                .and_then(|s| s.jitter_ns)
+                .map(|j| j as f64 / NANOS_PER_MS as f64),
             samples: self.samples,
             cuts: self.control.cuts(),
         }
@@ -388,6 +397,8 @@ pub struct SenderStatus {
     pub delivered_mbps: Option<f64>,
     /// Queueing delay the peer reported.
     pub queueing_ms: Option<f64>,
+    /// RFC 3550 jitter the peer reported with the last sample.
+    pub jitter_ms: Option<f64>,
     pub samples: u64,
     /// Cuts of the estimate for a standing queue or congestion loss.
     pub cuts: u64,

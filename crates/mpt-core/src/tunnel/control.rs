@@ -165,8 +165,8 @@ impl Tunnel {
                 REPORT_BODY_LEN
             } else {
                 ProbeBody {
-                    echo_timestamp_ns: echo_ts,
-                    hold_ns: hold,
+                    echo_timestamp_us: echo_ts,
+                    hold_ns: hold.min(u64::from(u32::MAX)) as u32,
                     report,
                 }
                 .write(&mut buf[HEADER_LEN..]);

@@ -39,8 +39,8 @@ impl Tunnel {
         let path_seq = self.paths[path as usize].on_transmit(total);
         let f = HeaderFields {
             path,
-            path_seq,
-            timestamp_ns: wall,
+            path_seq: path_seq as u16,
+            timestamp_us: wire::timestamp_us(wall),
             ..Default::default()
         };
         wire::write_header(buf, PacketType::HandshakeInit, &f);
@@ -87,8 +87,8 @@ impl Tunnel {
         let path_seq = self.paths[pid as usize].on_transmit(out.len());
         let f = HeaderFields {
             path: pid,
-            path_seq,
-            timestamp_ns: self.wall(now),
+            path_seq: path_seq as u16,
+            timestamp_us: wire::timestamp_us(self.wall(now)),
             ..Default::default()
         };
         wire::write_header(&mut out, ty, &f);
@@ -137,11 +137,11 @@ impl Tunnel {
         };
         match res {
             Ok(()) => {
-                let h = Header::new_checked(buf).ok();
-                let transit =
-                    (self.wall(now) as i64).wrapping_sub(h.map_or(0, |h| h.timestamp_ns()) as i64);
-                let path_seq = h.map_or(0, |h| h.path_seq());
-                self.paths[pid as usize].on_receive(now, buf.len(), path_seq, transit);
+                if let Ok(h) = Header::new_checked(buf) {
+                    let (_, transit) = self.peer_time(now, h.timestamp_us());
+                    let path_seq = h.path_seq();
+                    self.paths[pid as usize].on_receive(now, buf.len(), path_seq, transit);
+                }
                 self.refresh_up(pid, now);
                 Received::Consumed
             }

@@ -212,6 +212,9 @@ pub struct Tunnel {
     mtu: usize,
     next_tunnel_seq: u64,
     counter: u64,
+    /// The last packet's transit (our clock minus the peer's), ns: where
+    /// the next timestamp is widened (`recv::peer_time`).
+    last_transit_ns: i64,
     wall_offset: i64,
     drops: DropCounters,
     counters: TunnelCounters,
@@ -319,6 +322,7 @@ impl Tunnel {
             mtu: cfg.mtu,
             next_tunnel_seq: 0,
             counter: 0,
+            last_transit_ns: 0,
             wall_offset: 0,
             drops: DropCounters::default(),
             counters: TunnelCounters::default(),
@@ -430,8 +434,8 @@ impl Tunnel {
                 }
             },
             None => {
-                self.counter += 1;
-                (0, self.counter - 1, None)
+                self.counter = (self.counter + 1) % wire::COUNTER_LIMIT;
+                (0, self.counter, None)
             }
         };
         let total = HEADER_LEN + body_len + if ticket.is_some() { TAG_LEN } else { 0 };
@@ -445,9 +449,9 @@ impl Tunnel {
             class,
             session,
             counter,
-            path_seq,
-            timestamp_ns: self.wall(now),
-            tunnel_seq,
+            path_seq: path_seq as u16,
+            timestamp_us: wire::timestamp_us(self.wall(now)),
+            tunnel_seq: tunnel_seq as u32,
         };
         wire::write_header(buf, ty, &f);
         Some((total, ticket))

@@ -18,6 +18,15 @@ use crate::wire::{
 };
 use crate::{Nanos, PathId};
 
+/// The narrow header fields of an authentic packet, widened against this
+/// side's state (`wire` module doc).
+struct Widened {
+    /// The peer's clock at sending, ns.
+    sent_ns: u64,
+    /// The tunnel sequence, near the reorder buffer's next.
+    tunnel_seq: u64,
+}
+
 impl Tunnel {
     pub(super) fn drop_counted(&mut self, r: DropReason) -> Received {
         self.drops.add(r);
@@ -127,19 +136,37 @@ impl Tunnel {
         if ty == PacketType::Data && wire::inner_ip_version(body).is_none() {
             return self.drop_counted(DropReason::BadInner);
         }
-        let transit = (self.wall(now) as i64).wrapping_sub(f.timestamp_ns as i64);
+        let (sent_ns, transit) = self.peer_time(now, f.timestamp_us);
         self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
         self.refresh_up(pid, now);
+        let w = Widened {
+            sent_ns,
+            tunnel_seq: wire::widen_u32(f.tunnel_seq, self.reorder.next_seq()),
+        };
         match ty {
             PacketType::Data => {
                 self.paths[pid as usize].on_data(now);
-                self.recv_data(now, pid, f.tunnel_seq, body)
+                self.recv_data(now, pid, w.tunnel_seq, body)
             }
-            PacketType::Report => self.recv_report(now, pid, f, body),
-            PacketType::Nack => self.recv_nack(now, pid, f.tunnel_seq, body),
+            PacketType::Report => self.recv_report(now, pid, &w, body),
+            PacketType::Nack => self.recv_nack(now, pid, w.tunnel_seq, body),
             PacketType::PathChallenge => self.recv_path_challenge(pid, body),
-            _ => self.recv_control(now, pid, ty, f, body),
+            _ => self.recv_control(now, pid, ty, f, &w, body),
         }
+    }
+
+    /// The peer's send time, in ns of its clock, of a packet stamped
+    /// `ts_us`, and the packet's transit (our clock at arrival minus that;
+    /// any sign, as the clocks need not agree). The stamp is widened near
+    /// our clock minus the last transit, so that any constant clock offset
+    /// reads the same on every packet.
+    pub(super) fn peer_time(&mut self, now: Nanos, ts_us: u32) -> (u64, i64) {
+        let wall = self.wall(now);
+        let near = wall.saturating_add_signed(self.last_transit_ns.saturating_neg());
+        let sent = wire::widen_timestamp_ns(ts_us, near);
+        let transit = (wall as i64).wrapping_sub(sent as i64);
+        self.last_transit_ns = transit;
+        (sent, transit)
     }
 
     fn recv_data(&mut self, now: Nanos, pid: PathId, seq: u64, body: &[u8]) -> Received {
@@ -196,26 +223,26 @@ impl Tunnel {
     }
 
     /// A receiver report alone.
-    fn recv_report(&mut self, now: Nanos, pid: PathId, f: &HeaderFields, body: &[u8]) -> Received {
+    fn recv_report(&mut self, now: Nanos, pid: PathId, w: &Widened, body: &[u8]) -> Received {
         let Ok(r) = ReportBody::parse(body) else {
             return self.drop_counted(DropReason::Truncated);
         };
-        self.on_report(now, pid, f, &r, false);
+        self.on_report(now, pid, w, &r, false);
         Received::Consumed
     }
 
     /// The peer's report about our sending on `pid`: loss (for weights),
     /// the rate model's sample, the hearing mask, the path's frontier.
-    fn on_report(&mut self, now: Nanos, pid: PathId, f: &HeaderFields, r: &ReportBody, echo: bool) {
+    fn on_report(&mut self, now: Nanos, pid: PathId, w: &Widened, r: &ReportBody, echo: bool) {
         let p = &mut self.paths[pid as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
         let rtt_min = p.rtt_min();
-        self.senders[pid as usize].on_report(now, f.timestamp_ns, r, rtt_min);
+        self.senders[pid as usize].on_report(now, w.sent_ns, r, rtt_min);
         if adapt {
             self.adapt_weights();
         }
-        self.on_hearing_mask(now, pid, f.timestamp_ns, r.hearing_mask, echo);
-        self.policy.on_frontier(pid, f.tunnel_seq);
+        self.on_hearing_mask(now, pid, w.sent_ns, r.hearing_mask, echo);
+        self.policy.on_frontier(pid, w.tunnel_seq);
         self.apply_policy(now);
     }
 
@@ -226,6 +253,7 @@ impl Tunnel {
         pid: PathId,
         ty: PacketType,
         f: &HeaderFields,
+        w: &Widened,
         body: &[u8],
     ) -> Received {
         let Ok(b) = ProbeBody::parse(body) else {
@@ -235,11 +263,12 @@ impl Tunnel {
         let wall_now = self.wall(now);
         let p = &mut self.paths[pid as usize];
         match ty {
-            PacketType::Probe => p.echo_due = Some((f.timestamp_ns, now)),
+            PacketType::Probe => p.echo_due = Some((f.timestamp_us, now)),
             PacketType::Echo => {
+                // Our own stamp, widened against our own clock: exact.
                 let rtt = wall_now
-                    .wrapping_sub(b.echo_timestamp_ns)
-                    .saturating_sub(b.hold_ns);
+                    .wrapping_sub(wire::widen_timestamp_ns(b.echo_timestamp_us, wall_now))
+                    .saturating_sub(u64::from(b.hold_ns));
                 // Ignore absurd samples (clock steps, forged echoes): > 60 s.
                 if rtt < 60_000 * crate::NANOS_PER_MS {
                     p.on_rtt_sample(rtt);
@@ -247,7 +276,7 @@ impl Tunnel {
             }
             _ => {}
         }
-        self.on_report(now, pid, f, &b.report, ty == PacketType::Echo);
+        self.on_report(now, pid, w, &b.report, ty == PacketType::Echo);
         Received::Consumed
     }
 }

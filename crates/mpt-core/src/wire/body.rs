@@ -15,10 +15,10 @@
 use super::{be_u32, be_u64, WireError};
 
 /// Length of a receiver report in bytes (spec constant).
-pub const REPORT_BODY_LEN: usize = 36;
-/// Length of a probe/echo body in bytes: two timestamps and a report
-/// (spec constant).
-pub const PROBE_BODY_LEN: usize = 16 + REPORT_BODY_LEN;
+pub const REPORT_BODY_LEN: usize = 40;
+/// Length of a probe/echo body in bytes: echo timestamp, hold time and a
+/// report (spec constant).
+pub const PROBE_BODY_LEN: usize = 8 + REPORT_BODY_LEN;
 /// `queueing_us` value meaning "not measured yet" (spec constant).
 pub const QUEUEING_UNKNOWN: u32 = u32::MAX;
 
@@ -33,6 +33,8 @@ pub const QUEUEING_UNKNOWN: u32 = u32::MAX;
 ///                           (u32::MAX: not measured yet)
 /// 28  lost link        u32  packets lost with no queue standing
 /// 32  lost congestion  u32  packets lost while a queue stood
+/// 36  jitter us        u32  RFC 3550 interarrival jitter of this path, µs
+///                           (u32::MAX: not measured yet)
 /// ```
 ///
 /// The hearing mask tells a peer, on any path, which of its send
@@ -47,6 +49,9 @@ pub struct ReportBody {
     pub queueing_us: u32,
     pub lost_link: u32,
     pub lost_congestion: u32,
+    /// RFC 3550 §6.4.1 interarrival jitter, µs; [`QUEUEING_UNKNOWN`] when
+    /// not measured yet.
+    pub jitter_us: u32,
 }
 
 impl ReportBody {
@@ -60,6 +65,7 @@ impl ReportBody {
             queueing_us: be_u32(b, 24),
             lost_link: be_u32(b, 28),
             lost_congestion: be_u32(b, 32),
+            jitter_us: be_u32(b, 36),
         })
     }
 
@@ -73,20 +79,24 @@ impl ReportBody {
         b[24..28].copy_from_slice(&self.queueing_us.to_be_bytes());
         b[28..32].copy_from_slice(&self.lost_link.to_be_bytes());
         b[32..36].copy_from_slice(&self.lost_congestion.to_be_bytes());
+        b[36..40].copy_from_slice(&self.jitter_us.to_be_bytes());
     }
 }
 
 /// Body of probe and echo packets ([`PROBE_BODY_LEN`] bytes).
 ///
 /// ```text
-///  0  echo timestamp  u64  probe: 0; echo: the probe's send timestamp
-///  8  hold time ns    u64  probe: 0; echo: time between probe arrival and echo
-/// 16  receiver report (36 bytes, [`ReportBody`])
+///  0  echo timestamp  u32  probe: 0; echo: the probe's header timestamp
+///                          (µs mod 2^32, as sent; the prober widens it
+///                          against its own clock)
+///  4  hold time ns    u32  probe: 0; echo: time between probe arrival and
+///                          echo (saturates at 4.29 s)
+///  8  receiver report (40 bytes, [`ReportBody`])
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProbeBody {
-    pub echo_timestamp_ns: u64,
-    pub hold_ns: u64,
+    pub echo_timestamp_us: u32,
+    pub hold_ns: u32,
     pub report: ReportBody,
 }
 
@@ -99,18 +109,18 @@ impl ProbeBody {
             return Err(WireError::Truncated);
         }
         Ok(Self {
-            echo_timestamp_ns: be_u64(body, 0),
-            hold_ns: be_u64(body, 8),
-            report: ReportBody::parse(&body[16..])?,
+            echo_timestamp_us: be_u32(body, 0),
+            hold_ns: be_u32(body, 4),
+            report: ReportBody::parse(&body[8..])?,
         })
     }
 
     /// Write into `out[..PROBE_BODY_LEN]`.
     pub fn write(&self, out: &mut [u8]) {
         let b = &mut out[..PROBE_BODY_LEN];
-        b[0..8].copy_from_slice(&self.echo_timestamp_ns.to_be_bytes());
-        b[8..16].copy_from_slice(&self.hold_ns.to_be_bytes());
-        self.report.write(&mut b[16..]);
+        b[0..4].copy_from_slice(&self.echo_timestamp_us.to_be_bytes());
+        b[4..8].copy_from_slice(&self.hold_ns.to_be_bytes());
+        self.report.write(&mut b[8..]);
     }
 }
 
@@ -181,6 +191,7 @@ mod tests {
         0, 0, 0x0b, 0xb8, // queueing 3000 us
         0, 0, 0, 7, // lost link 7
         0, 0, 0, 2, // lost congestion 2
+        0, 0, 0x04, 0xb0, // jitter 1200 us
     ];
 
     fn report() -> ReportBody {
@@ -192,6 +203,7 @@ mod tests {
             queueing_us: 3000,
             lost_link: 7,
             lost_congestion: 2,
+            jitter_us: 1200,
         }
     }
 
@@ -210,13 +222,13 @@ mod tests {
     #[test]
     fn probe_body_vector_roundtrip() {
         let mut v = [0u8; PROBE_BODY_LEN];
-        v[..16].copy_from_slice(&[
-            0, 0, 0, 0, 0, 0, 0x0f, 0xa0, // echo ts 4000
-            0, 0, 0, 0, 0, 0, 0, 50, // hold 50 ns
+        v[..8].copy_from_slice(&[
+            0, 0, 0x0f, 0xa0, // echo ts 4000 us
+            0, 0, 0, 50, // hold 50 ns
         ]);
-        v[16..].copy_from_slice(&REPORT_VECTOR);
+        v[8..].copy_from_slice(&REPORT_VECTOR);
         let b = ProbeBody {
-            echo_timestamp_ns: 4000,
+            echo_timestamp_us: 4000,
             hold_ns: 50,
             report: report(),
         };

@@ -1,6 +1,6 @@
 //! Wire format of mpt packets (see `docs/protocol.md` for the byte diagram).
 //!
-//! Every mpt packet is one UDP datagram that starts with a fixed 36-byte
+//! Every mpt packet is one UDP datagram that starts with a fixed 24-byte
 //! header, followed by a type-specific body:
 //!
 //! ```text
@@ -8,31 +8,36 @@
 //! +-------+-------+-------+-------+
 //! |version| type  | path  | class |   0
 //! +-------+-------+-------+-------+
-//! |          session id           |   4   (0 = plaintext; security issue)
+//! |          session id           |   4   (0 = plaintext or handshake)
 //! +-------+-------+-------+-------+
-//! |      packet counter (nonce)   |   8   u64, unique per sender and session
-//! |                               |
+//! |   packet counter (nonce), u48 |   8   unique per sender and session
+//! +       +-------+-------+-------+
+//! |       | path seq, u16 |          14  per path, every packet type
 //! +-------+-------+-------+-------+
-//! |        path sequence          |  16   u32, per path, every packet type
+//! |  send timestamp, u32 µs       |  16   sender's UTC clock mod 2^32 µs
 //! +-------+-------+-------+-------+
-//! |    send timestamp (ns, UTC)   |  20   u64
-//! |                               |
-//! +-------+-------+-------+-------+
-//! |        tunnel sequence        |  28   u64: data = its sequence number;
-//! |                               |       probe/echo = next data seq to send
-//! +-------+-------+-------+-------+
-//! |  body ...                     |  36
+//! |  tunnel sequence, u32         |  20   data: its sequence number mod 2^32;
+//! +-------+-------+-------+-------+       probe/echo/report/NACK: next to send
+//! |  body ...                     |  24
 //! ```
 //!
 //! All integers are big-endian (network order). The authenticated-encryption
-//! layer (security issue) will treat bytes 0..36 as associated data, encrypt
-//! the body in place and append a 16-byte tag; [`TAG_RESERVE_LEN`] is already
-//! reserved in the default tunnel MTU so that enabling it changes no MTU.
+//! layer treats bytes 0..24 as associated data, encrypts the body in place
+//! and appends a 16-byte tag; [`TAG_RESERVE_LEN`] is reserved in the default
+//! tunnel MTU.
+//!
+//! The three narrow fields are truncations of wider values that only the
+//! sender knows in full; the receiver widens each to the full value nearest
+//! a reference it holds ([`widen_u16`], [`widen_u32`], [`widen_timestamp_ns`]),
+//! as RTP extends its 16-bit sequence (RFC 3550 §A.1). This holds while the
+//! reference stays within half the field's range of the truth: 32 768
+//! packets on one path, 2^31 tunnel packets, 35 minutes of clock.
 //!
 //! Invariants: a [`Header`] view is only constructed through
 //! [`Header::new_checked`], which verifies the length once; afterwards every
 //! accessor indexes within the checked bounds and cannot panic. Parsing never
-//! allocates.
+//! allocates. [`HeaderFields`] holds exactly what is on the wire, so a parsed
+//! header re-encodes to the same bytes.
 
 mod body;
 
@@ -47,10 +52,15 @@ use crate::PathId;
 /// announcements and MACs, cookie replies, path validation, per-path
 /// hearing masks in probes. Version 3: receiver reports (type 10, and in
 /// every probe and echo) with bytes received, queueing delay and loss by
-/// cause, the feedback of path-aware sending.
-pub const VERSION: u8 = 3;
+/// cause, the feedback of path-aware sending. Version 4: the 24-byte
+/// header (narrow counter, path sequence, timestamp and tunnel sequence),
+/// the receiver's jitter in reports, 32-bit echo timestamps.
+pub const VERSION: u8 = 4;
 /// Length of the fixed header in bytes (spec constant).
-pub const HEADER_LEN: usize = 36;
+pub const HEADER_LEN: usize = 24;
+/// The packet counter's width: 48 bits (spec constant). A session never
+/// sends a counter at or above this (`crypto::knobs::REJECT_AFTER_PACKETS`).
+pub const COUNTER_LIMIT: u64 = 1 << 48;
 /// Length of the token of a path challenge or response (spec constant).
 pub const PATH_TOKEN_LEN: usize = 8;
 /// Bytes reserved after the body for an AEAD tag (spec constant, RFC 8439).
@@ -72,9 +82,9 @@ mod off {
     pub const CLASS: usize = 3;
     pub const SESSION: usize = 4;
     pub const COUNTER: usize = 8;
-    pub const PATH_SEQ: usize = 16;
-    pub const TIMESTAMP: usize = 20;
-    pub const TUNNEL_SEQ: usize = 28;
+    pub const PATH_SEQ: usize = 14;
+    pub const TIMESTAMP: usize = 16;
+    pub const TUNNEL_SEQ: usize = 20;
 }
 
 /// Packet types (byte 1).
@@ -136,16 +146,45 @@ pub enum WireError {
     BadType,
 }
 
-/// Header fields as plain values, used to build packets.
+/// Header fields as plain values, exactly as wide as on the wire; used to
+/// build packets. Senders truncate with [`timestamp_us`] and `as` casts;
+/// receivers widen with [`widen_u16`], [`widen_u32`], [`widen_timestamp_ns`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HeaderFields {
     pub path: PathId,
     pub class: u8,
     pub session: u32,
+    /// Below [`COUNTER_LIMIT`]; higher bits are not sent.
     pub counter: u64,
-    pub path_seq: u32,
-    pub timestamp_ns: u64,
-    pub tunnel_seq: u64,
+    pub path_seq: u16,
+    pub timestamp_us: u32,
+    pub tunnel_seq: u32,
+}
+
+/// The header's timestamp for a wall-clock time in ns since the UNIX epoch:
+/// microseconds, modulo 2^32 (wraps every 71.6 minutes).
+pub fn timestamp_us(wall_ns: u64) -> u32 {
+    (wall_ns / 1000) as u32
+}
+
+/// The time in ns whose [`timestamp_us`] is `ts_us` and which lies nearest
+/// `near_ns` (within ±35.8 minutes); microsecond precision.
+pub fn widen_timestamp_ns(ts_us: u32, near_ns: u64) -> u64 {
+    widen_u32(ts_us, near_ns / 1000).saturating_mul(1000)
+}
+
+/// The value whose low 32 bits are `v` and which lies nearest `near`
+/// (within ±2^31); never below 0.
+pub fn widen_u32(v: u32, near: u64) -> u64 {
+    let delta = v.wrapping_sub(near as u32) as i32;
+    near.saturating_add_signed(i64::from(delta))
+}
+
+/// The value whose low 16 bits are `v` and which lies nearest `near`
+/// (within ±2^15); never below 0.
+pub fn widen_u16(v: u16, near: u64) -> u64 {
+    let delta = v.wrapping_sub(near as u16) as i16;
+    near.saturating_add_signed(i64::from(delta))
 }
 
 /// Read-only view of a datagram whose header has been bounds-checked.
@@ -159,6 +198,17 @@ pub(crate) fn be_u32(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_be_bytes(a)
+}
+
+pub(crate) fn be_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// A 48-bit big-endian integer.
+pub(crate) fn be_u48(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a[2..].copy_from_slice(&b[at..at + 6]);
+    u64::from_be_bytes(a)
 }
 
 pub(crate) fn be_u64(b: &[u8], at: usize) -> u64 {
@@ -203,16 +253,16 @@ impl<'a> Header<'a> {
         be_u32(self.buf, off::SESSION)
     }
     pub fn counter(&self) -> u64 {
-        be_u64(self.buf, off::COUNTER)
+        be_u48(self.buf, off::COUNTER)
     }
-    pub fn path_seq(&self) -> u32 {
-        be_u32(self.buf, off::PATH_SEQ)
+    pub fn path_seq(&self) -> u16 {
+        be_u16(self.buf, off::PATH_SEQ)
     }
-    pub fn timestamp_ns(&self) -> u64 {
-        be_u64(self.buf, off::TIMESTAMP)
+    pub fn timestamp_us(&self) -> u32 {
+        be_u32(self.buf, off::TIMESTAMP)
     }
-    pub fn tunnel_seq(&self) -> u64 {
-        be_u64(self.buf, off::TUNNEL_SEQ)
+    pub fn tunnel_seq(&self) -> u32 {
+        be_u32(self.buf, off::TUNNEL_SEQ)
     }
     /// Everything after the fixed header.
     pub fn body(&self) -> &'a [u8] {
@@ -226,7 +276,7 @@ impl<'a> Header<'a> {
             session: self.session(),
             counter: self.counter(),
             path_seq: self.path_seq(),
-            timestamp_ns: self.timestamp_ns(),
+            timestamp_us: self.timestamp_us(),
             tunnel_seq: self.tunnel_seq(),
         }
     }
@@ -236,17 +286,20 @@ impl<'a> Header<'a> {
 ///
 /// # Panics
 /// If `out` is shorter than [`HEADER_LEN`]; callers size buffers statically.
+/// A counter at or above [`COUNTER_LIMIT`] loses its high bits (sessions
+/// stop before; debug builds assert).
 pub fn write_header(out: &mut [u8], ty: PacketType, f: &HeaderFields) {
+    debug_assert!(f.counter < COUNTER_LIMIT, "counter beyond 48 bits");
     let h = &mut out[..HEADER_LEN];
     h[off::VERSION] = VERSION;
     h[off::TYPE] = ty as u8;
     h[off::PATH] = f.path;
     h[off::CLASS] = f.class;
     h[off::SESSION..off::SESSION + 4].copy_from_slice(&f.session.to_be_bytes());
-    h[off::COUNTER..off::COUNTER + 8].copy_from_slice(&f.counter.to_be_bytes());
-    h[off::PATH_SEQ..off::PATH_SEQ + 4].copy_from_slice(&f.path_seq.to_be_bytes());
-    h[off::TIMESTAMP..off::TIMESTAMP + 8].copy_from_slice(&f.timestamp_ns.to_be_bytes());
-    h[off::TUNNEL_SEQ..off::TUNNEL_SEQ + 8].copy_from_slice(&f.tunnel_seq.to_be_bytes());
+    h[off::COUNTER..off::COUNTER + 6].copy_from_slice(&f.counter.to_be_bytes()[2..]);
+    h[off::PATH_SEQ..off::PATH_SEQ + 2].copy_from_slice(&f.path_seq.to_be_bytes());
+    h[off::TIMESTAMP..off::TIMESTAMP + 4].copy_from_slice(&f.timestamp_us.to_be_bytes());
+    h[off::TUNNEL_SEQ..off::TUNNEL_SEQ + 4].copy_from_slice(&f.tunnel_seq.to_be_bytes());
 }
 
 /// IP version of an inner packet, from its first nibble, or `None` if the
@@ -267,12 +320,12 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x03, 0x01, 0x05, 0xb8, // version 3, data, path 5, class 0xb8 (EF)
+        0x04, 0x01, 0x05, 0xb8, // version 4, data, path 5, class 0xb8 (EF)
         0x00, 0x00, 0x00, 0x00, // session 0
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 258
-        0x00, 0x00, 0x00, 0x2a, // path seq 42
-        0x17, 0x9c, 0x3a, 0x2b, 0x4d, 0x5e, 0x6f, 0x70, // timestamp
-        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x07, // tunnel seq 2^32 + 7
+        0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
+        0x00, 0x2a, // path seq 42
+        0x4d, 0x5e, 0x6f, 0x70, // timestamp (µs mod 2^32)
+        0x80, 0x00, 0x00, 0x07, // tunnel seq 2^31 + 7
     ];
 
     fn data_fields() -> HeaderFields {
@@ -280,10 +333,10 @@ mod tests {
             path: 5,
             class: 0xb8,
             session: 0,
-            counter: 258,
+            counter: (1 << 40) + 258,
             path_seq: 42,
-            timestamp_ns: 0x179c_3a2b_4d5e_6f70,
-            tunnel_seq: (1 << 32) + 7,
+            timestamp_us: 0x4d5e_6f70,
+            tunnel_seq: (1 << 31) + 7,
         }
     }
 
@@ -304,12 +357,12 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x03, 0x03, 0x00, 0x00, // version 3, echo, path 0, class 0
+        0x04, 0x03, 0x00, 0x00, // version 4, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
-        0, 0, 0, 0, 0, 0, 0, 9, // counter 9
-        0, 0, 0, 3, // path seq 3
-        0, 0, 0, 0, 0, 0, 0x10, 0x00, // timestamp 4096
-        0, 0, 0, 0, 0, 0, 0, 100, // next tunnel seq 100
+        0, 0, 0, 0, 0, 9, // counter 9
+        0, 3, // path seq 3
+        0, 0, 0x10, 0x00, // timestamp 4096 µs
+        0, 0, 0, 100, // next tunnel seq 100
     ];
 
     #[test]
@@ -320,7 +373,7 @@ mod tests {
             session: 0xdead_beef,
             counter: 9,
             path_seq: 3,
-            timestamp_ns: 4096,
+            timestamp_us: 4096,
             tunnel_seq: 100,
         };
         let mut out = [0u8; HEADER_LEN + PROBE_BODY_LEN];
@@ -353,6 +406,8 @@ mod tests {
         let mut v = DATA_VECTOR;
         v[0] = 1;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        v[0] = 3; // the 36-byte header of version 3
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
@@ -378,6 +433,25 @@ mod tests {
             ProbeBody::parse(&[0; PROBE_BODY_LEN - 1]).unwrap_err(),
             WireError::Truncated
         );
+    }
+
+    #[test]
+    fn narrow_fields_widen_to_the_nearest_value() {
+        // Sequences: forwards, backwards and across the wrap.
+        assert_eq!(widen_u32(7, 5), 7);
+        assert_eq!(widen_u32(3, 5), 3);
+        assert_eq!(widen_u32(2, u64::from(u32::MAX) - 1), (1 << 32) + 2);
+        assert_eq!(widen_u32(u32::MAX, 1 << 32), u64::from(u32::MAX));
+        assert_eq!(widen_u32(u32::MAX, 0), 0, "never below 0");
+        assert_eq!(widen_u16(1, 65_535), 65_537);
+        assert_eq!(widen_u16(65_535, 65_537), 65_535);
+        assert_eq!(widen_u16(100, 3 << 16), (3 << 16) + 100);
+        // Timestamps: exact to the microsecond within ±35 minutes.
+        let t = 1_790_000_000_123_456_789u64;
+        let ts = timestamp_us(t);
+        for near in [t, t - 30 * 60 * 1_000_000_000, t + 30 * 60 * 1_000_000_000] {
+            assert_eq!(widen_timestamp_ns(ts, near), t / 1000 * 1000);
+        }
     }
 
     #[test]
