@@ -1,4 +1,5 @@
-//! `mpt` — command-line entry: `up`, `check`, `status`.
+//! `mpt` — command-line entry: `up`, `check`, `status`, keys, and the
+//! shell completions and man page generated from these definitions.
 //!
 //! Invariants: every failure ends with a one-paragraph message on stderr and
 //! a non-zero exit status (1 for runtime failures, 2 for usage and
@@ -11,7 +12,7 @@ mod status;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use mpt_config::Config;
 
 #[derive(Parser)]
@@ -79,6 +80,81 @@ enum Cmd {
         #[arg(long, requires = "watch")]
         count: Option<u64>,
     },
+    /// Print a shell completion script to stdout (e.g. `mpt completions
+    /// bash > /etc/bash_completion.d/mpt`).
+    Completions {
+        /// Shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout (e.g. `mpt man > mpt.1`), or
+    /// write it and one page per subcommand into a directory.
+    Man {
+        /// Write mpt.1 and mpt-SUBCOMMAND.1 into this directory (e.g.
+        /// /usr/share/man/man1) instead of printing mpt.1.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Sections of the man page that `--help` has no place for (roff).
+const MAN_EXTRA: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+Success (\fBup\fR: stopped by SIGINT or SIGTERM).
+.TP
+\fB1\fR
+A runtime failure: the TUN device, a socket, a route or the control socket
+could not be set up, or the daemon is not running (\fBstatus\fR).
+.TP
+\fB2\fR
+A usage or configuration error: every error in the file is listed with its
+line; restarting cannot fix it (the systemd unit does not retry it).
+.SH FILES
+.TP
+\fI/etc/mpt/NAME.toml\fR
+The configuration of tunnel NAME, as the unit \fBmpt@NAME.service\fR reads it
+(reference: docs/config.md).
+.TP
+\fI/run/mpt/NAME.sock\fR
+The control socket that \fBmpt status\fR asks (\fBtunnel.control_socket\fR).
+.SH ENVIRONMENT
+.TP
+\fBMPT_LOG\fR
+Log filter of \fBmpt up\fR (error, warn, info, debug, trace, or a tracing
+directive); \fB\-\-log\fR overrides it.
+"#;
+
+/// The man page of `mpt`, from the same definitions as `--help`, with
+/// the exit codes, files and environment; with `dir`, written there with
+/// one page per subcommand (`mpt-up.1`, ...), which the main page names.
+fn man_pages(dir: Option<&std::path::Path>) -> std::io::Result<()> {
+    use std::io::Write;
+    let cmd = Cli::command();
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+    page.extend_from_slice(MAN_EXTRA.as_bytes());
+    let Some(dir) = dir else {
+        return std::io::stdout().lock().write_all(&page);
+    };
+    let at = |e: std::io::Error, p: &std::path::Path| {
+        std::io::Error::new(e.kind(), format!("cannot write {}: {e}", p.display()))
+    };
+    let path = dir.join("mpt.1");
+    std::fs::write(&path, &page).map_err(|e| at(e, &path))?;
+    for sub in cmd.get_subcommands() {
+        let name = format!("mpt-{}", sub.get_name());
+        let sub = sub
+            .clone()
+            .display_name(name.clone())
+            .bin_name(format!("mpt {}", sub.get_name()));
+        let mut page = Vec::new();
+        clap_mangen::Man::new(sub)
+            .title(name.clone())
+            .render(&mut page)?;
+        let path = dir.join(format!("{name}.1"));
+        std::fs::write(&path, &page).map_err(|e| at(e, &path))?;
+    }
+    Ok(())
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
@@ -113,6 +189,11 @@ fn main() -> ExitCode {
         },
         Cmd::Genkey { out } => done(keys::genkey(out.as_deref())),
         Cmd::Pubkey { input } => done(keys::pubkey(input.as_deref())),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "mpt", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Cmd::Man { dir } => done(man_pages(dir.as_deref())),
         Cmd::Up { config, log } => {
             daemon::init_logging(log.as_deref());
             let cfg = match load(&config) {

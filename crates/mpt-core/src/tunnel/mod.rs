@@ -434,8 +434,9 @@ impl Tunnel {
                 }
             },
             None => {
-                self.counter = (self.counter + 1) % wire::COUNTER_LIMIT;
-                (0, self.counter, None)
+                let c = self.counter;
+                self.counter = (c + 1) % wire::COUNTER_LIMIT;
+                (0, c, None)
             }
         };
         let total = HEADER_LEN + body_len + if ticket.is_some() { TAG_LEN } else { 0 };
