@@ -38,7 +38,14 @@
 //!   last [`BW_WINDOW_NS`] or [`INITIAL_RATE_BPS`], whichever is higher
 //!   (nor falls below [`MIN_RATE_BPS`]): a path the scheduler barely used
 //!   cannot claim a rate it never showed, yet an idle path stays worth
-//!   trying.
+//!   trying. On a path that showed a queue above its target within
+//!   [`QUEUE_MEMORY_NS`] the bound is [`HEADROOM_QUEUED`] instead: it has
+//!   a bottleneck with a buffer, and what is paced above its delivery rate
+//!   only fills that buffer, where mpt's scheduler cannot see it (as
+//!   waiting in mpt's own queue it is seen, and sends the excess to the
+//!   next path). A path that never queues (an unshaped link, limited by
+//!   the sender's CPU) keeps the wide bound, as its delivery rate follows
+//!   the sender's bursts.
 //!
 //! Why not BBR's gain cycle ([`super::ProbeBw`])? Its probe pushes 25 %
 //! above capacity for a phase; our phases last tens of milliseconds, and
@@ -71,6 +78,10 @@ pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
 pub const LOSS_BETA: f64 = 0.7;
 /// The rate may exceed the highest recent delivery rate by this factor.
 pub const HEADROOM: f64 = 2.0;
+/// The same bound on a path that showed a queue within [`QUEUE_MEMORY_NS`]
+/// (tuning knobs).
+pub const HEADROOM_QUEUED: f64 = 1.1;
+pub const QUEUE_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Window of the delivery-rate maximum and of the queueing floor's
 /// refresh (tuning knobs).
 pub const BW_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;
@@ -101,6 +112,8 @@ pub struct TargetDelay {
     cuts: u64,
     /// The rate smoothed over samples (status: the capacity estimate).
     smoothed_bps: u64,
+    /// When the queue was last above the target.
+    queued_at: Option<Nanos>,
 }
 
 impl Default for TargetDelay {
@@ -115,6 +128,7 @@ impl Default for TargetDelay {
             state: "startup",
             cuts: 0,
             smoothed_bps: INITIAL_RATE_BPS,
+            queued_at: None,
         }
     }
 }
@@ -185,7 +199,14 @@ impl RateControl for TargetDelay {
         } else {
             self.state = "hold";
         }
-        let shown = (self.delivered_max.get(now).unwrap_or(0) as f64 * HEADROOM) as u64;
+        if q > target {
+            self.queued_at = Some(now);
+        }
+        let headroom = match self.queued_at {
+            Some(t) if now < t + QUEUE_MEMORY_NS => HEADROOM_QUEUED,
+            _ => HEADROOM,
+        };
+        let shown = (self.delivered_max.get(now).unwrap_or(0) as f64 * headroom) as u64;
         self.rate = self.rate.min(shown.max(INITIAL_RATE_BPS)).max(MIN_RATE_BPS);
         self.smoothed_bps = (self.smoothed_bps as i64
             + (self.rate as i64 - self.smoothed_bps as i64) / SMOOTHING_DIV)

@@ -352,3 +352,39 @@ fn a_drop_below_an_unlimited_load_is_followed() {
     let after = c.pacing_rate_bps(0).unwrap();
     assert!(after <= 10_000_000, "rate {after} after the drop");
 }
+
+/// A path that never queued may be paced up to twice its delivery rate
+/// (its sender's bursts, not a buffer, set what it delivers); once it has
+/// shown a queue above the target, only 10 % above it, so that the excess
+/// waits in mpt's queue, where the scheduler sees it, and not in the
+/// path's buffer.
+#[test]
+fn a_path_that_queued_is_paced_close_to_its_delivery_rate() {
+    let sample = |q_ms: u64| RateSample {
+        delivered_bps: 100_000_000,
+        interval_ns: 30 * MS,
+        queueing_ns: Some(q_ms * MS),
+        queue_growth_ns: Some(0),
+        jitter_ns: Some(MS / 10),
+        congestion_lost: 0,
+        link_lost: 0,
+        limited: true,
+    };
+    let mut c = TargetDelay::default();
+    for i in 0..40 {
+        c.on_sample(i * 30 * MS, &sample(0), Some(10 * MS));
+    }
+    let free = c.pacing_rate_bps(0).unwrap();
+    assert!(free > 150_000_000, "never queued: {free}");
+    c.on_sample(1_200 * MS, &sample(40), Some(10 * MS));
+    for i in 0..40 {
+        c.on_sample((1_230 + i * 30) * MS, &sample(0), Some(10 * MS));
+    }
+    let held = c.pacing_rate_bps(0).unwrap();
+    assert!(held <= 110_000_000, "queued: {held}");
+    // Ten seconds after the queue the wide bound is back.
+    for i in 0..40 {
+        c.on_sample((12_000 + i * 30) * MS, &sample(0), Some(10 * MS));
+    }
+    assert!(c.pacing_rate_bps(0).unwrap() > 150_000_000);
+}
