@@ -92,15 +92,16 @@ def test_weights_follow_rates_and_wire_sizes() -> None:
     assert weights_for([100, 100, 100]) == [1, 1, 1]
     assert weights_for([0, 0]) == [1, 1]
     # 1392-byte payload: plain IPv4 1434 bytes on the wire; encrypted mpt
-    # over IPv4 adds 80 (IP 20, UDP 8, header 36, tag 16).
+    # over IPv4 adds 68 (IP 20, UDP 8, header 24, tag 16).
     assert udp_wire_bytes(1392, "plain", 0, 4) == 1434
-    assert udp_wire_bytes(1392, "mpt", 4, 4) == 1514
-    assert udp_wire_bytes(1392, "mpt", 6, 6) == 1392 + 48 + 36 + 16 + 48 + 14
+    assert udp_wire_bytes(1392, "mpt", 4, 4) == 1502
+    assert udp_wire_bytes(1392, "mpt", 6, 6) == 1392 + 48 + 24 + 16 + 48 + 14
 
 
 def test_udp_payload_never_fragments() -> None:
     # Inner IP packet = payload + UDP + IP of the tunnel version must fit
-    # the tunnel MTU (1500 - outer IP - UDP - 36 - 16).
+    # the tunnel MTU (1500 - outer IP - UDP - 24 - 16), and that of the
+    # previous wire version (36-byte header), so A/B runs send the same.
     assert udp_payload_for(1392, "mpt", 4, 4) == 1392
     assert udp_payload_for(1392, "mpt", 6, 4) == 1372
     assert udp_payload_for(1392, "mpt", 4, 6) == 1372
