@@ -147,6 +147,8 @@ pub struct Config {
     /// (experimental, default off).
     pub adapt_to_loss: bool,
     pub security: Security,
+    /// Where to serve Prometheus metrics (`[metrics] listen`); off if `None`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Bytes that encapsulation adds on a path of the given IP family.
@@ -167,7 +169,9 @@ const TOP_KEYS: &[&str] = &[
     "route",
     "scheduler",
     "security",
+    "metrics",
 ];
+const METRICS_KEYS: &[&str] = &["listen"];
 const SCHEDULER_KEYS: &[&str] = &["mode", "share", "adapt_to_loss", "queue_ms"];
 const TUNNEL_KEYS: &[&str] = &[
     "name",
@@ -475,6 +479,17 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let recover_set = rr.boolean(ctx, "recover");
     rr.finish(ctx);
 
+    // [metrics]
+    let m = table(ctx, root, "metrics");
+    let mr = TableReader::new(m.unwrap_or(&empty), "metrics", METRICS_KEYS);
+    let metrics_listen = mr.parsed(
+        ctx,
+        "listen",
+        "an address:port to listen on (e.g. \"127.0.0.1:9586\")",
+        |s: &str| s.parse::<SocketAddr>(),
+    );
+    mr.finish(ctx);
+
     // [scheduler]
     let sc = table(ctx, root, "scheduler");
     let sr = TableReader::new(sc.unwrap_or(&empty), "scheduler", SCHEDULER_KEYS);
@@ -645,6 +660,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             recover,
         },
         routes,
+        metrics_listen,
     })
 }
 

@@ -496,3 +496,21 @@ fn backup_paths() {
     let e = errors(&two.replace("backup = true", "backup = 1")).join("\n");
     assert!(e.contains("path[2].backup"), "{e}");
 }
+
+#[test]
+fn metrics_listen_is_an_address_and_off_by_default() {
+    assert_eq!(parse(MINIMAL).unwrap().metrics_listen, None);
+    let on = format!("{MINIMAL}[metrics]\nlisten = \"127.0.0.1:9586\"\n");
+    assert_eq!(
+        parse(&on).unwrap().metrics_listen,
+        Some("127.0.0.1:9586".parse().unwrap())
+    );
+    let bad = format!("{MINIMAL}[metrics]\nlisten = \"localhost\"\n");
+    let e = errors(&bad);
+    assert!(
+        e.len() == 1 && e[0].contains("metrics.listen") && e[0].contains("address:port"),
+        "{e:?}"
+    );
+    let typo = format!("{MINIMAL}[metrics]\nlisen = \"127.0.0.1:9586\"\n");
+    assert!(errors(&typo)[0].contains("listen"), "{:?}", errors(&typo));
+}

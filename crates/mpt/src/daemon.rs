@@ -126,6 +126,13 @@ pub fn run(cfg: Config) -> io::Result<()> {
         })
         .collect();
     let routes = Routes::install(&cfg.tunnel.name, &route_list)?;
+    if let Some(listen) = cfg.metrics_listen {
+        crate::metrics::spawn(
+            listen,
+            cfg.tunnel.control_socket.clone(),
+            cfg.tunnel.name.clone(),
+        )?;
+    }
 
     let clock = SystemClock::new();
     if cfg.security == Security::InsecurePlaintext {

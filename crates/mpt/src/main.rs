@@ -7,6 +7,7 @@
 
 mod daemon;
 mod keys;
+mod metrics;
 mod status;
 
 use std::path::PathBuf;

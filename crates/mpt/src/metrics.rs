@@ -1,0 +1,414 @@
+//! Prometheus metrics (`[metrics] listen`): a small HTTP endpoint that
+//! answers `GET /metrics` with the daemon's status in the Prometheus text
+//! exposition format (version 0.0.4), named after Prometheus conventions
+//! (`mpt_path_transmit_bytes_total{path="wifi"}`, seconds and bits per
+//! second as base units).
+//!
+//! The endpoint runs on its own thread and asks the daemon's control
+//! socket for the status document at each scrape, as `mpt status` does, so
+//! the event loop holds no HTTP state and a slow scraper cannot stall it.
+//!
+//! Invariants: one connection at a time, each bounded by
+//! [`IO_TIMEOUT`] and a request of at most [`REQUEST_MAX_BYTES`]; every
+//! response closes its connection; anything but `GET /metrics` is a 404
+//! or 405; a daemon that does not answer yields a 503 with the reason, and
+//! `mpt_up 0`.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tracing::{debug, info};
+
+/// Longest a scraper may take to send its request or read the answer
+/// (tuning knob).
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest request head read (tuning knob; a scrape is a few hundred).
+const REQUEST_MAX_BYTES: usize = 8 * 1024;
+
+/// Bind `listen` now (so that a taken port fails the start) and serve
+/// scrapes from a thread for the daemon's lifetime.
+pub fn spawn(listen: SocketAddr, control: PathBuf, tunnel: String) -> io::Result<()> {
+    let l = TcpListener::bind(listen).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("metrics.listen {listen}: cannot listen: {e}"),
+        )
+    })?;
+    info!(tunnel = %tunnel, %listen, "serving Prometheus metrics at /metrics");
+    std::thread::Builder::new()
+        .name("mpt-metrics".into())
+        .spawn(move || {
+            for conn in l.incoming() {
+                match conn {
+                    Ok(s) => {
+                        if let Err(e) = serve(s, &control, &tunnel) {
+                            debug!(tunnel = %tunnel, "metrics scrape failed: {e}");
+                        }
+                    }
+                    Err(e) => debug!(tunnel = %tunnel, "metrics accept failed: {e}"),
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn serve(mut s: TcpStream, control: &std::path::Path, tunnel: &str) -> io::Result<()> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX_BYTES {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, body) = match (method, path) {
+        ("GET", "/metrics") => match status_document(control) {
+            Ok(v) => ("200 OK", render(&v, tunnel)),
+            Err(e) => ("503 Service Unavailable", unavailable(tunnel, &e)),
+        },
+        (_, "/metrics") => ("405 Method Not Allowed", "only GET\n".into()),
+        _ => ("404 Not Found", "metrics are at /metrics\n".into()),
+    };
+    let reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(reply.as_bytes())
+}
+
+fn status_document(control: &std::path::Path) -> io::Result<Value> {
+    let line = mpt_io::control::request(control, "status")?;
+    let v: Value = serde_json::from_str(&line).map_err(io::Error::other)?;
+    match v.get("error").and_then(Value::as_str) {
+        Some(e) => Err(io::Error::other(e.to_string())),
+        None => Ok(v),
+    }
+}
+
+fn unavailable(tunnel: &str, e: &io::Error) -> String {
+    let mut o = String::new();
+    let mut m = Metrics::new(&mut o, tunnel);
+    m.family(
+        "mpt_up",
+        "gauge",
+        "1 while the daemon answers its control socket",
+    );
+    m.sample("mpt_up", &[], 0.0);
+    let _ = writeln!(
+        o,
+        "# daemon not answering: {}",
+        e.to_string().replace('\n', " ")
+    );
+    o
+}
+
+/// Label value escaping of the text format: backslash, quote, newline.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Writes families and samples with the tunnel label on each.
+struct Metrics<'a> {
+    out: &'a mut String,
+    tunnel: String,
+}
+
+impl<'a> Metrics<'a> {
+    fn new(out: &'a mut String, tunnel: &str) -> Self {
+        Self {
+            out,
+            tunnel: escape(tunnel),
+        }
+    }
+
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
+        let _ = write!(self.out, "{name}{{tunnel=\"{}\"", self.tunnel);
+        for (k, val) in labels {
+            let _ = write!(self.out, ",{k}=\"{}\"", escape(val));
+        }
+        let _ = writeln!(self.out, "}} {v}");
+    }
+}
+
+fn num(v: &Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(Value::as_f64)
+}
+
+/// Per-path families: (metric name, type, help, value from the path's
+/// status object).
+type PathMetric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Value) -> Option<f64>,
+);
+
+const PATH_METRICS: &[PathMetric] = &[
+    (
+        "mpt_path_up",
+        "gauge",
+        "1 while the path carries traffic",
+        |p| {
+            Some(f64::from(u8::from(
+                p.get("state").and_then(Value::as_str) == Some("up"),
+            )))
+        },
+    ),
+    (
+        "mpt_path_transmit_packets_total",
+        "counter",
+        "Packets sent on the path",
+        |p| num(p, "tx_packets"),
+    ),
+    (
+        "mpt_path_transmit_bytes_total",
+        "counter",
+        "Bytes sent on the path (datagrams)",
+        |p| num(p, "tx_bytes"),
+    ),
+    (
+        "mpt_path_receive_packets_total",
+        "counter",
+        "Packets received on the path",
+        |p| num(p, "rx_packets"),
+    ),
+    (
+        "mpt_path_receive_bytes_total",
+        "counter",
+        "Bytes received on the path (datagrams)",
+        |p| num(p, "rx_bytes"),
+    ),
+    (
+        "mpt_path_receive_lost_packets_total",
+        "counter",
+        "Packets the peer sent on the path that never arrived",
+        |p| num(p, "rx_lost"),
+    ),
+    (
+        "mpt_path_ups_total",
+        "counter",
+        "Times the path came up",
+        |p| num(p, "ups"),
+    ),
+    (
+        "mpt_path_downs_total",
+        "counter",
+        "Times the path went down",
+        |p| num(p, "downs"),
+    ),
+    (
+        "mpt_path_rtt_seconds",
+        "gauge",
+        "Smoothed round-trip time (RFC 6298)",
+        |p| num(p, "rtt_ms").map(|x| x / 1e3),
+    ),
+    (
+        "mpt_path_rtt_min_seconds",
+        "gauge",
+        "Lowest round-trip time measured",
+        |p| num(p, "rtt_min_ms").map(|x| x / 1e3),
+    ),
+    (
+        "mpt_path_jitter_seconds",
+        "gauge",
+        "RFC 3550 interarrival jitter, peer to us",
+        |p| num(p, "jitter_ms").map(|x| x / 1e3),
+    ),
+    (
+        "mpt_path_queueing_delay_seconds",
+        "gauge",
+        "One-way delay above its floor, peer to us",
+        |p| num(p, "rx_queueing_ms").map(|x| x / 1e3),
+    ),
+    (
+        "mpt_path_receive_rate_bits_per_second",
+        "gauge",
+        "Delivery rate peer to us",
+        |p| num(p, "rx_rate_mbps").map(|x| x * 1e6),
+    ),
+    (
+        "mpt_path_capacity_bits_per_second",
+        "gauge",
+        "Estimated capacity us to peer (path-aware sending)",
+        |p| {
+            p.get("sending")
+                .and_then(|s| num(s, "bandwidth_mbps"))
+                .map(|x| x * 1e6)
+        },
+    ),
+    (
+        "mpt_path_pacing_rate_bits_per_second",
+        "gauge",
+        "Rate the path is paced at",
+        |p| {
+            p.get("sending")
+                .and_then(|s| num(s, "pacing_mbps"))
+                .map(|x| x * 1e6)
+        },
+    ),
+];
+
+/// The status document as Prometheus text.
+pub fn render(v: &Value, tunnel: &str) -> String {
+    let mut o = String::new();
+    let mut m = Metrics::new(&mut o, tunnel);
+    m.family(
+        "mpt_up",
+        "gauge",
+        "1 while the daemon answers its control socket",
+    );
+    m.sample("mpt_up", &[], 1.0);
+    let version = v.get("version").and_then(Value::as_str).unwrap_or("");
+    m.family(
+        "mpt_build_info",
+        "gauge",
+        "The daemon's version, as a label",
+    );
+    m.sample("mpt_build_info", &[("version", version)], 1.0);
+    let c = v.get("counters").cloned().unwrap_or(Value::Null);
+    for (name, key, help) in [
+        (
+            "mpt_transmit_packets_total",
+            "tx_packets",
+            "Inner packets sent into the tunnel",
+        ),
+        (
+            "mpt_transmit_bytes_total",
+            "tx_bytes",
+            "Inner bytes sent into the tunnel",
+        ),
+        (
+            "mpt_receive_packets_total",
+            "rx_packets",
+            "Inner packets delivered from the tunnel",
+        ),
+        (
+            "mpt_receive_bytes_total",
+            "rx_bytes",
+            "Inner bytes delivered from the tunnel",
+        ),
+    ] {
+        if let Some(x) = num(&c, key) {
+            m.family(name, "counter", help);
+            m.sample(name, &[], x);
+        }
+    }
+    if let Some(d) = v.get("drops").and_then(Value::as_object) {
+        m.family(
+            "mpt_drops_total",
+            "counter",
+            "Packets dropped, by reason (docs/protocol.md)",
+        );
+        for (reason, n) in d {
+            m.sample(
+                "mpt_drops_total",
+                &[("reason", reason)],
+                n.as_f64().unwrap_or(0.0),
+            );
+        }
+    }
+    if let Some(x) = num(v, "paths_up") {
+        m.family("mpt_paths_up", "gauge", "Paths that carry traffic");
+        m.sample("mpt_paths_up", &[], x);
+    }
+    if let Some(x) = v.get("queue").and_then(|q| num(q, "packets_now")) {
+        m.family(
+            "mpt_send_queue_packets",
+            "gauge",
+            "Packets waiting in the send queue",
+        );
+        m.sample("mpt_send_queue_packets", &[], x);
+    }
+    if let Some(x) = v.get("reorder").and_then(|r| num(r, "held_now")) {
+        m.family(
+            "mpt_reorder_held_packets",
+            "gauge",
+            "Packets held to restore order",
+        );
+        m.sample("mpt_reorder_held_packets", &[], x);
+    }
+    let paths = v
+        .get("paths")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (name, kind, help, get) in PATH_METRICS {
+        let values: Vec<(String, f64)> = paths
+            .iter()
+            .filter_map(|p| {
+                let n = p.get("name").and_then(Value::as_str)?.to_string();
+                get(p).map(|x| (n, x))
+            })
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        m.family(name, kind, help);
+        for (path, x) in values {
+            m.sample(name, &[("path", &path)], x);
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn renders_counters_drops_and_paths_with_escaped_labels() {
+        let v = json!({
+            "version": "0.1.0",
+            "counters": {"tx_packets": 10, "tx_bytes": 1500, "rx_packets": 7, "rx_bytes": 900},
+            "drops": {"replay": 3, "bad_tag": 0},
+            "paths_up": 1,
+            "paths": [
+                {"name": "wi\"fi", "state": "up", "tx_bytes": 100, "rtt_ms": 12.5,
+                 "sending": {"bandwidth_mbps": 40.0, "pacing_mbps": null}},
+                {"name": "lte", "state": "down", "tx_bytes": 5, "rtt_ms": null},
+            ],
+        });
+        let t = render(&v, "mpt0");
+        assert!(t.contains("mpt_up{tunnel=\"mpt0\"} 1\n"), "{t}");
+        assert!(t.contains("mpt_transmit_bytes_total{tunnel=\"mpt0\"} 1500\n"));
+        assert!(t.contains("mpt_drops_total{tunnel=\"mpt0\",reason=\"replay\"} 3\n"));
+        assert!(t.contains("mpt_path_up{tunnel=\"mpt0\",path=\"wi\\\"fi\"} 1\n"));
+        assert!(t.contains("mpt_path_up{tunnel=\"mpt0\",path=\"lte\"} 0\n"));
+        assert!(t.contains("mpt_path_rtt_seconds{tunnel=\"mpt0\",path=\"wi\\\"fi\"} 0.0125\n"));
+        assert!(!t.contains("mpt_path_rtt_seconds{tunnel=\"mpt0\",path=\"lte\"}"));
+        assert!(t.contains(
+            "mpt_path_capacity_bits_per_second{tunnel=\"mpt0\",path=\"wi\\\"fi\"} 40000000\n"
+        ));
+        assert!(
+            !t.contains("mpt_path_pacing_rate_bits_per_second"),
+            "no value, no family"
+        );
+        // Every family is declared once, before its samples.
+        assert_eq!(t.matches("# TYPE mpt_path_up gauge").count(), 1);
+    }
+
+    #[test]
+    fn escape_follows_the_text_format() {
+        assert_eq!(escape("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+    }
+}

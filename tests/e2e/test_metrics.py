@@ -1,0 +1,71 @@
+"""Prometheus endpoint (`[metrics] listen`): scraped inside the daemon's
+namespace while traffic flows, and parsed with the reference Python parser
+of the text format (prometheus_client); counters match `mpt status` and
+grow with the traffic; a wrong method or path is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
+from mptlab.netns import Topology
+from mptlab.traffic import ping
+from mptlab.util import run
+from prometheus_client.parser import text_string_to_metric_families
+
+LISTEN = "127.0.0.1:9586"
+
+
+def _scrape(ns: str, path: str = "/metrics", method: str = "GET") -> tuple[int, str]:
+    r = run(
+        ["curl", "-s", "-X", method, "-o", "-", "-w", "\n%{http_code}", f"http://{LISTEN}{path}"],
+        ns=ns,
+        timeout=10,
+    )
+    body, _, code = r.stdout.rpartition("\n")
+    return int(code), body
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k != "tunnel"))
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def test_metrics_endpoint_serves_the_status_in_prometheus_text(workdir: Path) -> None:
+    opts = TunnelOpts(
+        paths=[PathOpts(1), PathOpts(2)],
+        extra=f'[metrics]\nlisten = "{LISTEN}"',
+    )
+    with Topology(2) as topo:
+        a, _b = start_pair(topo, opts, workdir)
+        code, first = _scrape(topo.a)
+        assert code == 200, first
+        before = _samples(first)
+        assert before[("mpt_up", ())] == 1
+        assert ping(topo, "a", TUNNEL_V4["b"], count=20, interval=0.05).received == 20
+        code, text = _scrape(topo.a)
+        assert code == 200
+        after = _samples(text)
+        st = a.status()
+        for name in ("link1v4", "link2v4"):
+            key = ("mpt_path_up", (("path", name),))
+            assert after[key] == 1, after
+            tx = ("mpt_path_transmit_packets_total", (("path", name),))
+            assert after[tx] > 0
+        assert (
+            after[("mpt_transmit_packets_total", ())]
+            >= before[("mpt_transmit_packets_total", ())] + 20
+        )
+        assert after[("mpt_paths_up", ())] == st["paths_up"] == 2
+        for reason, n in st["drops"].items():
+            assert after[("mpt_drops_total", (("reason", reason),))] <= n
+        rtt = after[("mpt_path_rtt_seconds", (("path", "link1v4"),))]
+        assert 0 < rtt < 1, rtt
+        assert _scrape(topo.a, "/")[0] == 404
+        assert _scrape(topo.a, method="POST")[0] == 405
+        print(f"\n{len(after)} samples; first lines:\n" + "\n".join(text.splitlines()[:6]))
