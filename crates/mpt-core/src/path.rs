@@ -353,6 +353,7 @@ impl PathState {
             weight: self.cfg.weight,
             weight_factor: self.weight_factor,
             backup: self.cfg.backup,
+            admin_down: false,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             rx_packets: self.rx_packets,
@@ -403,6 +404,8 @@ pub struct PathStatus {
     pub weight_factor: f64,
     /// Carries data only while no other path is up.
     pub backup: bool,
+    /// Taken out of use by an operator (`mpt path NAME down`).
+    pub admin_down: bool,
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub rx_packets: u64,

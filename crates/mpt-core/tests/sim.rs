@@ -479,18 +479,23 @@ fn recovery_resends_what_a_lossy_path_lost() {
     assert_eq!(rx.gave_up as usize, 20_000 - delivered);
 }
 
+/// Two equal paths, the second a backup; path-aware (ECF) or weighted.
+fn with_backup(ecf: bool, seed: u64) -> Sim {
+    let cfg = |side: u8| {
+        let c = TestConfig::new(side, 2).with(|c| c.paths[1].backup = true);
+        if ecf {
+            c.ecf().tunnel()
+        } else {
+            c.tunnel()
+        }
+    };
+    Sim::with_tunnels(links(&[(5, 0, 0.0), (5, 0, 0.0)]), [cfg(0), cfg(1)], seed)
+}
+
 #[test]
 fn a_backup_path_carries_data_only_while_no_other_path_is_up() {
     for ecf in [false, true] {
-        let cfg = |side: u8| {
-            let c = TestConfig::new(side, 2).with(|c| c.paths[1].backup = true);
-            if ecf {
-                c.ecf().tunnel()
-            } else {
-                c.tunnel()
-            }
-        };
-        let mut sim = Sim::with_tunnels(links(&[(5, 0, 0.0), (5, 0, 0.0)]), [cfg(0), cfg(1)], 7);
+        let mut sim = with_backup(ecf, 7);
         sim.deliver_until(1_000 * MS);
         let t = sim.run_traffic(1_000 * MS, 1_000, MS, 0);
         assert_eq!(
@@ -600,5 +605,32 @@ fn peers_with_clocks_far_apart_measure_as_if_they_agreed() {
     for (offset_ms, side, p) in &seen {
         assert_eq!(p, &seen[*side].2, "offset {offset_ms} ms, side {side}");
         assert_eq!((p[0].0, p[1].0), (10, 40), "{seen:?}");
+    }
+}
+
+/// `mpt path NAME down`: the path carries no data (a backup takes over if
+/// it is the only other one), stays probed and up, and `up` brings it back;
+/// nothing is lost on the way. An unknown name is refused with the names.
+#[test]
+fn an_administratively_down_path_carries_no_data_until_it_is_up_again() {
+    for ecf in [false, true] {
+        let mut sim = with_backup(ecf, 9);
+        sim.deliver_until(1_000 * MS);
+        assert!(sim.t[0]
+            .set_admin_down("nope", true)
+            .unwrap_err()
+            .contains("p0, p1"));
+        assert_eq!(sim.t[0].set_admin_down("p0", true), Ok(0));
+        let t = sim.run_traffic(1_000 * MS, 1_000, MS, 0);
+        assert_eq!(sim.sent_on_path[0], 0, "ecf {ecf}: {:?}", sim.sent_on_path);
+        let st = sim.t[0].status(t);
+        assert!(st.paths[0].admin_down && st.paths[0].state == "up");
+        assert_eq!(sim.t[0].set_admin_down("p0", false), Ok(0));
+        let backup = sim.sent_on_path[1];
+        let t = sim.run_traffic(t, 1_000, MS, 1_000);
+        sim.deliver_until(t + 1_000 * MS);
+        assert_eq!(sim.sent_on_path[1], backup, "ecf {ecf}: backup after up");
+        assert!(!sim.t[0].status(t).paths[0].admin_down);
+        assert_in_order_exactly_once(&sim.delivered[1], 2_000, &sim.lost_data);
     }
 }

@@ -218,11 +218,28 @@ impl Driver {
 
     fn answer_control(&mut self) {
         while let Ok(req) = self.control_rx.try_recv() {
-            let answer = match req.command.as_str() {
-                "status" => self.status_json().to_string(),
-                other => json!({ "error": format!("unknown request '{other}'") }).to_string(),
+            let words: Vec<&str> = req.command.split_whitespace().collect();
+            let answer = match words.as_slice() {
+                ["status"] => self.status_json(),
+                ["path", name, action @ ("up" | "down")] => {
+                    self.path_admin(name, *action == "down")
+                }
+                _ => json!({ "error": format!("unknown request '{}'", req.command) }),
             };
-            let _ = req.reply.send(answer);
+            let _ = req.reply.send(answer.to_string());
+        }
+    }
+
+    /// `mpt path NAME up|down`: an operator takes a path out of use or
+    /// back (logged; the control socket is root's, mode 0600).
+    fn path_admin(&mut self, name: &str, down: bool) -> Value {
+        let word = if down { "down" } else { "up" };
+        match self.engine.tunnel_mut().set_admin_down(name, down) {
+            Ok(_) => {
+                info!(tunnel = %self.identity.name, path = %name, "path set administratively {word} over the control socket");
+                json!({ "ok": true, "path": name, "admin": word })
+            }
+            Err(e) => json!({ "error": e }),
         }
     }
 

@@ -8,6 +8,7 @@
 mod daemon;
 mod keys;
 mod metrics;
+mod pathcmd;
 mod status;
 
 use std::path::PathBuf;
@@ -80,6 +81,25 @@ enum Cmd {
         /// Stop --watch after this many redraws.
         #[arg(long, requires = "watch")]
         count: Option<u64>,
+    },
+    /// List the paths of a running tunnel (`mpt path list`), or take one
+    /// out of use and back (`mpt path NAME down`, `mpt path NAME up`): a
+    /// path that is down carries no data but keeps its probes.
+    Path {
+        /// Configuration file of the tunnel (to find its control socket).
+        #[arg(short, long, conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// Control socket path.
+        #[arg(short, long)]
+        socket: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// `list`, or the name of a path.
+        target: String,
+        /// With a path's name: `down` or `up`.
+        #[arg(value_parser = ["up", "down"])]
+        action: Option<String>,
     },
     /// Print a shell completion script to stdout (e.g. `mpt completions
     /// bash > /etc/bash_completion.d/mpt`).
@@ -178,6 +198,39 @@ fn done(r: std::io::Result<()>) -> ExitCode {
     }
 }
 
+/// The control socket to ask: `-s`, or the one a configuration file
+/// names, or the only one under /run/mpt.
+fn control_socket(socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<PathBuf, ExitCode> {
+    match (socket, config) {
+        (Some(s), _) => Ok(s),
+        (None, Some(c)) => match Config::load(&c) {
+            Ok(cfg) => Ok(cfg.tunnel.control_socket),
+            // Edited into an invalid state after the daemon started: its
+            // socket is still where the file says.
+            Err(errs) => match Config::control_socket_of(&c) {
+                Ok(s) => {
+                    eprintln!(
+                        "warning: {} has {} error(s) now (see `mpt check -c {}`); asking the daemon at {}",
+                        c.display(),
+                        errs.len(),
+                        c.display(),
+                        s.display()
+                    );
+                    Ok(s)
+                }
+                Err(e) => {
+                    eprintln!("error: cannot find the control socket: {e}; give it with -s SOCKET");
+                    Err(ExitCode::from(2))
+                }
+            },
+        },
+        (None, None) => status::default_socket().map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -209,6 +262,26 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Path {
+            config,
+            socket,
+            json,
+            target,
+            action,
+        } => {
+            let sock = match control_socket(socket, config) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            match (target.as_str(), action) {
+                ("list", None) => done(pathcmd::list(&sock, json)),
+                (_, Some(a)) => done(pathcmd::admin(&sock, &target, &a, json)),
+                (name, None) => {
+                    eprintln!("error: say what to do with path '{name}': `mpt path {name} down` or `mpt path {name} up` (or `mpt path list`)");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Cmd::Status {
             config,
             socket,
@@ -217,36 +290,9 @@ fn main() -> ExitCode {
             interval,
             count,
         } => {
-            let sock = match (socket, config) {
-                (Some(s), _) => s,
-                (None, Some(c)) => match Config::load(&c) {
-                    Ok(cfg) => cfg.tunnel.control_socket,
-                    // Edited into an invalid state after the daemon
-                    // started: its socket is still where the file says.
-                    Err(errs) => match Config::control_socket_of(&c) {
-                        Ok(s) => {
-                            eprintln!(
-                                "warning: {} has {} error(s) now (see `mpt check -c {}`); asking the daemon at {}",
-                                c.display(),
-                                errs.len(),
-                                c.display(),
-                                s.display()
-                            );
-                            s
-                        }
-                        Err(e) => {
-                            eprintln!("error: cannot find the control socket: {e}; give it with -s SOCKET");
-                            return ExitCode::from(2);
-                        }
-                    },
-                },
-                (None, None) => match status::default_socket() {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(2);
-                    }
-                },
+            let sock = match control_socket(socket, config) {
+                Ok(s) => s,
+                Err(code) => return code,
             };
             let shown = if watch {
                 if !(0.1..=3600.0).contains(&interval) {

@@ -64,7 +64,7 @@ pub fn watch(sock: &Path, interval: std::time::Duration, count: Option<u64>) -> 
 }
 
 /// The daemon's status document, or why there is none.
-fn fetch(sock: &Path) -> io::Result<Value> {
+pub(crate) fn fetch(sock: &Path) -> io::Result<Value> {
     let line = mpt_io::control::request(sock, "status")?;
     let v: Value = serde_json::from_str(&line)
         .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
@@ -88,7 +88,7 @@ pub fn show(sock: &Path, json: bool) -> io::Result<()> {
 }
 
 /// "tx 12.3 Mbit/s 1050 pkt/s, rx ..." from a rates object.
-fn rates(r: Option<&Value>) -> String {
+pub(crate) fn rates(r: Option<&Value>) -> String {
     let Some(r) = r.filter(|r| r.is_object()) else {
         return "(measuring)".into();
     };
@@ -106,7 +106,7 @@ fn num(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
-fn ms(v: &Value, k: &str) -> String {
+pub(crate) fn ms(v: &Value, k: &str) -> String {
     v.get(k)
         .and_then(Value::as_f64)
         .map_or("-".into(), |x| format!("{x:.2}"))

@@ -37,14 +37,29 @@ impl Tunnel {
     /// is up. Backup paths are probed all the time, so their liveness and
     /// delay stay known and failover to them is immediate.
     pub(super) fn refresh_usable(&mut self) {
-        let primary_up = self
-            .paths
-            .iter()
-            .zip(&self.up)
-            .any(|(p, up)| *up && !p.cfg.backup);
-        for (i, p) in self.paths.iter().enumerate() {
-            self.usable[i] = self.up[i] && (!p.cfg.backup || !primary_up);
+        let live = |i: usize| self.up[i] && !self.admin_down[i];
+        let primary_up = (0..self.paths.len()).any(|i| live(i) && !self.paths[i].cfg.backup);
+        for i in 0..self.paths.len() {
+            self.usable[i] = live(i) && (!self.paths[i].cfg.backup || !primary_up);
         }
+    }
+
+    /// Take the path named `name` out of use, or back (an operator's
+    /// `mpt path NAME down|up`). An administratively down path carries no
+    /// data (what waits for it moves to another path) but keeps its probes,
+    /// so its state stays known. Returns the path's id, or an error naming
+    /// the paths there are.
+    pub fn set_admin_down(&mut self, name: &str, down: bool) -> Result<PathId, String> {
+        let Some(i) = self.paths.iter().position(|p| p.cfg.name == name) else {
+            let names: Vec<&str> = self.paths.iter().map(|p| p.cfg.name.as_str()).collect();
+            return Err(format!(
+                "no path named '{name}'; the paths are: {}",
+                names.join(", ")
+            ));
+        };
+        self.admin_down[i] = down;
+        self.refresh_usable();
+        Ok(i as PathId)
     }
 
     pub(super) fn refresh_up(&mut self, pid: PathId, now: Nanos) {

@@ -206,6 +206,8 @@ pub struct Tunnel {
     /// Per path: may carry data now: up, and either not a backup path or
     /// no other path is up (see [`Tunnel::refresh_usable`]).
     usable: Vec<bool>,
+    /// Paths an operator took down (`mpt path NAME down`): never usable.
+    admin_down: Vec<bool>,
     sched: Box<dyn Scheduler>,
     policy: Box<dyn ReleasePolicy>,
     reorder: ReorderBuffer,
@@ -308,6 +310,7 @@ impl Tunnel {
                 .collect(),
             up: vec![false; n],
             usable: vec![false; n],
+            admin_down: vec![false; n],
             sched,
             senders,
             views: vec![PathView::default(); n],

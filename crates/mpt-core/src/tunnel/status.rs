@@ -63,9 +63,11 @@ impl Tunnel {
                 .paths
                 .iter()
                 .zip(&self.senders)
-                .map(|(p, s)| {
+                .zip(&self.admin_down)
+                .map(|((p, s), admin_down)| {
                     let mut st = p.status(now);
                     st.sending = self.paced.then(|| s.status(now));
+                    st.admin_down = *admin_down;
                     st
                 })
                 .collect(),

@@ -1,0 +1,99 @@
+//! `mpt path`: list the paths of a running tunnel, or take one out of use
+//! (`down`: it carries no data, keeps its probes) and back (`up`), over
+//! the control socket.
+//!
+//! Invariants: a daemon's refusal (an unknown path name) comes back as an
+//! error naming the paths there are, and exits 1 like any runtime failure;
+//! nothing is changed on the client side.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::status::{fetch, ms, rates};
+
+/// `mpt path list`: one line per path (or the paths' JSON).
+pub fn list(sock: &Path, json: bool) -> io::Result<()> {
+    let v = fetch(sock)?;
+    let paths = v.get("paths").cloned().unwrap_or(Value::Array(vec![]));
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&paths).map_err(io::Error::other)?
+        );
+    } else {
+        print!("{}", render(&paths));
+    }
+    Ok(())
+}
+
+fn render(paths: &Value) -> String {
+    let mut o = String::new();
+    for p in paths.as_array().into_iter().flatten() {
+        let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+        let flag = |k: &str| p.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let mut state = s("state");
+        if flag("admin_down") {
+            state.push_str(", admin down");
+        }
+        if flag("backup") {
+            state.push_str(", backup");
+        }
+        let _ = writeln!(
+            o,
+            "{:<12} {:<22} {} -> {}  rtt {} ms  {}",
+            s("name"),
+            state,
+            s("local"),
+            s("remote"),
+            ms(p, "rtt_ms"),
+            rates(p.get("rates")),
+        );
+    }
+    o
+}
+
+/// `mpt path NAME up|down`.
+pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()> {
+    if name.chars().any(char::is_whitespace) || name.is_empty() {
+        return Err(io::Error::other(format!(
+            "'{name}' cannot be a path name (names have no spaces)"
+        )));
+    }
+    let line = mpt_io::control::request(sock, &format!("path {name} {action}"))?;
+    let v: Value = serde_json::from_str(&line)
+        .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        return Err(io::Error::other(format!("daemon: {e}")));
+    }
+    if json {
+        println!("{v}");
+    } else {
+        println!("path {name} is administratively {action}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn list_shows_admin_and_backup_state() {
+        let t = render(&json!([
+            {"name": "wifi", "state": "up", "admin_down": true, "backup": false,
+             "local": "10.0.0.1:1", "remote": "10.0.0.2:1", "rtt_ms": 5.0},
+            {"name": "lte", "state": "down", "admin_down": false, "backup": true,
+             "local": "10.1.0.1:1", "remote": "10.1.0.2:1"},
+        ]));
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with("wifi") && lines[0].contains("up, admin down"),
+            "{t}"
+        );
+        assert!(lines[1].contains("down, backup") && lines[1].contains("10.1.0.1:1 -> 10.1.0.2:1"));
+    }
+}
