@@ -74,7 +74,7 @@ fn serve(mut s: TcpStream, control: &std::path::Path, tunnel: &str) -> io::Resul
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
     let (status, body) = match (method, path) {
-        ("GET", "/metrics") => match status_document(control) {
+        ("GET", "/metrics") => match crate::status::fetch(control) {
             Ok(v) => ("200 OK", render(&v, tunnel)),
             Err(e) => ("503 Service Unavailable", unavailable(tunnel, &e)),
         },
@@ -86,15 +86,6 @@ fn serve(mut s: TcpStream, control: &std::path::Path, tunnel: &str) -> io::Resul
         body.len()
     );
     s.write_all(reply.as_bytes())
-}
-
-fn status_document(control: &std::path::Path) -> io::Result<Value> {
-    let line = mpt_io::control::request(control, "status")?;
-    let v: Value = serde_json::from_str(&line).map_err(io::Error::other)?;
-    match v.get("error").and_then(Value::as_str) {
-        Some(e) => Err(io::Error::other(e.to_string())),
-        None => Ok(v),
-    }
 }
 
 fn unavailable(tunnel: &str, e: &io::Error) -> String {

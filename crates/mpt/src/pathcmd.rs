@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::status::{fetch, ms, rates};
+use crate::status::{ask, fetch, ms, rates};
 
 /// `mpt path list`: one line per path (or the paths' JSON).
 pub fn list(sock: &Path, json: bool) -> io::Result<()> {
@@ -62,12 +62,7 @@ pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()
             "'{name}' cannot be a path name (names have no spaces)"
         )));
     }
-    let line = mpt_io::control::request(sock, &format!("path {name} {action}"))?;
-    let v: Value = serde_json::from_str(&line)
-        .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
-    if let Some(e) = v.get("error").and_then(Value::as_str) {
-        return Err(io::Error::other(format!("daemon: {e}")));
-    }
+    let v = ask(sock, &format!("path {name} {action}"))?;
     if json {
         println!("{v}");
     } else {

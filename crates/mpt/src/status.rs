@@ -65,7 +65,12 @@ pub fn watch(sock: &Path, interval: std::time::Duration, count: Option<u64>) -> 
 
 /// The daemon's status document, or why there is none.
 pub(crate) fn fetch(sock: &Path) -> io::Result<Value> {
-    let line = mpt_io::control::request(sock, "status")?;
+    ask(sock, "status")
+}
+
+/// The daemon's answer to `command`, or its refusal as an error.
+pub(crate) fn ask(sock: &Path, command: &str) -> io::Result<Value> {
+    let line = mpt_io::control::request(sock, command)?;
     let v: Value = serde_json::from_str(&line)
         .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
     if let Some(e) = v.get("error").and_then(Value::as_str) {
