@@ -13,6 +13,7 @@
 //! * every default is filled in, so consumers never guess.
 
 pub mod files;
+mod qos;
 mod reader;
 mod security;
 
@@ -149,6 +150,8 @@ pub struct Config {
     pub security: Security,
     /// Where to serve Prometheus metrics (`[metrics] listen`); off if `None`.
     pub metrics_listen: Option<SocketAddr>,
+    /// Traffic classes (`[qos]`); `None` when QoS is off.
+    pub qos: Option<mpt_core::qos::QosConfig>,
 }
 
 /// Bytes that encapsulation adds on a path of the given IP family.
@@ -170,6 +173,7 @@ const TOP_KEYS: &[&str] = &[
     "scheduler",
     "security",
     "metrics",
+    "qos",
 ];
 const METRICS_KEYS: &[&str] = &["listen"];
 const SCHEDULER_KEYS: &[&str] = &["mode", "share", "adapt_to_loss", "queue_ms"];
@@ -560,6 +564,11 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         }
     }
     sr.finish(ctx);
+
+    // [qos]
+    let q = table(ctx, root, "qos");
+    let qos = qos::read(ctx, q, scheduler == SchedulerMode::Ecf);
+
     // Recovery resends link losses only when the sender paces (it tells a
     // congested path by its peer's reports); with static weights it would
     // hide congestion from the inner TCP, so it stays opt-in there.
@@ -661,6 +670,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         },
         routes,
         metrics_listen,
+        qos,
     })
 }
 

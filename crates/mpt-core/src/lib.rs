@@ -13,6 +13,8 @@
 //! * [`pace`] — the sender's model of each path from receiver reports:
 //!   BBR-style rate control and a pacing budget;
 //! * [`queue`] — mpt's own send queue, bounded in time;
+//! * [`qos`] — early classification, per-class and per-flow queues,
+//!   precedence, rate limits and CoDel;
 //! * [`rates`] — bits and packets per second over the last second;
 //! * [`sched`] — the [`sched::Scheduler`] trait, earliest-arrival (ECF) and
 //!   smooth weighted round-robin;
@@ -36,6 +38,7 @@ pub mod estimate;
 pub mod ip;
 pub mod pace;
 pub mod path;
+pub mod qos;
 pub mod queue;
 pub mod rates;
 pub mod reorder;

@@ -9,12 +9,18 @@
 //! the bottleneck, where the inner TCP meets its drops, and where the QoS
 //! issue classifies.
 //!
+//! Each path has a second, real-time lane (QoS real-time classes): its
+//! packets leave before the path's ordinary ones. They carry sequence
+//! numbers of their own, which the receiver does not reorder.
+//!
 //! Invariants:
 //! * a packet keeps the tunnel sequence number it got when it entered,
 //!   so the receiver restores the inner order whatever path it takes;
-//! * per path, packets leave in the order they entered;
+//! * per path and lane, packets leave in the order they entered; the
+//!   real-time lane first;
 //! * buffers are recycled: after warm-up no allocation per packet;
-//! * `bytes(p)` is always the sum of the lengths queued on path `p`.
+//! * `bytes(p)` is always the sum of the lengths queued on path `p` (both
+//!   lanes), `rt_bytes(p)` that of its real-time lane.
 
 use std::collections::VecDeque;
 
@@ -64,7 +70,10 @@ pub struct QueueStats {
 #[derive(Debug)]
 pub struct SendQueue {
     fifos: Vec<VecDeque<Queued>>,
+    /// Real-time lanes, served first.
+    rt: Vec<VecDeque<Queued>>,
     bytes: Vec<usize>,
+    rt_bytes: Vec<usize>,
     pool: Vec<Vec<u8>>,
     packets: usize,
     max_packets: usize,
@@ -75,7 +84,9 @@ impl SendQueue {
     pub fn new(paths: usize, max_packets: usize) -> Self {
         Self {
             fifos: (0..paths).map(|_| VecDeque::new()).collect(),
+            rt: (0..paths).map(|_| VecDeque::new()).collect(),
             bytes: vec![0; paths],
+            rt_bytes: vec![0; paths],
             pool: Vec::new(),
             packets: 0,
             max_packets,
@@ -83,8 +94,26 @@ impl SendQueue {
         }
     }
 
-    /// Queue `pkt` on `path`; `false` if the packet cap is reached.
-    pub fn push(&mut self, path: PathId, seq: u64, class: u8, now: Nanos, pkt: &[u8]) -> bool {
+    /// Queue `pkt` on `path`, entered at `at`; `false` if the packet cap
+    /// is reached.
+    pub fn push(&mut self, path: PathId, seq: u64, class: u8, at: Nanos, pkt: &[u8]) -> bool {
+        self.push_lane(false, path, seq, class, at, pkt)
+    }
+
+    /// Queue `pkt` on `path`'s real-time lane; `false` if the cap is reached.
+    pub fn push_rt(&mut self, path: PathId, seq: u64, class: u8, at: Nanos, pkt: &[u8]) -> bool {
+        self.push_lane(true, path, seq, class, at, pkt)
+    }
+
+    fn push_lane(
+        &mut self,
+        rt: bool,
+        path: PathId,
+        seq: u64,
+        class: u8,
+        at: Nanos,
+        pkt: &[u8],
+    ) -> bool {
         let p = path as usize;
         if self.packets >= self.max_packets || p >= self.fifos.len() {
             return false;
@@ -92,23 +121,36 @@ impl SendQueue {
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(pkt);
-        self.fifos[p].push_back(Queued {
+        let q = Queued {
             seq,
             class,
-            at: now,
+            at,
             len: pkt.len(),
             buf,
-        });
+        };
+        if rt {
+            self.rt[p].push_back(q);
+            self.rt_bytes[p] += pkt.len();
+        } else {
+            self.fifos[p].push_back(q);
+        }
         self.bytes[p] += pkt.len();
         self.packets += 1;
         self.stats.queued += 1;
         true
     }
 
-    /// Take the oldest packet of `path`; give it back with [`Self::recycle`].
+    /// Take the next packet of `path` (real-time lane first); give it back
+    /// with [`Self::recycle`].
     pub fn pop(&mut self, path: PathId, now: Nanos) -> Option<Queued> {
         let p = path as usize;
-        let q = self.fifos.get_mut(p)?.pop_front()?;
+        let q = match self.rt.get_mut(p)?.pop_front() {
+            Some(q) => {
+                self.rt_bytes[p] -= q.len;
+                q
+            }
+            None => self.fifos.get_mut(p)?.pop_front()?,
+        };
         self.bytes[p] -= q.len;
         self.packets -= 1;
         let wait = now.saturating_sub(q.at);
@@ -139,8 +181,20 @@ impl SendQueue {
         self.bytes.get(path as usize).copied().unwrap_or(0)
     }
 
+    /// Bytes waiting in `path`'s real-time lane.
+    pub fn rt_bytes(&self, path: PathId) -> usize {
+        self.rt_bytes.get(path as usize).copied().unwrap_or(0)
+    }
+
+    /// Packets waiting on `path`, both lanes.
     pub fn len(&self, path: PathId) -> usize {
-        self.fifos.get(path as usize).map_or(0, VecDeque::len)
+        let p = path as usize;
+        self.fifos.get(p).map_or(0, VecDeque::len) + self.rt.get(p).map_or(0, VecDeque::len)
+    }
+
+    /// Packets waiting in `path`'s real-time lane.
+    pub fn rt_len(&self, path: PathId) -> usize {
+        self.rt.get(path as usize).map_or(0, VecDeque::len)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -151,17 +205,25 @@ impl SendQueue {
         self.packets
     }
 
-    /// The tunnel sequence of the oldest packet of `path`.
+    /// The tunnel sequence of the oldest ordinary packet of `path`.
     pub fn oldest_seq(&self, path: PathId) -> Option<u64> {
         self.fifos.get(path as usize)?.front().map(|q| q.seq)
     }
 
-    /// When the oldest packet of `path` entered, and its length.
+    /// When the packet [`Self::pop`] takes next from `path` entered, and
+    /// its length.
     pub fn oldest(&self, path: PathId) -> Option<(Nanos, usize)> {
-        self.fifos
-            .get(path as usize)?
+        let p = path as usize;
+        self.rt
+            .get(p)?
             .front()
+            .or_else(|| self.fifos.get(p)?.front())
             .map(|q| (q.at, q.len))
+    }
+
+    /// Call `f` with the class byte of every packet in a real-time lane.
+    pub fn for_each_rt(&self, mut f: impl FnMut(u8)) {
+        self.rt.iter().flatten().for_each(|q| f(q.class));
     }
 
     pub fn stats(&self) -> &QueueStats {
@@ -196,5 +258,26 @@ mod tests {
         // Recycled buffers are reused.
         assert!(q.push(0, 5, 0, 40, &[5; 20]));
         assert_eq!(q.pop(0, 40).unwrap().packet(), &[5u8; 20][..]);
+    }
+
+    #[test]
+    fn the_real_time_lane_leaves_first_and_keeps_out_of_the_frontier() {
+        let mut q = SendQueue::new(1, 10);
+        assert!(q.push(0, 10, 0, 1, &[1; 100]));
+        assert!(q.push_rt(0, 7, 0x81, 2, &[2; 60]));
+        assert_eq!(
+            (q.len(0), q.rt_len(0), q.bytes(0), q.rt_bytes(0)),
+            (2, 1, 160, 60)
+        );
+        assert_eq!(
+            q.oldest_seq(0),
+            Some(10),
+            "the frontier is the ordered lane's"
+        );
+        assert_eq!(q.oldest(0), Some((2, 60)), "what pop takes next");
+        let a = q.pop(0, 5).unwrap();
+        assert_eq!((a.seq, a.class), (7, 0x81));
+        assert_eq!(q.rt_bytes(0), 0);
+        assert_eq!(q.pop(0, 5).unwrap().seq, 10);
     }
 }

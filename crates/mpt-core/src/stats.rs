@@ -65,10 +65,18 @@ pub enum DropReason {
     /// its bound (`queue_ms`): every path is carrying what it can (tail
     /// drop at the input, the inner TCP's congestion signal).
     QueueFull,
+    /// A packet of a QoS class beyond the class's maximum rate (`max_mbit`),
+    /// dropped at the input.
+    ClassRate,
+    /// A QoS class at its packet limit: dropped from its fattest flow (the
+    /// one sending beyond its share).
+    ClassFull,
+    /// Dropped by CoDel (RFC 8289) to end a standing queue in the QoS stage.
+    Aqm,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 24] = [
+    pub const ALL: [DropReason; 27] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -93,6 +101,9 @@ impl DropReason {
         Self::PathValidationFailed,
         Self::HandshakeQueueFull,
         Self::QueueFull,
+        Self::ClassRate,
+        Self::ClassFull,
+        Self::Aqm,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -121,6 +132,9 @@ impl DropReason {
             Self::PathValidationFailed => "path_validation_failed",
             Self::HandshakeQueueFull => "handshake_queue_full",
             Self::QueueFull => "queue_full",
+            Self::ClassRate => "class_rate",
+            Self::ClassFull => "class_full",
+            Self::Aqm => "aqm",
         }
     }
 
@@ -160,6 +174,8 @@ pub struct TunnelCounters {
     /// Inner packets handed to the TUN.
     pub rx_packets: u64,
     pub rx_bytes: u64,
+    /// Of those, real-time packets delivered on arrival (no reordering).
+    pub rx_unordered: u64,
 }
 
 #[cfg(test)]

@@ -96,8 +96,15 @@ impl TestConfig {
                 seed: [side; 32],
                 adapt_to_loss: true,
                 recover: false,
+                qos: None,
             },
         }
+    }
+
+    /// With these traffic classes.
+    pub fn qos(mut self, qos: crate::qos::QosConfig) -> Self {
+        self.config.qos = Some(qos);
+        self
     }
 
     pub fn release(mut self, release: ReleaseKind) -> Self {

@@ -97,6 +97,7 @@ fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
         seed,
         adapt_to_loss: cfg.adapt_to_loss,
         recover: cfg.reorder.recover,
+        qos: cfg.qos.clone(),
     }
 }
 

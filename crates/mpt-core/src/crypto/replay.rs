@@ -40,12 +40,17 @@ impl Default for ReplayWindow {
 }
 
 impl ReplayWindow {
-    /// Whether `c` would be accepted (no state change).
+    /// The highest counter accepted (0 before any).
+    pub fn highest(&self) -> u64 {
+        self.highest
+    }
+
     /// Whether `c` would be newer than every counter accepted so far.
     pub fn is_newest(&self, c: u64) -> bool {
         !self.any || c > self.highest
     }
 
+    /// Whether `c` would be accepted (no state change).
     pub fn check(&self, c: u64) -> Replay {
         if !self.any || c > self.highest {
             return Replay::Fresh;

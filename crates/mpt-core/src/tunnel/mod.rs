@@ -32,9 +32,11 @@
 mod address;
 mod control;
 mod handshake;
+mod qos;
 mod recovery;
 mod recv;
 mod send;
+pub use qos::FILL_MARGIN_NS;
 pub use send::STAGED_MAX_PACKETS;
 mod split;
 mod status;
@@ -46,10 +48,12 @@ pub use recovery::RecoveryStats;
 pub use split::{OpenTicket, Opener, RecvStart, SealTicket, Sealer};
 pub use status::{QueueStatus, ReorderStatus, TunnelStatus};
 
+use crate::crypto::replay::ReplayWindow;
 use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
 use crate::crypto::TAG_LEN;
 use crate::pace::{PathSender, RateControl, TargetDelay, Unpaced};
 use crate::path::{PathConfig, PathState};
+use crate::qos::{Qos, QosConfig};
 use crate::queue::SendQueue;
 use crate::reorder::{PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly};
 use crate::sched::{Ecf, PathView, Scheduler, Share, SmoothWrr};
@@ -104,6 +108,8 @@ pub struct TunnelConfig {
     /// Ask for lost data packets again and resend asked ones (see
     /// `recovery.rs`); both peers need it.
     pub recover: bool,
+    /// Traffic classes (`None`: no QoS, one FIFO per path as before).
+    pub qos: Option<QosConfig>,
 }
 
 /// Excess loss (over the best path's) below which weights do not move: the
@@ -244,6 +250,12 @@ pub struct Tunnel {
     adapt_to_loss: bool,
     reorder_max_delay: Nanos,
     recovery: Option<recovery::Recovery>,
+    /// The QoS stage (`qos.rs`); `None` with QoS off.
+    qos: Option<Qos>,
+    /// Next sequence of a real-time packet (their own space).
+    rt_seq: u64,
+    /// Real-time sequences received (duplicates of redundant copies).
+    rt_window: ReplayWindow,
     /// When [`Tunnel::handle_timeout`] last ran: deadlines up to it are done.
     timers_ran_at: Option<Nanos>,
 }
@@ -336,6 +348,12 @@ impl Tunnel {
             adapt_to_loss: cfg.adapt_to_loss,
             reorder_max_delay: cfg.reorder_max_delay,
             recovery: cfg.recover.then(recovery::Recovery::new),
+            qos: cfg.qos.map(|q| {
+                let key = u64::from_le_bytes(cfg.seed[..8].try_into().unwrap_or_default());
+                Qos::new(q, key, cfg.mtu, cfg.queue_max)
+            }),
+            rt_seq: 0,
+            rt_window: ReplayWindow::default(),
             timers_ran_at: None,
         }
     }

@@ -144,6 +144,10 @@ impl Tunnel {
             tunnel_seq: wire::widen_u32(f.tunnel_seq, self.reorder.next_seq()),
         };
         match ty {
+            PacketType::Data if f.class & wire::CLASS_UNORDERED != 0 => {
+                self.paths[pid as usize].on_data(now);
+                self.recv_unordered(f.tunnel_seq, body)
+            }
             PacketType::Data => {
                 self.paths[pid as usize].on_data(now);
                 self.recv_data(now, pid, w.tunnel_seq, body)

@@ -59,7 +59,7 @@ impl Tunnel {
         }
     }
 
-    fn pick(&mut self, now: Nanos, len: usize) -> Option<PathId> {
+    pub(super) fn pick(&mut self, now: Nanos, len: usize) -> Option<PathId> {
         self.fill_views(now, len);
         self.sched.pick(&self.views, len)
     }
@@ -82,7 +82,6 @@ impl Tunnel {
             self.drops.add(DropReason::BadInner);
             return None;
         }
-        let class = wire::inner_traffic_class(inner);
         if !self.has_session() {
             // Before the first session (the handshake is under way), hold
             // a few packets, as wireguard-go stages them, rather than drop
@@ -90,12 +89,24 @@ impl Tunnel {
             // When full, the oldest goes (as in wireguard-go): what leaves
             // once the session is up is the most recent stretch, with no
             // gap before what follows it.
+            // Staged packets go in order: real-time classes wait with the
+            // rest, in their ordered class.
+            let class = self.qos.as_ref().map_or(0, |q| q.classify(inner).0 as u8);
             if self.staged.len() >= STAGED_MAX_PACKETS {
                 self.staged.pop_front();
                 self.drops.add(DropReason::NoSession);
             }
             self.staged.push_back((class, inner.to_vec()));
             self.queue.count_staged();
+            return None;
+        }
+        let (class_idx, hash) = match self.classify(now, buf, len) {
+            super::qos::Classified::Done(t) => return t,
+            super::qos::Classified::Ordered { class, hash } => (class, hash),
+        };
+        let class = class_idx as u8;
+        if self.stage_busy() {
+            self.to_stage(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
             return None;
         }
         let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
@@ -115,6 +126,10 @@ impl Tunnel {
             if self.queue.len(path) > 0 || !s.has_budget() {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
+                if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {
+                    self.to_stage(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
+                    return None;
+                }
                 if wait > self.queue_max
                     || !self
                         .queue
@@ -130,17 +145,18 @@ impl Tunnel {
         }
         self.store_for_recovery(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
         self.next_tunnel_seq += 1;
+        self.record_sent(class, now, 0, len);
         self.emit_data(now, path, seq, class, buf, len)
     }
 
-    fn store_for_recovery(&mut self, seq: u64, class: u8, pkt: &[u8]) {
+    pub(super) fn store_for_recovery(&mut self, seq: u64, class: u8, pkt: &[u8]) {
         if let Some(r) = self.recovery.as_mut() {
             r.store(seq, class, pkt);
         }
     }
 
     /// Header and accounting of a data packet that leaves now on `path`.
-    fn emit_data(
+    pub(super) fn emit_data(
         &mut self,
         now: Nanos,
         path: PathId,
@@ -177,6 +193,9 @@ impl Tunnel {
         if !self.staged.is_empty() && self.has_session() {
             self.unstage(now);
         }
+        if self.stage_busy() {
+            self.drain_stage(now);
+        }
         if self.queue.is_empty() {
             self.releasing = false;
             return None;
@@ -196,7 +215,8 @@ impl Tunnel {
             }
             let s = &mut self.senders[p];
             s.refill(now);
-            let ready = if k == 0 && self.releasing {
+            // Real-time packets leave as soon as there is budget.
+            let ready = if (k == 0 && self.releasing) || self.queue.rt_len(path) > 0 {
                 s.has_budget()
             } else {
                 s.release_ready(self.queue.bytes(path))
@@ -250,6 +270,7 @@ impl Tunnel {
             return None;
         };
         room.copy_from_slice(q.packet());
+        self.record_sent(q.class, now, now.saturating_sub(q.at), q.len);
         self.emit_data(now, path, q.seq, q.class, buf, q.len)
     }
 
@@ -258,14 +279,28 @@ impl Tunnel {
         if !self.staged.is_empty() && self.has_session() {
             return Some(now);
         }
-        if self.queue.is_empty() {
-            return None;
-        }
         let any_up = self.usable.iter().any(|u| *u);
+        // The QoS stage drains as path queues make room (their deadlines
+        // below); with every path queue empty, at once; with no path,
+        // when its oldest packet is due to be dropped.
+        let stage = self.qos.as_ref().and_then(|q| q.oldest()).map(|at| {
+            if !any_up {
+                at.saturating_add(self.queue_max + 1)
+            } else if self.queue.is_empty() {
+                now
+            } else {
+                Nanos::MAX
+            }
+        });
+        if self.queue.is_empty() {
+            return stage;
+        }
         (0..self.paths.len())
             .filter_map(|i| {
                 let (at, _) = self.queue.oldest(i as PathId)?;
-                Some(if self.usable[i] {
+                Some(if self.usable[i] && self.queue.rt_len(i as PathId) > 0 {
+                    self.senders[i].budget_at(now)
+                } else if self.usable[i] {
                     self.senders[i].release_at(now, self.queue.bytes(i as PathId))
                 } else if any_up {
                     now
@@ -273,6 +308,7 @@ impl Tunnel {
                     at.saturating_add(self.queue_max + 1)
                 })
             })
+            .chain(stage)
             .min()
     }
 
@@ -289,7 +325,8 @@ impl Tunnel {
         } else {
             0
         };
-        self.queue.packets() + staged
+        let stage = self.qos.as_ref().map_or(0, crate::qos::Qos::packets);
+        self.queue.packets() + staged + stage
     }
 
     /// The first session is up: packets held for it enter the send queue

@@ -53,6 +53,8 @@ pub struct TunnelStatus {
     pub drops: BTreeMap<&'static str, u64>,
     /// Loss recovery counters; `None` when recovery is off.
     pub recovery: Option<super::RecoveryStats>,
+    /// Traffic classes, in matching order; `None` with QoS off.
+    pub qos: Option<Vec<crate::qos::ClassStatus>>,
 }
 
 impl Tunnel {
@@ -90,6 +92,10 @@ impl Tunnel {
             security: self.crypto.as_ref().map(|c| c.status(now)),
             drops: self.drops.iter().collect(),
             recovery: self.recovery_stats().cloned(),
+            qos: self
+                .qos
+                .as_ref()
+                .map(|q| q.status(&self.realtime_waiting())),
         }
     }
 }

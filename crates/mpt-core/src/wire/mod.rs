@@ -6,7 +6,9 @@
 //! ```text
 //!  0       1       2       3
 //! +-------+-------+-------+-------+
-//! |version| type  | path  | class |   0
+//! |version| type  | path  | class |   0   class: QoS class index (low 7
+//! |       |       |       |       |       bits); bit 7 set: real-time,
+//! |       |       |       |       |       delivered on arrival
 //! +-------+-------+-------+-------+
 //! |          session id           |   4   (0 = plaintext or handshake)
 //! +-------+-------+-------+-------+
@@ -16,8 +18,9 @@
 //! +-------+-------+-------+-------+
 //! |  send timestamp, u32 µs       |  16   sender's UTC clock mod 2^32 µs
 //! +-------+-------+-------+-------+
-//! |  tunnel sequence, u32         |  20   data: its sequence number mod 2^32;
-//! +-------+-------+-------+-------+       probe/echo/report/NACK: next to send
+//! |  tunnel sequence, u32         |  20   data: its sequence number mod 2^32
+//! +-------+-------+-------+-------+       (real-time: in their own space);
+//!                                         probe/echo/report/NACK: next to send
 //! |  body ...                     |  24
 //! ```
 //!
@@ -54,8 +57,14 @@ use crate::PathId;
 /// every probe and echo) with bytes received, queueing delay and loss by
 /// cause, the feedback of path-aware sending. Version 4: the 24-byte
 /// header (narrow counter, path sequence, timestamp and tunnel sequence),
-/// the receiver's jitter in reports, 32-bit echo timestamps.
-pub const VERSION: u8 = 4;
+/// the receiver's jitter in reports, 32-bit echo timestamps. Version 5:
+/// the class byte is the sender's QoS class, with [`CLASS_UNORDERED`] for
+/// real-time packets and their own sequence numbers.
+pub const VERSION: u8 = 5;
+/// Class-byte flag of a real-time data packet: its tunnel sequence counts
+/// real-time packets only, and the receiver delivers it on arrival
+/// without reordering, dropping duplicates (spec constant).
+pub const CLASS_UNORDERED: u8 = 0x80;
 /// Length of the fixed header in bytes (spec constant).
 pub const HEADER_LEN: usize = 24;
 /// The packet counter's width: 48 bits (spec constant). A session never
@@ -320,7 +329,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x04, 0x01, 0x05, 0xb8, // version 4, data, path 5, class 0xb8 (EF)
+        0x05, 0x01, 0x05, 0x83, // version 5, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -331,7 +340,7 @@ mod tests {
     fn data_fields() -> HeaderFields {
         HeaderFields {
             path: 5,
-            class: 0xb8,
+            class: 0x83,
             session: 0,
             counter: (1 << 40) + 258,
             path_seq: 42,
@@ -357,7 +366,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x04, 0x03, 0x00, 0x00, // version 4, echo, path 0, class 0
+        0x05, 0x03, 0x00, 0x00, // version 5, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3

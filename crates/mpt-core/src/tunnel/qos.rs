@@ -1,0 +1,257 @@
+//! The tunnel's QoS: what happens to an inner packet between its
+//! classification ([`crate::qos`]) and its path queue.
+//!
+//! * Real-time classes: the packet goes on the usable path where it is
+//!   expected to arrive first (its wait for that path's budget behind
+//!   other real-time packets, plus the path's one-way delay and standing
+//!   queue), at once or at the head of that path's queue; with
+//!   `redundant`, a copy goes on the second-best path. Real-time packets
+//!   carry sequence numbers of their own, flagged in the class byte
+//!   ([`wire::CLASS_UNORDERED`]); the receiver delivers them on arrival and
+//!   removes duplicates ([`Tunnel::recv_unordered`]).
+//! * Other classes: while the QoS stage is empty and the chosen path's
+//!   queue is within its fill bound, as without QoS. Otherwise the packet
+//!   waits in the stage, and [`Tunnel::drain_stage`] moves packets, by
+//!   precedence and DRR, to the path queues as they make room.
+//!
+//! The fill bound of a path is how long its queue may be so that a packet
+//! on it still arrives no later than one on the slowest usable path
+//! ([`FILL_MARGIN_NS`] more): what earliest-arrival scheduling needs to use
+//! every path, and no more. Beyond it the backlog is the stage's, where
+//! precedence, fairness and CoDel apply.
+//!
+//! Invariants:
+//! * ordered packets get their tunnel sequence when they enter a path
+//!   queue (or leave at once), so the receiver's order is the stage's
+//!   output order and the path frontier stays exact;
+//! * real-time packets never enter the reorder buffer or loss recovery.
+
+use super::{Transmit, Tunnel};
+use crate::crypto::replay::Replay;
+use crate::stats::DropReason;
+use crate::wire::{self, CLASS_UNORDERED, HEADER_LEN};
+use crate::{Nanos, PathId, NANOS_PER_MS};
+
+use super::Received;
+
+/// Queue a path may hold beyond the delay gap to the slowest usable path
+/// before the backlog waits in the QoS stage (tuning knob: several release
+/// batches, and the jitter of a radio link).
+pub const FILL_MARGIN_NS: Nanos = 5 * NANOS_PER_MS;
+
+/// Delay assumed for a path without an RTT sample yet (ranks it last).
+const UNKNOWN_DELAY_NS: Nanos = 1_000 * NANOS_PER_MS;
+
+/// What the QoS classifier decided for a packet from the TUN.
+pub(super) enum Classified {
+    /// Sent, queued or dropped.
+    Done(Option<Transmit>),
+    /// An ordered class: `class` for the header, `hash` its flow.
+    Ordered { class: usize, hash: u64 },
+}
+
+impl Tunnel {
+    /// Classify and police the inner packet at `buf[HEADER_LEN..][..len]`;
+    /// real-time classes are sent here.
+    pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
+        let Some(qos) = self.qos.as_mut() else {
+            return Classified::Ordered { class: 0, hash: 0 };
+        };
+        let (class, hash) = qos.classify(&buf[HEADER_LEN..HEADER_LEN + len]);
+        if !qos.police(class, now, len) {
+            self.drops.add(DropReason::ClassRate);
+            return Classified::Done(None);
+        }
+        if !qos.is_realtime(class) {
+            return Classified::Ordered { class, hash };
+        }
+        let redundant = qos.is_redundant(class);
+        Classified::Done(self.send_realtime(now, class, redundant, buf, len))
+    }
+
+    /// The usable path, other than `except`, where a real-time packet of
+    /// `len` bytes is expected to arrive first.
+    fn realtime_pick(&mut self, now: Nanos, len: usize, except: Option<PathId>) -> Option<PathId> {
+        let mut best: Option<(Nanos, PathId)> = None;
+        for i in 0..self.paths.len() {
+            if !self.usable[i] || except == Some(i as PathId) || self.paths[i].remote.is_none() {
+                continue;
+            }
+            let s = &mut self.senders[i];
+            let wait = if self.paced {
+                s.refill(now);
+                s.wait_ns(self.queue.rt_bytes(i as PathId) + len)
+            } else {
+                0
+            };
+            let delay = self.paths[i]
+                .rtt_min()
+                .map_or(UNKNOWN_DELAY_NS, |r| r / 2 + s.standing_queue_ns());
+            let arrival = wait + delay;
+            if best.is_none_or(|(b, _)| arrival < b) {
+                best = Some((arrival, i as PathId));
+            }
+        }
+        best.map(|(_, p)| p)
+    }
+
+    fn send_realtime(
+        &mut self,
+        now: Nanos,
+        class: usize,
+        redundant: bool,
+        buf: &mut [u8],
+        len: usize,
+    ) -> Option<Transmit> {
+        let Some(path) = self.realtime_pick(now, len, None) else {
+            self.drops.add(DropReason::NoPath);
+            return None;
+        };
+        let seq = self.rt_seq;
+        self.rt_seq += 1;
+        let class_byte = class as u8 | CLASS_UNORDERED;
+        if redundant {
+            if let Some(second) = self.realtime_pick(now, len, Some(path)) {
+                let pkt = &buf[HEADER_LEN..HEADER_LEN + len];
+                if !self.queue.push_rt(second, seq, class_byte, now, pkt) {
+                    self.drops.add(DropReason::QueueFull);
+                }
+            }
+        }
+        if self.paced {
+            let s = &mut self.senders[path as usize];
+            s.refill(now);
+            if self.queue.rt_len(path) > 0 || !s.has_budget() {
+                let pkt = &buf[HEADER_LEN..HEADER_LEN + len];
+                if !self.queue.push_rt(path, seq, class_byte, now, pkt) {
+                    self.drops.add(DropReason::QueueFull);
+                }
+                return None;
+            }
+        }
+        self.record_sent(class_byte, now, 0, len);
+        self.emit_data(now, path, seq, class_byte, buf, len)
+    }
+
+    /// Count a packet of the class in `class_byte` leaving after `wait`.
+    pub(super) fn record_sent(&mut self, class_byte: u8, now: Nanos, wait: Nanos, len: usize) {
+        if let Some(q) = self.qos.as_mut() {
+            q.sent(usize::from(class_byte & !CLASS_UNORDERED), now, wait, len);
+        }
+    }
+
+    /// How long `path`'s queue may be for an ordered packet from the stage
+    /// (module documentation). Uses the views of the last pick.
+    pub(super) fn fill_bound(&self, path: PathId) -> Nanos {
+        let slowest = (0..self.paths.len())
+            .filter(|i| self.usable[*i])
+            .filter_map(|i| self.views[i].delay_ns)
+            .max();
+        let gap = match (slowest, self.views[path as usize].delay_ns) {
+            (Some(s), Some(d)) => s.saturating_sub(d),
+            _ => 0,
+        };
+        (gap + FILL_MARGIN_NS).min(self.queue_max)
+    }
+
+    /// Whether `path`'s queue is beyond its fill bound for the packet of
+    /// the last pick (an empty queue never is, however slow the path).
+    pub(super) fn beyond_fill(&self, path: PathId) -> bool {
+        self.queue.len(path) > 0 && self.views[path as usize].wait_ns > self.fill_bound(path)
+    }
+
+    /// Put an ordered packet in the QoS stage (when the stage already
+    /// holds packets, or its path's queue is beyond the fill bound).
+    pub(super) fn to_stage(&mut self, now: Nanos, class: usize, hash: u64, pkt: &[u8]) {
+        let Some(qos) = self.qos.as_mut() else {
+            self.drops.add(DropReason::QueueFull);
+            return;
+        };
+        let (_, dropped) = qos.enqueue(class, hash, now, pkt);
+        for _ in 0..dropped {
+            self.drops.add(DropReason::ClassFull);
+        }
+    }
+
+    /// Whether ordered packets wait in the QoS stage.
+    pub(super) fn stage_busy(&self) -> bool {
+        self.qos.as_ref().is_some_and(|q| !q.is_empty())
+    }
+
+    /// Move packets from the QoS stage to the path queues while the path
+    /// each would take is within its fill bound.
+    pub(super) fn drain_stage(&mut self, now: Nanos) {
+        loop {
+            let Some((_, len)) = self.qos.as_mut().and_then(|q| q.next_len(now)) else {
+                return;
+            };
+            let Some(path) = self.pick(now, len) else {
+                // No path: what waited longer than the bound is dropped.
+                let q = self.qos.as_mut().expect("stage checked above");
+                if q.oldest()
+                    .is_some_and(|at| now.saturating_sub(at) > self.queue_max)
+                {
+                    for _ in 0..q.clear(now) {
+                        self.drops.add(DropReason::NoPath);
+                    }
+                }
+                return;
+            };
+            if self.beyond_fill(path) {
+                return;
+            }
+            let q = self.qos.as_mut().expect("stage checked above");
+            let mut aqm = 0u32;
+            let mut expired = 0u32;
+            let served = q.pop(now, |d| match d {
+                crate::qos::QosDrop::Aqm => aqm += 1,
+                _ => expired += 1,
+            });
+            (0..aqm).for_each(|_| self.drops.add(DropReason::Aqm));
+            (0..expired).for_each(|_| self.drops.add(DropReason::QueueFull));
+            let Some((class, item)) = served else {
+                continue;
+            };
+            let seq = self.next_tunnel_seq;
+            if self.queue.push(path, seq, class as u8, item.at, &item.buf) {
+                self.store_for_recovery(seq, class as u8, &item.buf);
+                self.next_tunnel_seq += 1;
+            } else {
+                self.drops.add(DropReason::QueueFull);
+            }
+            if let Some(q) = self.qos.as_mut() {
+                q.recycle(item.buf);
+            }
+        }
+    }
+
+    /// A real-time data packet: delivered on arrival unless it is a
+    /// duplicate (a redundant copy) or older than the duplicate window.
+    pub(super) fn recv_unordered(&mut self, seq: u32, body: &[u8]) -> Received {
+        let seq = wire::widen_u32(seq, self.rt_window.highest());
+        match self.rt_window.update(seq) {
+            Replay::Fresh => {}
+            Replay::Duplicate => return self.drop_counted(DropReason::Duplicate),
+            Replay::TooOld => return self.drop_counted(DropReason::Late),
+        }
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += body.len() as u64;
+        self.counters.rx_unordered += 1;
+        Received::Deliver {
+            offset: HEADER_LEN,
+            len: body.len(),
+        }
+    }
+
+    /// Real-time packets waiting in path queues, by class (status).
+    pub(super) fn realtime_waiting(&self) -> Vec<usize> {
+        let n = self.qos.as_ref().map_or(0, crate::qos::Qos::class_count);
+        let mut out = vec![0; n];
+        self.queue.for_each_rt(|class| {
+            if let Some(c) = out.get_mut(usize::from(class & !CLASS_UNORDERED)) {
+                *c += 1;
+            }
+        });
+        out
+    }
+}
