@@ -127,7 +127,7 @@ mod tests {
         );
         assert!(*gaps.last().unwrap() < 40);
         // The queue drains: dropping stops.
-        assert!(!c.should_drop(1000 * MS, 1 * MS, 100_000, 1500));
+        assert!(!c.should_drop(1000 * MS, MS, 100_000, 1500));
         assert!(!c.dropping());
     }
 }

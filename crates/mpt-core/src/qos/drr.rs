@@ -167,15 +167,19 @@ impl ClassQueue {
         }
     }
 
-    /// Serve the next packet by DRR. Packets CoDel drops on the way are
-    /// handed to `dropped` (their buffers to `pool`); `mtu` is CoDel's
+    /// Serve the next packet by DRR. Packets that entered before
+    /// `expired_before`, and those CoDel drops, are dropped on the way and
+    /// handed to `dropped` (`true`: CoDel's; their buffers go to `pool`).
+    /// A drop does not use the flow's deficit (as in RFC 8290), so a flow
+    /// losing packets is not served less for it. `mtu` is CoDel's
     /// one-packet allowance.
     pub fn pop(
         &mut self,
         now: Nanos,
+        expired_before: Nanos,
         mtu: usize,
         pool: &mut Vec<Vec<u8>>,
-        mut dropped: impl FnMut(&Item),
+        mut dropped: impl FnMut(&Item, bool),
     ) -> Option<Item> {
         loop {
             self.peek_len()?;
@@ -184,15 +188,18 @@ impl ClassQueue {
             let len = item.buf.len();
             self.take(f, len);
             let flow = &mut self.flows[f];
-            flow.deficit -= len as i64;
+            let sojourn = now.saturating_sub(item.at);
+            let expired = item.at < expired_before;
+            let aqm = !expired && self.aqm && flow.codel.should_drop(now, sojourn, flow.bytes, mtu);
+            if !expired && !aqm {
+                flow.deficit -= len as i64;
+            }
             if flow.q.is_empty() {
                 self.active.pop_front();
                 flow.deficit = 0;
             }
-            let sojourn = now.saturating_sub(item.at);
-            let backlog = flow.bytes;
-            if self.aqm && flow.codel.should_drop(now, sojourn, backlog, mtu) {
-                dropped(&item);
+            if expired || aqm {
+                dropped(&item, aqm);
                 pool.push(item.buf);
                 continue;
             }
@@ -215,7 +222,7 @@ mod tests {
 
     fn drain(q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>) -> Vec<u8> {
         let mut out = vec![];
-        while let Some(i) = q.pop(0, 1500, pool, |_| panic!("no aqm drop")) {
+        while let Some(i) = q.pop(0, 0, 1500, pool, |_, _| panic!("no drop")) {
             out.push(i.buf[0]);
         }
         out
@@ -273,7 +280,11 @@ mod tests {
         }
         for t in 30..1030 {
             q.push(1, t * ms, &[0; 1500], &mut pool);
-            if q.pop(t * ms, 1500, &mut pool, |_| drops += 1).is_some() {
+            if q.pop(t * ms, 0, 1500, &mut pool, |_, aqm| {
+                drops += usize::from(aqm)
+            })
+            .is_some()
+            {
                 sent += 1;
             }
         }

@@ -27,15 +27,17 @@ const MIN_DEPTH_BYTES: u64 = 3000;
 #[derive(Debug, Clone)]
 pub struct RateBucket {
     rate_bps: u64,
-    depth: u64,
-    tokens: u64,
+    depth: i64,
+    /// Below zero: service beyond the rate, owed (at most one depth).
+    tokens: i64,
     last: Nanos,
 }
 
 impl RateBucket {
     pub fn new(rate_bps: u64) -> Self {
         let depth = ((u128::from(rate_bps) * u128::from(BURST_NS) / 8_000_000_000) as u64)
-            .max(MIN_DEPTH_BYTES);
+            .max(MIN_DEPTH_BYTES)
+            .min(i64::MAX as u64 / 2) as i64;
         Self {
             rate_bps,
             depth,
@@ -47,30 +49,31 @@ impl RateBucket {
     fn refill(&mut self, now: Nanos) {
         let dt = now.saturating_sub(self.last);
         self.last = self.last.max(now);
-        let add = u128::from(self.rate_bps) * u128::from(dt) / 8_000_000_000;
-        self.tokens = (u128::from(self.tokens) + add).min(u128::from(self.depth)) as u64;
+        let add = (u128::from(self.rate_bps) * u128::from(dt) / 8_000_000_000)
+            .min(self.depth as u128 * 2) as i64;
+        self.tokens = (self.tokens + add).min(self.depth);
     }
 
     /// Whether `len` bytes fit the rate now (without taking them).
     pub fn fits(&mut self, now: Nanos, len: usize) -> bool {
         self.refill(now);
-        self.tokens >= len as u64
+        self.tokens >= len as i64
     }
 
     /// Take `len` bytes if they fit; `false` (nothing taken) if not.
     pub fn take(&mut self, now: Nanos, len: usize) -> bool {
         let ok = self.fits(now, len);
         if ok {
-            self.tokens -= len as u64;
+            self.tokens -= len as i64;
         }
         ok
     }
 
-    /// Take `len` bytes whether or not they fit (service beyond the
-    /// guarantee still counts against it).
+    /// Take `len` bytes whether or not they fit: service beyond the rate
+    /// is owed, up to one bucket depth.
     pub fn charge(&mut self, now: Nanos, len: usize) {
         self.refill(now);
-        self.tokens = self.tokens.saturating_sub(len as u64);
+        self.tokens = (self.tokens - len.min(self.depth as usize) as i64).max(-self.depth);
     }
 }
 
@@ -192,6 +195,9 @@ mod tests {
         assert!(!b.fits(1000 * NANOS_PER_MS, 3001), "never beyond the depth");
         b.charge(1000 * NANOS_PER_MS, 10_000);
         assert!(!b.fits(1000 * NANOS_PER_MS, 1));
+        // The debt (one depth at most) is paid before anything fits.
+        assert!(!b.fits(1015 * NANOS_PER_MS, 1));
+        assert!(b.fits(1030 * NANOS_PER_MS, 1));
     }
 
     #[test]

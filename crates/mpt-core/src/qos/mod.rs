@@ -323,19 +323,22 @@ impl Qos {
         let class = self.next.take()?;
         let bound = self.classes[class].cfg.queue_ns.unwrap_or(self.queue_ns);
         let c = &mut self.classes[class];
-        let mut aqm = 0;
-        let mut item = c.queue.pop(now, self.mtu, &mut self.pool, |_| aqm += 1);
-        c.counters.dropped_aqm += aqm;
-        (0..aqm).for_each(|_| dropped(QosDrop::Aqm));
-        while let Some(i) = item.take_if(|i| now.saturating_sub(i.at) > bound) {
-            c.counters.dropped_expired += 1;
-            dropped(QosDrop::Expired);
-            self.pool.push(i.buf);
-            item = c.queue.pop(now, self.mtu, &mut self.pool, |_| {
-                c.counters.dropped_aqm += 1;
-                dropped(QosDrop::Aqm);
-            });
-        }
+        let counters = &mut c.counters;
+        let item = c.queue.pop(
+            now,
+            now.saturating_sub(bound),
+            self.mtu,
+            &mut self.pool,
+            |_, aqm| {
+                if aqm {
+                    counters.dropped_aqm += 1;
+                    dropped(QosDrop::Aqm);
+                } else {
+                    counters.dropped_expired += 1;
+                    dropped(QosDrop::Expired);
+                }
+            },
+        );
         item.map(|i| (class, i))
     }
 

@@ -162,7 +162,7 @@ impl Tunnel {
 
     /// Put an ordered packet in the QoS stage (when the stage already
     /// holds packets, or its path's queue is beyond the fill bound).
-    pub(super) fn to_stage(&mut self, now: Nanos, class: usize, hash: u64, pkt: &[u8]) {
+    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, hash: u64, pkt: &[u8]) {
         let Some(qos) = self.qos.as_mut() else {
             self.drops.add(DropReason::QueueFull);
             return;

@@ -106,7 +106,7 @@ impl Tunnel {
         };
         let class = class_idx as u8;
         if self.stage_busy() {
-            self.to_stage(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
+            self.stage_packet(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
             return None;
         }
         let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
@@ -127,7 +127,7 @@ impl Tunnel {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
                 if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {
-                    self.to_stage(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
+                    self.stage_packet(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
                     return None;
                 }
                 if wait > self.queue_max
