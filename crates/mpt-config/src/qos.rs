@@ -334,3 +334,7 @@ pub fn read(ctx: &mut Ctx<'_>, t: Option<&Table>, paced: bool) -> Option<QosConf
     }
     Some(QosConfig { classes }.normalized())
 }
+
+#[cfg(test)]
+#[path = "qos_tests.rs"]
+mod tests;

@@ -280,6 +280,7 @@ pub fn render(v: &Value) -> String {
             num(q, "rerouted"),
         );
     }
+    render_classes(&mut o, v);
     let c = v.get("counters").cloned().unwrap_or(Value::Null);
     let _ = writeln!(
         o,
@@ -422,6 +423,42 @@ pub fn render(v: &Value) -> String {
     o
 }
 
+/// The QoS classes: traffic, what waits, delay percentiles, drops.
+fn render_classes(o: &mut String, v: &Value) {
+    let Some(classes) = v.get("qos").and_then(Value::as_array) else {
+        return;
+    };
+    let _ = writeln!(o, "\nQoS classes (precedence 0 first):");
+    for c in classes {
+        let d = c.get("delay").cloned().unwrap_or(Value::Null);
+        let kind = match (
+            c.get("realtime").and_then(Value::as_bool),
+            c.get("redundant").and_then(Value::as_bool),
+        ) {
+            (Some(true), Some(true)) => "real-time, redundant",
+            (Some(true), _) => "real-time",
+            _ => "ordered",
+        };
+        let _ = writeln!(
+            o,
+            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} by CoDel / {} waited too long",
+            c.get("name").and_then(Value::as_str).unwrap_or("?"),
+            num(c, "priority"),
+            num(c, "packets"),
+            bytes(num(c, "bytes")),
+            num(c, "queued_packets"),
+            num(c, "flows_now"),
+            ms(&d, "p50_ms"),
+            ms(&d, "p99_ms"),
+            ms(&d, "max_ms"),
+            num(c, "dropped_rate"),
+            num(c, "dropped_full"),
+            num(c, "dropped_aqm"),
+            num(c, "dropped_expired"),
+        );
+    }
+}
+
 /// One-paragraph summary printed by `mpt check`.
 pub fn describe_config(c: &Config) -> String {
     let mut o = String::new();
@@ -473,6 +510,23 @@ pub fn describe_config(c: &Config) -> String {
             k.rekey_after_packets
         ),
         Security::InsecurePlaintext => writeln!(o, "  security: NONE (insecure_no_encryption = true) — lab use only"),
+    };
+    let _ = match &c.qos {
+        None => writeln!(o, "  qos: off"),
+        Some(q) => writeln!(
+            o,
+            "  qos: {}",
+            q.classes
+                .iter()
+                .map(|k| format!(
+                    "{} (precedence {}{})",
+                    k.name,
+                    k.priority,
+                    if k.realtime { ", real-time" } else { "" }
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     o
 }
