@@ -29,6 +29,7 @@ def stream(
     train: int = 1,
     port: int = 7000,
     src_side: str = "a",
+    dscp: int = 0,
 ) -> dict[str, Any]:
     """Send `count` probes from `src_side` to `dst_addr` (on the other side)
     and return the receiver's summary (see mpt_probe::Summary)."""
@@ -63,6 +64,8 @@ def stream(
         str(size),
         "--train",
         str(train),
+        "--dscp",
+        str(dscp),
     ]
     if pps:
         args += ["--pps", str(pps)]
@@ -72,6 +75,12 @@ def stream(
     return json.loads(out.strip().splitlines()[-1])
 
 
+# DSCP of VoIP media: EF (RFC 3246), as VoIP applications mark it.
+DSCP_EF = 46
+
+
 def voip(topo: Topology, dst_addr: str, seconds: float = 10, port: int = 7100) -> dict[str, Any]:
-    """A G.711-like stream: 160-byte payload every 20 ms."""
-    return stream(topo, dst_addr, count=int(seconds * 50), pps=50, size=160, port=port)
+    """A G.711-like stream: 160-byte payload every 20 ms, marked EF."""
+    return stream(
+        topo, dst_addr, count=int(seconds * 50), pps=50, size=160, port=port, dscp=DSCP_EF
+    )

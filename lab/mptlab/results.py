@@ -116,6 +116,37 @@ def load(outdir: Path) -> dict[str, Any]:
     return json.loads((raw if raw.exists() else outdir / "bench.json").read_text())
 
 
+MIX_FIGURES = (
+    "voip_owd_mean_ms",
+    "voip_owd_p99_ms",
+    "voip_loss",
+    "m2m_loss",
+    "bulk_jain",
+    "bulk_streams_mbps",
+    "flood_mbps",
+)
+
+
+def _mix_figures(p: dict[str, Any]) -> dict[str, Any]:
+    """The QoS figures of a qos-mix point (none for other traffic)."""
+    if p["traffic"] != "qos-mix":
+        return {}
+    det = p.get("details") or {}
+    return {k: det.get(k) for k in MIX_FIGURES}
+
+
+def _mix_notes(det: dict[str, Any]) -> str:
+    def f(k: str, fmt: str) -> str:
+        v = det.get(k)
+        return "–" if v is None else format(v, fmt)
+
+    return (
+        f"VoIP owd {f('voip_owd_mean_ms', '.2f')} ms (p99 {f('voip_owd_p99_ms', '.2f')}), "
+        f"loss {f('voip_loss', '.3%')}; M2M loss {f('m2m_loss', '.3%')}; "
+        f"bulk Jain {f('bulk_jain', '.3f')}; flood {f('flood_mbps', '.1f')} Mbit/s"
+    )
+
+
 def summary_line(doc: dict[str, Any]) -> str:
     """One JSON line summarising every measured point."""
     pts = [
@@ -128,6 +159,7 @@ def summary_line(doc: dict[str, Any]) -> str:
             "efficiency": None if p["efficiency"] is None else round(p["efficiency"], 4),
             "cpu_pct": process_cpu(p),
             "error": p["error"],
+            **_mix_figures(p),
         }
         for p in doc["points"]
     ]
@@ -181,7 +213,9 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
         for p in doc["points"]:
             notes = p["error"] or ""
             det = p.get("details") or {}
-            if "outage_s" in det:
+            if p["traffic"] == "qos-mix":
+                notes = notes or _mix_notes(det)
+            elif "outage_s" in det:
                 notes = f"survived {det.get('survived')}, outage {det['outage_s']} s"
             elif "lost_percent" in det:
                 notes = f"loss {det['lost_percent']:.2f}%"

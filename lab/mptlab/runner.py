@@ -26,6 +26,8 @@ from . import systems
 from .cpu import CpuSampler
 from .netns import Topology
 from .probe import voip
+from .qosmix import run_mix
+from .qosmix import summary as mix_summary
 from .scenario import Scenario
 from .traffic import http_download, iperf3
 from .util import base_binary
@@ -115,7 +117,19 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-wrr": {"weights": True},
     # The same tunnel run by an earlier build ($MPT_BASE_BIN): A/B in one run.
     "mpt-base": {"binary": base_binary},
+    # QoS off: one FIFO per path, the "classic design" of the QoS scenario.
+    "mpt-noqos": {"extra": "[qos]\nenabled = false", "without_qos": True},
 }
+
+
+def without_qos(extra: str) -> str:
+    """The scenario's mpt text without its QoS part (which scenarios write
+    last: everything from the first [qos] or [[qos.class]] line on)."""
+    lines = extra.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith(("[qos]", "[[qos.")):
+            return "\n".join(lines[:i])
+    return extra
 
 
 def cpu_hz() -> float:
@@ -234,6 +248,12 @@ class Runner:
                         r.mbps,
                         {"lost_percent": r.lost_percent, "offered": rate, "payload": payload},
                     )
+                elif point.traffic == "qos-mix":
+                    mix = run_mix(
+                        topo, target.addr, seconds=sc.seconds, capacity_mbit=total_rate or 100
+                    )
+                    d = mix_summary(mix)
+                    mbps = d.get("bulk_mbps") or 0.0
                 elif point.traffic == "http":
                     size = (
                         int(sc.http_mb * 1e6)
@@ -272,7 +292,9 @@ class Runner:
         point.mbps = statistics.median(results)
         point.mbps_min, point.mbps_max = min(results), max(results)
         point.efficiency = (
-            point.mbps / total_rate if total_rate and not point.traffic.startswith("voip") else None
+            point.mbps / total_rate
+            if total_rate and point.traffic in ("tcp", "udp", "http")
+            else None
         )
         own = sc.hook_processes if point.system == "hook" else None
         point.details = {
@@ -455,10 +477,13 @@ class Runner:
                         kw = {
                             k: (v() if callable(v) else v)
                             for k, v in variant_kw.items()
-                            if k != "extra"
+                            if k not in ("extra", "without_qos")
                         }
                         more = str(variant_kw.get("extra", ""))
-                        extra = "\n".join(x for x in (sc.mpt_extra, more) if x)
+                        own = sc.mpt_extra
+                        if variant_kw.get("without_qos"):
+                            own = without_qos(own)
+                        extra = "\n".join(x for x in (own, more) if x)
                         cm = systems.mpt(
                             topo, tv, pv, rates, work / f"{combo}-{n}-{variant}", extra, **kw
                         )

@@ -19,9 +19,13 @@ A scenario file::
     [run]
     systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel",
                                           # "mpt-recover", "mpt-wrr" (weights
-                                          # from the link rates), "hook"
+                                          # from the link rates), "mpt-noqos"
+                                          # (QoS off; the scenario's [qos] text
+                                          # is left out), "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
-    traffic = ["tcp", "udp", "http", "voip"]  # and "voip-bulk": VoIP beside a TCP transfer
+    traffic = ["tcp", "udp", "http", "voip"]  # and "voip-bulk": VoIP beside a TCP transfer,
+                                              # "qos-mix": VoIP, M2M, 4 bulk TCP and a UDP
+                                              # flood at 5x the links (lab/mptlab/qosmix.py)
     seconds = 5
     repeats = 1
     tcp_streams = 1
@@ -69,10 +73,11 @@ SYSTEMS = (
     "mpt-recover",
     "mpt-wrr",
     "mpt-base",
+    "mpt-noqos",
     "mptcp",
     "hook",
 )
-TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk")
+TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk", "qos-mix")
 LINK_KEYS = {
     "rate_mbit",
     "delay_ms",

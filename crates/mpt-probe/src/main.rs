@@ -6,7 +6,8 @@
 //! * `mpt-probe send --to ADDR:PORT --count N [--pps R] [--size B]
 //!   [--train K]` sends N probes of B bytes: paced at R packets/s, in trains
 //!   of K back-to-back packets at R trains/s, or all back-to-back without
-//!   `--pps`. VoIP (G.711, 20 ms): `--pps 50 --size 160`.
+//!   `--pps`. VoIP (G.711, 20 ms): `--pps 50 --size 160 --dscp 46` (EF,
+//!   as VoIP applications mark their media).
 //!
 //! Invariants: runs are bounded (count and idle timeout); pacing sleeps until
 //! shortly before each departure and spins the rest, so the schedule is kept
@@ -46,6 +47,9 @@ enum Cmd {
         /// Packets per back-to-back train.
         #[arg(long, default_value_t = 1)]
         train: u64,
+        /// DSCP to mark the probes with (0-63; 46 is EF, VoIP's).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
+        dscp: u8,
     },
     Recv {
         #[arg(long)]
@@ -73,6 +77,7 @@ fn send(
     pps: Option<f64>,
     size: usize,
     train: u64,
+    dscp: u8,
 ) -> std::io::Result<()> {
     if !(PROBE_HEADER_LEN..=65_507).contains(&size) {
         return Err(std::io::Error::other(format!(
@@ -85,6 +90,15 @@ fn send(
         "[::]:0".parse().unwrap()
     };
     let sock = UdpSocket::bind(bind)?;
+    if dscp != 0 {
+        let s = socket2::SockRef::from(&sock);
+        let tos = u32::from(dscp) << 2;
+        if to.is_ipv4() {
+            s.set_tos_v4(tos)?;
+        } else {
+            s.set_tclass_v6(tos)?;
+        }
+    }
     let mut buf = vec![0u8; size];
     let start = Instant::now();
     let gap = pps
@@ -173,7 +187,8 @@ fn main() -> ExitCode {
             pps,
             size,
             train,
-        } => send(to, count, pps, size, train),
+            dscp,
+        } => send(to, count, pps, size, train, dscp),
         Cmd::Recv {
             bind,
             count,

@@ -1,0 +1,123 @@
+"""The hybrid node's traffic mix (Masek et al.), for the `qos` scenario.
+
+At once, from A to B through the system under test:
+
+* VoIP: G.711-like, 160-byte payload every 20 ms, marked EF;
+* M2M: 50-byte messages, ten a second (the paper's 50 bytes every 30 s,
+  made frequent enough that a loss shows in a short run), port 7200;
+* bulk: `streams` TCP flows (iperf3 -P), one class;
+* a misbehaving UDP flow at `flood_factor` times the links' capacity.
+
+What comes back: VoIP one-way delay and loss, M2M loss, each bulk flow's
+rate with Jain's fairness index, and the flood's delivered rate.
+
+Invariants: every part is bounded in time (subprocess timeouts), and a
+part that fails is reported as missing, not as zero.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .netns import Topology
+from .probe import DSCP_EF, stream, voip
+from .traffic import iperf3
+
+M2M_PORT = 7200
+BULK_PORT = 5202
+FLOOD_PORT = 5203
+FLOOD_PAYLOAD = 1200
+
+
+def jain(xs: list[float]) -> float | None:
+    """Jain's fairness index: 1 when all are equal, 1/n when one takes all."""
+    if not xs or not any(xs):
+        return None
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def run_mix(
+    topo: Topology,
+    addr: str,
+    *,
+    seconds: float,
+    capacity_mbit: float,
+    streams: int = 4,
+    flood_factor: float = 5.0,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    lead = 2.0  # bulk and flood fill the tunnel before the measured streams start
+
+    def bulk() -> None:
+        try:
+            r = iperf3(topo, addr, seconds=seconds + 2 * lead, streams=streams, port=BULK_PORT)
+            rates = [
+                s["receiver"]["bits_per_second"] / 1e6
+                for s in (r.raw or {}).get("end", {}).get("streams", [])
+                if "receiver" in s
+            ]
+            out["bulk"] = {"mbps": r.mbps, "streams_mbps": rates, "jain": jain(rates)}
+        except Exception as e:  # noqa: BLE001 - reported as missing
+            out["bulk_error"] = str(e)
+
+    def flood() -> None:
+        rate = capacity_mbit * flood_factor
+        try:
+            r = iperf3(
+                topo,
+                addr,
+                udp=True,
+                rate=f"{rate:.0f}M",
+                length=FLOOD_PAYLOAD,
+                seconds=seconds + 2 * lead,
+                port=FLOOD_PORT,
+                window="4M",
+            )
+            out["flood"] = {"offered_mbit": rate, "mbps": r.mbps, "lost_percent": r.lost_percent}
+        except Exception as e:  # noqa: BLE001
+            out["flood_error"] = str(e)
+
+    def m2m() -> None:
+        try:
+            out["m2m"] = stream(
+                topo, addr, count=int(seconds * 10), pps=10, size=50, port=M2M_PORT, dscp=0
+            )
+        except Exception as e:  # noqa: BLE001
+            out["m2m_error"] = str(e)
+
+    background = [threading.Thread(target=f) for f in (bulk, flood)]
+    for t in background:
+        t.start()
+    time.sleep(lead)
+    m = threading.Thread(target=m2m)
+    m.start()
+    try:
+        out["voip"] = voip(topo, addr, seconds=seconds)
+    except Exception as e:  # noqa: BLE001
+        out["voip_error"] = str(e)
+    for t in [m, *background]:
+        t.join(timeout=seconds + 90)
+    return out
+
+
+def summary(mix: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one run, flat, for the results table."""
+    v, m2m = mix.get("voip", {}), mix.get("m2m", {})
+    bulk, fl = mix.get("bulk", {}), mix.get("flood", {})
+    return {
+        "voip_owd_mean_ms": v.get("owd_mean_ms"),
+        "voip_owd_p99_ms": v.get("owd_p99_ms"),
+        "voip_jitter_ms": v.get("jitter_ms"),
+        "voip_loss": v.get("loss"),
+        "m2m_loss": m2m.get("loss"),
+        "m2m_owd_mean_ms": m2m.get("owd_mean_ms"),
+        "bulk_mbps": bulk.get("mbps"),
+        "bulk_streams_mbps": bulk.get("streams_mbps"),
+        "bulk_jain": bulk.get("jain"),
+        "flood_mbps": fl.get("mbps"),
+        "flood_offered_mbit": fl.get("offered_mbit"),
+        "dscp_voip": DSCP_EF,
+        **{k: v for k, v in mix.items() if k.endswith("_error")},
+    }
