@@ -1,0 +1,65 @@
+"""QoS in the daemon: with no configuration, EF-marked VoIP is real-time
+and everything else best effort. A VoIP stream next to a UDP flood at
+several times the links' capacity keeps every packet and a delay near the
+link's, while the flood is dropped at mpt's input (by class, counted);
+`mpt status` shows the classes, human and JSON. With QoS off the same VoIP
+stream waits behind the flood (the comparison, measured in the same test).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
+from mptlab.netns import Shape, Topology
+from mptlab.probe import voip
+from mptlab.traffic import iperf3
+
+SECONDS = 4
+
+
+def _voip_beside_flood(topo: Topology, workdir: Path, extra: str) -> tuple[dict, dict]:
+    opts = TunnelOpts(paths=[PathOpts(1), PathOpts(2)], tunnel_v6=False, extra=extra)
+    a, _b = start_pair(topo, opts, workdir)
+    flood: dict = {}
+
+    def run_flood() -> None:
+        flood["r"] = iperf3(
+            topo, TUNNEL_V4["b"], udp=True, rate="200M", length=1200, seconds=SECONDS + 2
+        )
+
+    t = threading.Thread(target=run_flood)
+    t.start()
+    time.sleep(1.0)
+    v = voip(topo, TUNNEL_V4["b"], seconds=SECONDS)
+    t.join(timeout=60)
+    status = a.status()
+    human = a.status_text()
+    a.stop()
+    _b.stop()
+    return v, {"status": status, "human": human}
+
+
+def test_voip_keeps_its_delay_beside_a_flood_and_the_classes_show(workdir: Path) -> None:
+    shapes = [Shape(rate_mbit=40, delay_ms=5), Shape(rate_mbit=10, delay_ms=20)]
+    with Topology(2, shape=shapes) as topo:
+        on, st = _voip_beside_flood(topo, workdir / "on", "")
+    with Topology(2, shape=shapes) as topo:
+        off, _ = _voip_beside_flood(topo, workdir / "off", "[qos]\nenabled = false")
+    print(
+        f"\nVoIP beside a 200 Mbit/s flood: QoS on {on['owd_mean_ms']:.2f} ms, "
+        f"loss {on['loss']:.3f}; off {off['owd_mean_ms']:.2f} ms, loss {off['loss']:.3f}"
+    )
+    assert on["loss"] == 0, on
+    assert on["owd_mean_ms"] < 25, on
+    assert off["owd_mean_ms"] > 2 * on["owd_mean_ms"] or off["loss"] > 0.01, off
+    classes = {c["name"]: c for c in st["status"]["qos"]}
+    assert set(classes) == {"realtime", "besteffort"}
+    rt, be = classes["realtime"], classes["besteffort"]
+    assert rt["realtime"] and rt["packets"] >= SECONDS * 50 * 0.99
+    assert be["dropped_full"] + be["dropped_aqm"] + be["dropped_expired"] > 0
+    drops = st["status"]["drops"]
+    assert drops["class_full"] + drops["aqm"] + drops["queue_full"] > 0
+    assert "QoS classes" in st["human"] and "realtime (precedence 0, real-time)" in st["human"]
