@@ -22,6 +22,45 @@ pub const TARGET_NS: Nanos = 5 * NANOS_PER_MS;
 /// RFC 8289 §4.3 recommended interval (spec constant).
 pub const INTERVAL_NS: Nanos = 100 * NANOS_PER_MS;
 
+/// CoDel's two parameters. RFC 8289 §4.3 sets the interval "on the order
+/// of a worst-case RTT through the bottleneck" and §4.4 the target at 5 to
+/// 10 % of it; [`Params::for_rtt`] does so for a tunnel whose inner flows
+/// see the slowest path's round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    pub target_ns: Nanos,
+    pub interval_ns: Nanos,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            target_ns: TARGET_NS,
+            interval_ns: INTERVAL_NS,
+        }
+    }
+}
+
+/// Interval per nanosecond of round trip, and target per nanosecond of
+/// interval (tuning knobs within RFC 8289's guidance).
+const INTERVAL_PER_RTT: u64 = 2;
+const TARGET_PER_INTERVAL: u64 = 20;
+/// Largest interval (tuning knob: a typo-free bound for absurd RTTs).
+const INTERVAL_MAX_NS: Nanos = 1_000 * NANOS_PER_MS;
+
+impl Params {
+    /// For inner flows whose round trip is `rtt_ns`: the spec's values,
+    /// widened for longer round trips (a Wi-Fi + LTE tunnel's inner TCP
+    /// sees the LTE path's 80-100 ms).
+    pub fn for_rtt(rtt_ns: Nanos) -> Self {
+        let interval = (rtt_ns * INTERVAL_PER_RTT).clamp(INTERVAL_NS, INTERVAL_MAX_NS);
+        Self {
+            interval_ns: interval,
+            target_ns: (interval / TARGET_PER_INTERVAL).max(TARGET_NS),
+        }
+    }
+}
+
 /// The state of one CoDel instance.
 #[derive(Debug, Clone, Default)]
 pub struct Codel {
@@ -36,19 +75,26 @@ pub struct Codel {
 }
 
 /// `t + interval / sqrt(count)` (RFC 8289 §5.5's control law).
-fn control_law(t: Nanos, count: u32) -> Nanos {
-    t + (INTERVAL_NS as f64 / f64::from(count.max(1)).sqrt()) as Nanos
+fn control_law(t: Nanos, count: u32, interval: Nanos) -> Nanos {
+    t + (interval as f64 / f64::from(count.max(1)).sqrt()) as Nanos
 }
 
 impl Codel {
     /// The sojourn of the packet leaving now is above target long enough.
-    fn ok_to_drop(&mut self, now: Nanos, sojourn: Nanos, backlog: usize, mtu: usize) -> bool {
-        if sojourn < TARGET_NS || backlog <= mtu {
+    fn ok_to_drop(
+        &mut self,
+        now: Nanos,
+        sojourn: Nanos,
+        backlog: usize,
+        mtu: usize,
+        p: Params,
+    ) -> bool {
+        if sojourn < p.target_ns || backlog <= mtu {
             self.first_above = 0;
             return false;
         }
         if self.first_above == 0 {
-            self.first_above = now + INTERVAL_NS;
+            self.first_above = now + p.interval_ns;
             return false;
         }
         now >= self.first_above
@@ -56,8 +102,15 @@ impl Codel {
 
     /// Whether to drop the packet leaving now after `sojourn` in the queue,
     /// with `backlog` bytes still waiting behind it. Call once per packet.
-    pub fn should_drop(&mut self, now: Nanos, sojourn: Nanos, backlog: usize, mtu: usize) -> bool {
-        let ok = self.ok_to_drop(now, sojourn, backlog, mtu);
+    pub fn should_drop(
+        &mut self,
+        now: Nanos,
+        sojourn: Nanos,
+        backlog: usize,
+        mtu: usize,
+        p: Params,
+    ) -> bool {
+        let ok = self.ok_to_drop(now, sojourn, backlog, mtu, p);
         if self.dropping {
             if !ok {
                 self.dropping = false;
@@ -65,7 +118,7 @@ impl Codel {
             }
             if now >= self.drop_next {
                 self.count = self.count.saturating_add(1);
-                self.drop_next = control_law(self.drop_next, self.count);
+                self.drop_next = control_law(self.drop_next, self.count, p.interval_ns);
                 return true;
             }
             return false;
@@ -77,12 +130,12 @@ impl Codel {
         // Re-enter near the last drop rate if the last episode was recent
         // (RFC 8289 §5.6).
         let delta = self.count.saturating_sub(self.last_count);
-        self.count = if delta > 1 && now.saturating_sub(self.drop_next) < 16 * INTERVAL_NS {
+        self.count = if delta > 1 && now.saturating_sub(self.drop_next) < 16 * p.interval_ns {
             delta
         } else {
             1
         };
-        self.drop_next = control_law(now, self.count);
+        self.drop_next = control_law(now, self.count, p.interval_ns);
         self.last_count = self.count;
         true
     }
@@ -98,13 +151,25 @@ mod tests {
     use super::*;
 
     const MS: Nanos = NANOS_PER_MS;
+    const P: Params = Params {
+        target_ns: TARGET_NS,
+        interval_ns: INTERVAL_NS,
+    };
+
+    #[test]
+    fn parameters_follow_the_round_trip() {
+        assert_eq!(Params::for_rtt(10 * MS), Params::default());
+        let lte = Params::for_rtt(90 * MS);
+        assert_eq!((lte.interval_ns, lte.target_ns), (180 * MS, 9 * MS));
+        assert_eq!(Params::for_rtt(10_000 * MS).interval_ns, 1_000 * MS);
+    }
 
     #[test]
     fn no_drop_below_target_or_with_one_packet_behind() {
         let mut c = Codel::default();
         for t in 0..1000 {
-            assert!(!c.should_drop(t * MS, 4 * MS, 100_000, 1500));
-            assert!(!c.should_drop(t * MS, 50 * MS, 1500, 1500));
+            assert!(!c.should_drop(t * MS, 4 * MS, 100_000, 1500, P));
+            assert!(!c.should_drop(t * MS, 50 * MS, 1500, 1500, P));
         }
     }
 
@@ -114,7 +179,7 @@ mod tests {
         let mut drops = vec![];
         // A standing queue of 20 ms, one packet per ms.
         for t in 0..1000 {
-            if c.should_drop(t * MS, 20 * MS, 100_000, 1500) {
+            if c.should_drop(t * MS, 20 * MS, 100_000, 1500, P) {
                 drops.push(t);
             }
         }
@@ -127,7 +192,7 @@ mod tests {
         );
         assert!(*gaps.last().unwrap() < 40);
         // The queue drains: dropping stops.
-        assert!(!c.should_drop(1000 * MS, MS, 100_000, 1500));
+        assert!(!c.should_drop(1000 * MS, MS, 100_000, 1500, P));
         assert!(!c.dropping());
     }
 }

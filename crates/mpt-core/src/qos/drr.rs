@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 
-use super::codel::Codel;
+use super::codel::{Codel, Params};
 use crate::Nanos;
 
 /// Flow buckets per class (tuning knob; FQ-CoDel's default is 1024, a
@@ -178,6 +178,7 @@ impl ClassQueue {
         now: Nanos,
         expired_before: Nanos,
         mtu: usize,
+        codel: Params,
         pool: &mut Vec<Vec<u8>>,
         mut dropped: impl FnMut(&Item, bool),
     ) -> Option<Item> {
@@ -190,7 +191,9 @@ impl ClassQueue {
             let flow = &mut self.flows[f];
             let sojourn = now.saturating_sub(item.at);
             let expired = item.at < expired_before;
-            let aqm = !expired && self.aqm && flow.codel.should_drop(now, sojourn, flow.bytes, mtu);
+            let aqm = !expired
+                && self.aqm
+                && flow.codel.should_drop(now, sojourn, flow.bytes, mtu, codel);
             if !expired && !aqm {
                 flow.deficit -= len as i64;
             }
@@ -222,7 +225,9 @@ mod tests {
 
     fn drain(q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>) -> Vec<u8> {
         let mut out = vec![];
-        while let Some(i) = q.pop(0, 0, 1500, pool, |_, _| panic!("no drop")) {
+        while let Some(i) = q.pop(0, 0, 1500, Params::default(), pool, |_, _| {
+            panic!("no drop")
+        }) {
             out.push(i.buf[0]);
         }
         out
@@ -280,7 +285,7 @@ mod tests {
         }
         for t in 30..1030 {
             q.push(1, t * ms, &[0; 1500], &mut pool);
-            if q.pop(t * ms, 0, 1500, &mut pool, |_, aqm| {
+            if q.pop(t * ms, 0, 1500, Params::default(), &mut pool, |_, aqm| {
                 drops += usize::from(aqm)
             })
             .is_some()

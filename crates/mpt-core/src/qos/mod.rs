@@ -193,6 +193,8 @@ pub struct Qos {
     pool: Vec<Vec<u8>>,
     /// The class [`Qos::next_len`] chose, for [`Qos::pop`].
     next: Option<usize>,
+    /// CoDel's parameters for the inner flows' round trip.
+    codel: codel::Params,
 }
 
 impl Qos {
@@ -221,7 +223,14 @@ impl Qos {
             queue_ns,
             pool: Vec::new(),
             next: None,
+            codel: codel::Params::default(),
         }
+    }
+
+    /// The round trip the inner flows see (the slowest usable path's):
+    /// CoDel's interval and target follow it ([`codel::Params::for_rtt`]).
+    pub fn set_rtt(&mut self, rtt_ns: Nanos) {
+        self.codel = codel::Params::for_rtt(rtt_ns);
     }
 
     pub fn class_count(&self) -> usize {
@@ -328,6 +337,7 @@ impl Qos {
             now,
             now.saturating_sub(bound),
             self.mtu,
+            self.codel,
             &mut self.pool,
             |_, aqm| {
                 if aqm {

@@ -181,6 +181,13 @@ impl Tunnel {
     /// Move packets from the QoS stage to the path queues while the path
     /// each would take is within its fill bound.
     pub(super) fn drain_stage(&mut self, now: Nanos) {
+        let rtt = (0..self.paths.len())
+            .filter(|i| self.usable[*i])
+            .filter_map(|i| self.paths[i].rtt_min())
+            .max();
+        if let (Some(q), Some(r)) = (self.qos.as_mut(), rtt) {
+            q.set_rtt(r);
+        }
         loop {
             let Some((_, len)) = self.qos.as_mut().and_then(|q| q.next_len(now)) else {
                 return;
