@@ -250,7 +250,11 @@ class Runner:
                     )
                 elif point.traffic == "qos-mix":
                     mix = run_mix(
-                        topo, target.addr, seconds=sc.seconds, capacity_mbit=total_rate or 100
+                        topo,
+                        target.addr,
+                        seconds=sc.seconds,
+                        capacity_mbit=total_rate or 100,
+                        flood_factor=sc.flood_factor,
                     )
                     d = mix_summary(mix)
                     mbps = d.get("bulk_mbps") or 0.0

@@ -31,6 +31,7 @@ A scenario file::
     tcp_streams = 1
     http_mb = 0               # 0: sized to last about `seconds` at the links' sum
     udp_payload = 1392        # bytes per UDP datagram payload
+    flood_factor = 5.0        # qos-mix: the UDP flood's rate, times the links' sum
 
     [[event]]                 # optional, during TCP transfers
     at_s = 3
@@ -100,6 +101,7 @@ RUN_KEYS = {
     "tcp_streams",
     "http_mb",
     "udp_payload",
+    "flood_factor",
 }
 
 
@@ -139,6 +141,7 @@ class Scenario:
     tcp_streams: int = 1
     http_mb: float = 0.0
     udp_payload: int = 1392
+    flood_factor: float = 5.0
     events: list[Event] = field(default_factory=list)
     hook_up: str | None = None
     hook_down: str | None = None
@@ -276,6 +279,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         tcp_streams=int(run.get("tcp_streams", 1)),
         http_mb=float(run.get("http_mb", 0)),
         udp_payload=int(run.get("udp_payload", 1392)),
+        flood_factor=float(run.get("flood_factor", 5.0)),
         events=events,
         hook_up=hook.get("up"),
         hook_down=hook.get("down"),
