@@ -358,7 +358,77 @@ pub fn render(v: &Value, tunnel: &str) -> String {
             m.sample(name, &[("path", &path)], x);
         }
     }
+    if let Some(classes) = v.get("qos").and_then(Value::as_array) {
+        render_classes(&mut m, classes);
+    }
     o
+}
+
+/// Per-class families of the QoS stage (`class` label).
+fn render_classes(m: &mut Metrics<'_>, classes: &[Value]) {
+    let name_of = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    for (name, kind, help, key) in [
+        (
+            "mpt_class_transmit_packets_total",
+            "counter",
+            "Inner packets of the class sent",
+            "packets",
+        ),
+        (
+            "mpt_class_transmit_bytes_total",
+            "counter",
+            "Inner bytes of the class sent",
+            "bytes",
+        ),
+        (
+            "mpt_class_queued_packets",
+            "gauge",
+            "Packets of the class waiting",
+            "queued_packets",
+        ),
+    ] {
+        m.family(name, kind, help);
+        for c in classes {
+            m.sample(name, &[("class", &name_of(c))], num(c, key).unwrap_or(0.0));
+        }
+    }
+    m.family(
+        "mpt_class_drops_total",
+        "counter",
+        "Packets of the class dropped, by reason (rate, full, aqm, expired)",
+    );
+    for c in classes {
+        for reason in ["rate", "full", "aqm", "expired"] {
+            let x = num(c, &format!("dropped_{reason}")).unwrap_or(0.0);
+            m.sample(
+                "mpt_class_drops_total",
+                &[("class", &name_of(c)), ("reason", reason)],
+                x,
+            );
+        }
+    }
+    m.family(
+        "mpt_class_queueing_delay_seconds",
+        "gauge",
+        "Time from the TUN to the socket of the class's packets, by quantile since start",
+    );
+    for c in classes {
+        let d = c.get("delay").cloned().unwrap_or(Value::Null);
+        for (q, key) in [("0.5", "p50_ms"), ("0.99", "p99_ms"), ("1", "max_ms")] {
+            if let Some(x) = num(&d, key) {
+                m.sample(
+                    "mpt_class_queueing_delay_seconds",
+                    &[("class", &name_of(c)), ("quantile", q)],
+                    x / 1e3,
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -396,6 +466,29 @@ mod tests {
         );
         // Every family is declared once, before its samples.
         assert_eq!(t.matches("# TYPE mpt_path_up gauge").count(), 1);
+        assert!(!t.contains("mpt_class_"), "no QoS, no class families");
+    }
+
+    #[test]
+    fn renders_classes() {
+        let v = json!({
+            "qos": [
+                {"name": "voip", "packets": 5, "bytes": 800, "queued_packets": 0,
+                 "dropped_rate": 2, "dropped_full": 0, "dropped_aqm": 0, "dropped_expired": 0,
+                 "delay": {"p50_ms": 0.5, "p99_ms": 2.0, "max_ms": 3.0}},
+            ],
+        });
+        let t = render(&v, "mpt0");
+        assert!(
+            t.contains("mpt_class_transmit_bytes_total{tunnel=\"mpt0\",class=\"voip\"} 800\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("mpt_class_drops_total{tunnel=\"mpt0\",class=\"voip\",reason=\"rate\"} 2\n")
+        );
+        assert!(t.contains(
+            "mpt_class_queueing_delay_seconds{tunnel=\"mpt0\",class=\"voip\",quantile=\"0.99\"} 0.002\n"
+        ));
     }
 
     #[test]
