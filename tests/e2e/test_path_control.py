@@ -74,3 +74,33 @@ def test_a_path_taken_down_and_up_under_traffic(workdir: Path) -> None:
         assert "path set administratively down" in log and "link1v4" in log
         sent = during - before
         print(f"\niperf3 {r.mbps:.0f} Mbit/s; link1v4 sent {sent} bytes in 1 s while down")
+
+
+def test_rate_cap_and_backup_change_at_runtime(workdir: Path) -> None:
+    with Topology(2) as topo:
+        a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
+        r = _path(a, "link2v4", "set", "rate_mbit", "5")
+        assert r.returncode == 0 and "rate_mbit set to 5" in r.stdout, r.stderr
+        link2 = next(p for p in a.status()["paths"] if p["name"] == "link2v4")
+        assert link2["sending"]["cap_mbps"] == 5.0, link2["sending"]
+        # Under a transfer, the capped path carries about its cap.
+        before = _tx(a, "link2v4")
+        iperf3(topo, TUNNEL_V4["b"], seconds=2)
+        carried = (_tx(a, "link2v4") - before) * 8 / 2 / 1e6
+        assert carried < 7.5, carried
+        assert _path(a, "link2v4", "set", "rate_mbit", "none").returncode == 0
+        link2 = next(p for p in a.status()["paths"] if p["name"] == "link2v4")
+        assert link2["sending"]["cap_mbps"] is None
+        # A backup path carries no data while the other is up.
+        assert _path(a, "link2v4", "set", "backup", "true").returncode == 0
+        assert "backup" in _path(a, "list").stdout
+        only = _path(a, "link1v4", "set", "backup", "true")
+        assert only.returncode == 1 and "only primary path" in only.stderr, only.stderr
+        assert _path(a, "link2v4", "set", "backup", "false").returncode == 0
+        bad = _path(a, "link2v4", "set", "rate_mbit", "fast")
+        assert bad.returncode == 2 and "rate_mbit must be" in bad.stderr, bad.stderr
+        missing = _path(a, "link2v4", "set", "backup")
+        assert missing.returncode == 2, missing.stderr
+        log = a.log.read_text()
+        assert "path setting changed" in log and "rate_mbit" in log
+        print(f"\nlink2v4 capped at 5 Mbit/s carried {carried:.1f} Mbit/s under TCP")

@@ -224,6 +224,7 @@ impl Driver {
                 ["path", name, action @ ("up" | "down")] => {
                     self.path_admin(name, *action == "down")
                 }
+                ["path", name, "set", key, value] => self.path_set(name, key, value),
                 _ => json!({ "error": format!("unknown request '{}'", req.command) }),
             };
             let _ = req.reply.send(answer.to_string());
@@ -238,6 +239,31 @@ impl Driver {
             Ok(_) => {
                 info!(tunnel = %self.identity.name, path = %name, "path set administratively {word} over the control socket");
                 json!({ "ok": true, "path": name, "admin": word })
+            }
+            Err(e) => json!({ "error": e }),
+        }
+    }
+
+    /// `mpt path NAME set rate_mbit N|none` and `set backup true|false`
+    /// (logged). Values were checked by the CLI; they are checked again.
+    fn path_set(&mut self, name: &str, key: &str, value: &str) -> Value {
+        let t = self.engine.tunnel_mut();
+        let r = match (key, value) {
+            ("rate_mbit", "none") => t.set_rate_cap(name, None),
+            ("rate_mbit", v) => match v.parse::<u64>() {
+                Ok(m) if (1..=1_000_000).contains(&m) => t.set_rate_cap(name, Some(m * 1_000_000)),
+                _ => Err(format!("rate_mbit '{v}' is not 1 to 1000000 or none")),
+            },
+            ("backup", "true") => t.set_backup(name, true),
+            ("backup", "false") => t.set_backup(name, false),
+            _ => Err(format!(
+                "cannot set '{key}' to '{value}' (rate_mbit N|none, backup true|false)"
+            )),
+        };
+        match r {
+            Ok(_) => {
+                info!(tunnel = %self.identity.name, path = %name, %key, %value, "path setting changed over the control socket");
+                json!({ "ok": true, "path": name, key: value })
             }
             Err(e) => json!({ "error": e }),
         }

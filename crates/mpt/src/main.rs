@@ -97,9 +97,14 @@ enum Cmd {
         json: bool,
         /// `list`, or the name of a path.
         target: String,
-        /// With a path's name: `down` or `up`.
-        #[arg(value_parser = ["up", "down"])]
+        /// With a path's name: `down`, `up`, or `set` (with KEY VALUE).
+        #[arg(value_parser = ["up", "down", "set"])]
         action: Option<String>,
+        /// With `set`: `rate_mbit` (N Mbit/s, or none) or `backup` (true or false).
+        #[arg(value_parser = ["rate_mbit", "backup"], requires = "value")]
+        key: Option<String>,
+        /// The new value.
+        value: Option<String>,
     },
     /// Print a shell completion script to stdout (e.g. `mpt completions
     /// bash > /etc/bash_completion.d/mpt`).
@@ -268,6 +273,8 @@ fn main() -> ExitCode {
             json,
             target,
             action,
+            key,
+            value,
         } => {
             let sock = match control_socket(socket, config) {
                 Ok(s) => s,
@@ -275,6 +282,25 @@ fn main() -> ExitCode {
             };
             match (target.as_str(), action) {
                 ("list", None) => done(pathcmd::list(&sock, json)),
+                (name, Some(a)) if a == "set" => match (key, value) {
+                    (Some(k), Some(v)) => match pathcmd::set_value(&k, &v) {
+                        Ok(v) => done(pathcmd::set(&sock, name, &k, &v, json)),
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            ExitCode::from(2)
+                        }
+                    },
+                    _ => {
+                        eprintln!("error: `mpt path {name} set rate_mbit N|none` or `mpt path {name} set backup true|false`");
+                        ExitCode::from(2)
+                    }
+                },
+                (name, Some(_)) if key.is_some() => {
+                    eprintln!(
+                        "error: only `set` takes a key and value (`mpt path {name} set ...`)"
+                    );
+                    ExitCode::from(2)
+                }
                 (_, Some(a)) => done(pathcmd::admin(&sock, &target, &a, json)),
                 (name, None) => {
                     eprintln!("error: say what to do with path '{name}': `mpt path {name} down` or `mpt path {name} up` (or `mpt path list`)");

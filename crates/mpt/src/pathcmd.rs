@@ -55,6 +55,36 @@ fn render(paths: &Value) -> String {
     o
 }
 
+/// The value of `mpt path NAME set KEY VALUE` as the daemon takes it, or
+/// what is wrong with it (a usage error).
+pub fn set_value(key: &str, value: &str) -> Result<String, String> {
+    match (key, value) {
+        ("rate_mbit", "none" | "off") => Ok("none".into()),
+        ("rate_mbit", v) => match v.parse::<u64>() {
+            Ok(m) if (1..=1_000_000).contains(&m) => Ok(m.to_string()),
+            _ => Err(format!(
+                "rate_mbit must be 1 to 1000000 (Mbit/s) or none, not '{v}'"
+            )),
+        },
+        ("backup", "true" | "on" | "yes") => Ok("true".into()),
+        ("backup", "false" | "off" | "no") => Ok("false".into()),
+        (k, v) => Err(format!(
+            "'{k} {v}': say `rate_mbit N|none` or `backup true|false`"
+        )),
+    }
+}
+
+/// `mpt path NAME set KEY VALUE` with a value from [`set_value`].
+pub fn set(sock: &Path, name: &str, key: &str, value: &str, json: bool) -> io::Result<()> {
+    let v = ask(sock, &format!("path {name} set {key} {value}"))?;
+    if json {
+        println!("{v}");
+    } else {
+        println!("path {name}: {key} set to {value}");
+    }
+    Ok(())
+}
+
 /// `mpt path NAME up|down`.
 pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()> {
     if name.chars().any(char::is_whitespace) || name.is_empty() {
@@ -75,6 +105,18 @@ pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn set_values_are_checked_before_asking() {
+        assert_eq!(set_value("rate_mbit", "50").unwrap(), "50");
+        assert_eq!(set_value("rate_mbit", "off").unwrap(), "none");
+        assert!(set_value("rate_mbit", "0").is_err());
+        assert!(set_value("rate_mbit", "fast").is_err());
+        assert_eq!(set_value("backup", "on").unwrap(), "true");
+        assert!(set_value("backup", "maybe")
+            .unwrap_err()
+            .contains("backup true|false"));
+    }
 
     #[test]
     fn list_shows_admin_and_backup_state() {

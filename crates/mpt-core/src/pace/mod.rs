@@ -232,6 +232,11 @@ impl PathSender {
         }
     }
 
+    /// Change the configured cap (`None`: no cap).
+    pub fn set_cap(&mut self, cap_bps: Option<u64>) {
+        self.cap_bps = cap_bps;
+    }
+
     /// The rate in force: the policy's, within the configured cap.
     pub fn pacing_rate_bps(&self, now: Nanos) -> Option<u64> {
         match (self.control.pacing_rate_bps(now), self.cap_bps) {

@@ -50,14 +50,51 @@ impl Tunnel {
     /// so its state stays known. Returns the path's id, or an error naming
     /// the paths there are.
     pub fn set_admin_down(&mut self, name: &str, down: bool) -> Result<PathId, String> {
-        let Some(i) = self.paths.iter().position(|p| p.cfg.name == name) else {
-            let names: Vec<&str> = self.paths.iter().map(|p| p.cfg.name.as_str()).collect();
-            return Err(format!(
-                "no path named '{name}'; the paths are: {}",
-                names.join(", ")
-            ));
-        };
+        let i = self.path_named(name)?;
         self.admin_down[i] = down;
+        self.refresh_usable();
+        Ok(i as PathId)
+    }
+
+    /// The index of the path named `name`, or an error naming the paths.
+    fn path_named(&self, name: &str) -> Result<usize, String> {
+        self.paths
+            .iter()
+            .position(|p| p.cfg.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.paths.iter().map(|p| p.cfg.name.as_str()).collect();
+                format!(
+                    "no path named '{name}'; the paths are: {}",
+                    names.join(", ")
+                )
+            })
+    }
+
+    /// Change the cap on what the path named `name` carries (`rate_mbit`
+    /// at runtime; `None` removes it). Path-aware sending only: static
+    /// weights do not pace.
+    pub fn set_rate_cap(&mut self, name: &str, cap_bps: Option<u64>) -> Result<PathId, String> {
+        let i = self.path_named(name)?;
+        if !self.paced {
+            return Err("rate_mbit caps path-aware sending; this tunnel sends by static weights, which do not pace".into());
+        }
+        self.senders[i].set_cap(cap_bps);
+        self.paths[i].cfg.rate_cap_bps = cap_bps;
+        Ok(i as PathId)
+    }
+
+    /// Make the path named `name` a backup path (carries data only while
+    /// no other path is up) or a primary one. At least one path stays
+    /// primary.
+    pub fn set_backup(&mut self, name: &str, backup: bool) -> Result<PathId, String> {
+        let i = self.path_named(name)?;
+        let others_primary = (0..self.paths.len()).any(|k| k != i && !self.paths[k].cfg.backup);
+        if backup && !others_primary {
+            return Err(format!(
+                "'{name}' is the only primary path; make another path primary first"
+            ));
+        }
+        self.paths[i].cfg.backup = backup;
         self.refresh_usable();
         Ok(i as PathId)
     }
