@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = inspect(data);
     let mut queued = 0;
     for (i, chunk) in data.chunks(97).enumerate() {
-        let (class, hash) = q.classify(chunk);
+        let (class, hash) = (q.classify(chunk), q.flow(chunk));
         assert!(class < q.class_count());
         let now = i as u64 * 1_000_000;
         if q.police(class, now, chunk.len()) && !q.is_realtime(class) {

@@ -102,5 +102,27 @@ fn scheduler(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, header, aead, reorder, scheduler);
+/// What QoS adds to a packet on the fast path: classification (standard
+/// classes), the policer and the per-class accounting at sending.
+fn qos(c: &mut Criterion) {
+    use mpt_core::qos::{Qos, QosConfig};
+    let mut q = Qos::new(QosConfig::standard(), 7, 1400, 100_000_000);
+    let mut pkt = vec![0u8; 1400];
+    pkt[0] = 0x45;
+    pkt[9] = 6;
+    pkt[12..20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+    pkt[20..24].copy_from_slice(&[0x13, 0x88, 0x1f, 0x90]);
+    let mut now = 0u64;
+    c.bench_function("qos/classify_police_account", |b| {
+        b.iter(|| {
+            now += 1_000;
+            let class = q.classify(black_box(&pkt));
+            let ok = q.police(class, now, pkt.len());
+            q.sent(class, now, 0, pkt.len());
+            black_box(ok)
+        })
+    });
+}
+
+criterion_group!(benches, header, aead, reorder, scheduler, qos);
 criterion_main!(benches);

@@ -165,6 +165,8 @@ pub struct ClassStatus {
 
 struct Class {
     cfg: ClassConfig,
+    /// The class matches everything (the default).
+    catch_all: bool,
     queue: ClassQueue,
     max: Option<RateBucket>,
     min: Option<RateBucket>,
@@ -186,6 +188,8 @@ pub struct Qos {
     classes: Vec<Class>,
     /// Class indices by precedence (stable for equal priorities).
     order: Vec<usize>,
+    /// The class that matches everything.
+    default: usize,
     key: u64,
     mtu: usize,
     /// The default bound on a packet's wait in the stage.
@@ -205,6 +209,7 @@ impl Qos {
             .classes
             .into_iter()
             .map(|c| Class {
+                catch_all: c.matcher.is_catch_all(),
                 queue: ClassQueue::new(CLASS_LIMIT_PACKETS, mtu.max(1500), c.aqm),
                 max: c.max_bps.map(RateBucket::new),
                 min: c.min_bps.map(RateBucket::new),
@@ -213,11 +218,13 @@ impl Qos {
                 cfg: c,
             })
             .collect();
+        let default = classes.iter().position(|c| c.catch_all).unwrap_or(0);
         let mut order: Vec<usize> = (0..classes.len()).collect();
         order.sort_by_key(|i| classes[*i].cfg.priority);
         Self {
             classes,
             order,
+            default,
             key,
             mtu,
             queue_ns,
@@ -237,23 +244,22 @@ impl Qos {
         self.classes.len()
     }
 
-    /// Class index and flow hash of an inner packet (the default class for
-    /// what is not IP, which the tunnel drops before).
-    pub fn classify(&self, pkt: &[u8]) -> (usize, u64) {
-        let default = self
-            .classes
-            .iter()
-            .position(|c| c.cfg.matcher.is_catch_all())
-            .unwrap_or(0);
+    /// Class index of an inner packet (the default class for what is not
+    /// IP, which the tunnel drops before).
+    pub fn classify(&self, pkt: &[u8]) -> usize {
         let Some(p) = inspect(pkt) else {
-            return (default, 0);
+            return self.default;
         };
-        let class = self
-            .classes
+        self.classes
             .iter()
-            .position(|c| !c.cfg.matcher.is_catch_all() && c.cfg.matcher.matches(&p))
-            .unwrap_or(default);
-        (class, flow_hash(&p, self.key))
+            .position(|c| !c.catch_all && c.cfg.matcher.matches(&p))
+            .unwrap_or(self.default)
+    }
+
+    /// The flow of an inner packet: a keyed hash of its 5-tuple (only
+    /// packets that wait in the stage need it).
+    pub fn flow(&self, pkt: &[u8]) -> u64 {
+        inspect(pkt).map_or(0, |p| flow_hash(&p, self.key))
     }
 
     pub fn is_realtime(&self, class: usize) -> bool {

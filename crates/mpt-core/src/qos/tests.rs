@@ -21,15 +21,15 @@ fn udp(sport: u16, tos: u8, len: usize) -> Vec<u8> {
 fn the_standard_classes_put_ef_in_real_time_and_the_rest_in_best_effort() {
     let q = Qos::new(QosConfig::standard(), 1, 1400, 100 * MS);
     assert_eq!(q.class_count(), 2);
-    let (ef, _) = q.classify(&udp(5004, 46 << 2, 200));
-    let (va, _) = q.classify(&udp(5004, 44 << 2, 200));
-    let (be, _) = q.classify(&udp(5004, 0, 200));
-    let (af, _) = q.classify(&udp(5004, 34 << 2 | 1, 200)); // AF41, ECT(1)
+    let ef = q.classify(&udp(5004, 46 << 2, 200));
+    let va = q.classify(&udp(5004, 44 << 2, 200));
+    let be = q.classify(&udp(5004, 0, 200));
+    let af = q.classify(&udp(5004, 34 << 2 | 1, 200)); // AF41, ECT(1)
     assert!(q.is_realtime(ef) && q.is_realtime(va));
     assert_eq!((ef, va, be, af), (0, 0, 1, 1));
     assert!(!q.is_redundant(ef));
     // Not IP: the default class.
-    assert_eq!(q.classify(&[0u8; 3]).0, 1);
+    assert_eq!(q.classify(&[0u8; 3]), 1);
 }
 
 #[test]
@@ -65,8 +65,9 @@ fn precedence_then_the_policer_and_the_wait_bound() {
         classes: vec![ClassConfig::best_effort("rest", 5), hi],
     };
     let mut q = Qos::new(cfg, 1, 1400, 50 * MS);
-    let (rest, h_rest) = q.classify(&udp(7, 0, 1000));
-    let (hi, h_hi) = q.classify(&udp(100, 0, 1000));
+    let (rest, h_rest) = (q.classify(&udp(7, 0, 1000)), q.flow(&udp(7, 0, 1000)));
+    let (hi, h_hi) = (q.classify(&udp(100, 0, 1000)), q.flow(&udp(100, 0, 1000)));
+    assert_ne!(h_rest, h_hi);
     assert_eq!(
         (rest, hi),
         (0, 1),

@@ -46,8 +46,8 @@ const UNKNOWN_DELAY_NS: Nanos = 1_000 * NANOS_PER_MS;
 pub(super) enum Classified {
     /// Sent, queued or dropped.
     Done(Option<Transmit>),
-    /// An ordered class: `class` for the header, `hash` its flow.
-    Ordered { class: usize, hash: u64 },
+    /// An ordered class: `class` for the header.
+    Ordered { class: usize },
 }
 
 impl Tunnel {
@@ -55,15 +55,15 @@ impl Tunnel {
     /// real-time classes are sent here.
     pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
         let Some(qos) = self.qos.as_mut() else {
-            return Classified::Ordered { class: 0, hash: 0 };
+            return Classified::Ordered { class: 0 };
         };
-        let (class, hash) = qos.classify(&buf[HEADER_LEN..HEADER_LEN + len]);
+        let class = qos.classify(&buf[HEADER_LEN..HEADER_LEN + len]);
         if !qos.police(class, now, len) {
             self.drops.add(DropReason::ClassRate);
             return Classified::Done(None);
         }
         if !qos.is_realtime(class) {
-            return Classified::Ordered { class, hash };
+            return Classified::Ordered { class };
         }
         let redundant = qos.is_redundant(class);
         Classified::Done(self.send_realtime(now, class, redundant, buf, len))
@@ -162,11 +162,12 @@ impl Tunnel {
 
     /// Put an ordered packet in the QoS stage (when the stage already
     /// holds packets, or its path's queue is beyond the fill bound).
-    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, hash: u64, pkt: &[u8]) {
+    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, pkt: &[u8]) {
         let Some(qos) = self.qos.as_mut() else {
             self.drops.add(DropReason::QueueFull);
             return;
         };
+        let hash = qos.flow(pkt);
         let (_, dropped) = qos.enqueue(class, hash, now, pkt);
         for _ in 0..dropped {
             self.drops.add(DropReason::ClassFull);

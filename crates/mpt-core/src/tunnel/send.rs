@@ -91,7 +91,7 @@ impl Tunnel {
             // gap before what follows it.
             // Staged packets go in order: real-time classes wait with the
             // rest, in their ordered class.
-            let class = self.qos.as_ref().map_or(0, |q| q.classify(inner).0 as u8);
+            let class = self.qos.as_ref().map_or(0, |q| q.classify(inner) as u8);
             if self.staged.len() >= STAGED_MAX_PACKETS {
                 self.staged.pop_front();
                 self.drops.add(DropReason::NoSession);
@@ -100,13 +100,13 @@ impl Tunnel {
             self.queue.count_staged();
             return None;
         }
-        let (class_idx, hash) = match self.classify(now, buf, len) {
+        let class_idx = match self.classify(now, buf, len) {
             super::qos::Classified::Done(t) => return t,
-            super::qos::Classified::Ordered { class, hash } => (class, hash),
+            super::qos::Classified::Ordered { class } => class,
         };
         let class = class_idx as u8;
         if self.stage_busy() {
-            self.stage_packet(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
+            self.stage_packet(now, class_idx, &buf[HEADER_LEN..HEADER_LEN + len]);
             return None;
         }
         let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
@@ -127,7 +127,7 @@ impl Tunnel {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
                 if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {
-                    self.stage_packet(now, class_idx, hash, &buf[HEADER_LEN..HEADER_LEN + len]);
+                    self.stage_packet(now, class_idx, &buf[HEADER_LEN..HEADER_LEN + len]);
                     return None;
                 }
                 if wait > self.queue_max
