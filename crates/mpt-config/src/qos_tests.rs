@@ -3,20 +3,8 @@
 
 use std::path::Path;
 
-use super::super::Config;
-
-const BASE: &str = r#"
-[tunnel]
-name = "mpt0"
-addresses = ["10.0.0.1/24"]
-[peer]
-role = "server"
-[security]
-insecure_no_encryption = true
-[[path]]
-local = "192.168.1.1:5000"
-remote = "192.168.1.2:5000"
-"#;
+use crate::tests::MINIMAL as BASE;
+use crate::Config;
 
 fn parse(extra: &str) -> Result<Config, Vec<String>> {
     Config::parse(&format!("{BASE}{extra}"), Path::new("t.toml"))

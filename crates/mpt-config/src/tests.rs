@@ -40,7 +40,7 @@ fn errors(text: &str) -> Vec<String> {
         .collect()
 }
 
-const MINIMAL: &str = r#"
+pub(crate) const MINIMAL: &str = r#"
 [tunnel]
 name = "mpt0"
 addresses = ["10.0.0.1/24"]
