@@ -53,7 +53,12 @@ def test_tcp_over_two_paths_uses_both(workdir: Path) -> None:
         sent = [p["tx_bytes"] for p in st["paths"]]
         assert min(sent) > 0.4 * max(sent), sent
         sb = b.status()
-        assert sb["drops"]["late"] == 0 and sb["drops"]["duplicate"] == 0, sb["drops"]
+        # Nothing arrives after its gap was given up. A duplicate can only
+        # be the answer to a loss-recovery request whose original came after
+        # all (seen once in CI under load): at most one per request.
+        asked = (sb.get("recovery") or {}).get("gaps_requested", 0)
+        assert sb["drops"]["late"] == 0, sb["drops"]
+        assert sb["drops"]["duplicate"] <= asked, (sb["drops"], sb.get("recovery"))
         ref = 100.0
         print(
             f"\nTCP over 2 x 50 Mbit/s paths: {r.mbps:.0f} Mbit/s ({r.mbps / ref:.2f} of the sum), "
