@@ -17,7 +17,17 @@ from mptlab.util import mpt_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "packaging" / "systemd" / "mpt@.service"
-SUBCOMMANDS = ["up", "check", "genkey", "pubkey", "status", "path", "completions", "man"]
+SUBCOMMANDS = [
+    "up",
+    "check",
+    "reload",
+    "genkey",
+    "pubkey",
+    "status",
+    "path",
+    "completions",
+    "man",
+]
 
 
 def _mpt(*args: str) -> str:

@@ -23,9 +23,10 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use mpt_core::rates::{Counts, RateWindow};
 use mpt_core::tunnel::Tunnel;
+use mpt_core::Nanos;
 use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::control::Request;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
@@ -68,7 +69,14 @@ pub struct Driver {
     /// Throughput over the last second, per path (status).
     rates: RateWindow,
     started: Instant,
+    /// Reads the configuration again and applies it (SIGHUP, `reload`);
+    /// set by the daemon, which owns the configuration.
+    reload: Option<Reload>,
 }
+
+/// A configuration reload: applied to the tunnel at `now`, answered as the
+/// control protocol's JSON (`ok` with what changed, or `error`).
+pub type Reload = Box<dyn FnMut(&mut Tunnel, Nanos) -> Value>;
 
 /// What the control thread needs to hand requests to the loop.
 pub struct ControlHook {
@@ -139,6 +147,7 @@ impl Driver {
                 control_rx,
                 rates: RateWindow::default(),
                 started: Instant::now(),
+                reload: None,
             },
             hook,
         ))
@@ -208,12 +217,25 @@ impl Driver {
         }
     }
 
-    /// SIGHUP: applying a changed configuration at runtime is not there
-    /// yet, so the tunnel goes on unchanged and says so.
+    /// Install the configuration reload (SIGHUP, the `reload` request).
+    pub fn set_reload(&mut self, reload: Reload) {
+        self.reload = Some(reload);
+    }
+
+    /// SIGHUP: reload the configuration (the hook logs what it did).
     fn hangup(&mut self) {
         let mut buf = [0u8; 64];
         while matches!(self.hangup_rx.read(&mut buf), Ok(n) if n > 0) {}
-        warn!(tunnel = %self.identity.name, "SIGHUP received: reloading the configuration at runtime is not supported yet; the tunnel goes on unchanged (restart it to apply changes)");
+        info!(tunnel = %self.identity.name, "SIGHUP received: reloading the configuration");
+        self.reload_now();
+    }
+
+    fn reload_now(&mut self) -> Value {
+        let now = self.engine.clock.now();
+        match self.reload.as_mut() {
+            Some(r) => r(self.engine.tunnel_mut(), now),
+            None => json!({ "error": "this daemon cannot reload its configuration" }),
+        }
     }
 
     fn answer_control(&mut self) {
@@ -225,6 +247,7 @@ impl Driver {
                     self.path_admin(name, *action == "down")
                 }
                 ["path", name, "set", key, value] => self.path_set(name, key, value),
+                ["reload"] => self.reload_now(),
                 _ => json!({ "error": format!("unknown request '{}'", req.command) }),
             };
             let _ = req.reply.send(answer.to_string());

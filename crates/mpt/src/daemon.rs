@@ -166,6 +166,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
         Engage::Auto
     };
     let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity, workers, engage)?;
+    driver.set_reload(crate::reload::hook(cfg.clone()));
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
         tunnel = %cfg.tunnel.name,

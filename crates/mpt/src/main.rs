@@ -9,6 +9,7 @@ mod daemon;
 mod keys;
 mod metrics;
 mod pathcmd;
+mod reload;
 mod status;
 
 use std::path::PathBuf;
@@ -39,6 +40,21 @@ enum Cmd {
         /// directive); overrides MPT_LOG.
         #[arg(long)]
         log: Option<String>,
+    },
+    /// Make a running tunnel read its configuration file again (as SIGHUP
+    /// does): per-path rate_mbit, backup, keepalive_ms and dead_ms,
+    /// scheduler.queue_ms and the QoS classes change at once; what needs a
+    /// restart is listed. A file with errors changes nothing.
+    Reload {
+        /// Configuration file of the tunnel (to find its control socket).
+        #[arg(short, long, conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// Control socket path.
+        #[arg(short, long)]
+        socket: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Validate a configuration file without touching the system.
     Check {
@@ -244,6 +260,14 @@ fn main() -> ExitCode {
                 println!("{}", status::describe_config(&c));
                 ExitCode::SUCCESS
             }
+            Err(code) => code,
+        },
+        Cmd::Reload {
+            config,
+            socket,
+            json,
+        } => match control_socket(socket, config) {
+            Ok(sock) => done(reload::ask(&sock, json)),
             Err(code) => code,
         },
         Cmd::Genkey { out } => done(keys::genkey(out.as_deref())),

@@ -240,6 +240,30 @@ impl Qos {
         self.codel = codel::Params::for_rtt(rtt_ns);
     }
 
+    /// Change the default bound on a packet's wait.
+    pub fn set_queue_bound(&mut self, queue_ns: Nanos) {
+        self.queue_ns = queue_ns;
+    }
+
+    /// Take every waiting packet out, class by class, as (entry time,
+    /// packet); the stage is empty after.
+    pub fn take_all(&mut self) -> Vec<(Nanos, Vec<u8>)> {
+        let mut out = vec![];
+        for k in 0..self.classes.len() {
+            let c = &mut self.classes[k];
+            while !c.queue.is_empty() {
+                match c
+                    .queue
+                    .pop(0, 0, self.mtu, self.codel, &mut self.pool, |_, _| {})
+                {
+                    Some(i) => out.push((i.at, i.buf)),
+                    None => break,
+                }
+            }
+        }
+        out
+    }
+
     pub fn class_count(&self) -> usize {
         self.classes.len()
     }

@@ -83,6 +83,24 @@ impl Tunnel {
         Ok(i as PathId)
     }
 
+    /// Change the probe interval and the dead interval of the path named
+    /// `name` (`keepalive_ms`, `dead_ms` at runtime); `dead` must exceed
+    /// `keepalive`.
+    pub fn set_path_timers(
+        &mut self,
+        name: &str,
+        keepalive: Nanos,
+        dead: Nanos,
+    ) -> Result<PathId, String> {
+        let i = self.path_named(name)?;
+        if keepalive == 0 || dead <= keepalive {
+            return Err("dead_ms must exceed keepalive_ms, and keepalive_ms be above 0".into());
+        }
+        let cfg = &mut self.paths[i].cfg;
+        (cfg.keepalive, cfg.dead) = (keepalive, dead);
+        Ok(i as PathId)
+    }
+
     /// Make the path named `name` a backup path (carries data only while
     /// no other path is up) or a primary one. At least one path stays
     /// primary.

@@ -252,6 +252,8 @@ pub struct Tunnel {
     recovery: Option<recovery::Recovery>,
     /// The QoS stage (`qos.rs`); `None` with QoS off.
     qos: Option<Qos>,
+    /// The key of the QoS flow hash (from the seed).
+    qos_key: u64,
     /// Next sequence of a real-time packet (their own space).
     rt_seq: u64,
     /// Real-time sequences received (duplicates of redundant copies).
@@ -282,6 +284,13 @@ impl Drop for Burst<'_> {
     fn drop(&mut self) {
         self.tunnel.burst_path = None;
     }
+}
+
+/// The QoS flow hash's key, from the tunnel's seed.
+fn qos_key(seed: &[u8; 32]) -> u64 {
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&seed[..8]);
+    u64::from_le_bytes(k)
 }
 
 /// Handshake responses and cookie replies queued at most: a flood answered
@@ -348,13 +357,22 @@ impl Tunnel {
             adapt_to_loss: cfg.adapt_to_loss,
             reorder_max_delay: cfg.reorder_max_delay,
             recovery: cfg.recover.then(recovery::Recovery::new),
-            qos: cfg.qos.map(|q| {
-                let key = u64::from_le_bytes(cfg.seed[..8].try_into().unwrap_or_default());
-                Qos::new(q, key, cfg.mtu, cfg.queue_max)
-            }),
+            qos: cfg
+                .qos
+                .map(|q| Qos::new(q, qos_key(&cfg.seed), cfg.mtu, cfg.queue_max)),
+            qos_key: qos_key(&cfg.seed),
             rt_seq: 0,
             rt_window: ReplayWindow::default(),
             timers_ran_at: None,
+        }
+    }
+
+    /// Change the send queue's bound (`queue_ms` at runtime); what already
+    /// waits stays.
+    pub fn set_queue_max(&mut self, queue_max: Nanos) {
+        self.queue_max = queue_max;
+        if let Some(q) = self.qos.as_mut() {
+            q.set_queue_bound(queue_max);
         }
     }
 

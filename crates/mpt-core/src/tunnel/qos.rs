@@ -251,6 +251,33 @@ impl Tunnel {
         }
     }
 
+    /// Replace the traffic classes (a configuration reload). What waits in
+    /// the stage is classified again into the new classes (keeping its
+    /// entry time), or, with QoS turned off, moves to the path queues.
+    pub fn set_qos(&mut self, cfg: Option<crate::qos::QosConfig>, now: Nanos) {
+        let waiting = self.qos.as_mut().map(|q| q.take_all()).unwrap_or_default();
+        self.qos = cfg.map(|c| crate::qos::Qos::new(c, self.qos_key, self.mtu, self.queue_max));
+        for (at, pkt) in waiting {
+            if let Some(q) = self.qos.as_mut() {
+                let class = q.classify(&pkt);
+                let (_, dropped) = q.enqueue(class, q.flow(&pkt), at, &pkt);
+                (0..dropped).for_each(|_| self.drops.add(DropReason::ClassFull));
+                continue;
+            }
+            let Some(path) = self.pick(now, pkt.len()) else {
+                self.drops.add(DropReason::NoPath);
+                continue;
+            };
+            let seq = self.next_tunnel_seq;
+            if self.queue.push(path, seq, 0, at, &pkt) {
+                self.store_for_recovery(seq, 0, &pkt);
+                self.next_tunnel_seq += 1;
+            } else {
+                self.drops.add(DropReason::QueueFull);
+            }
+        }
+    }
+
     /// Real-time packets waiting in path queues, by class (status).
     pub(super) fn realtime_waiting(&self) -> Vec<usize> {
         let n = self.qos.as_ref().map_or(0, crate::qos::Qos::class_count);
