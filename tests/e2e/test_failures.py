@@ -205,6 +205,10 @@ def test_status_json_and_human(workdir: Path) -> None:
         assert doc["schema"] == 1 and doc["version"]
         assert doc["peer_public_key"] and len(doc["peer_public_key"]) == 44
         assert abs(doc["last_handshake_unix_s"] - time.time()) < 60
+        # The log names the peer by its key and its address on each path.
+        log = a.log_text()
+        assert "session established with the peer holding this key" in log, log
+        assert doc["peer_public_key"] in log and "link1v4=" in log
         # SIGHUP does not end the daemon: it reloads an unchanged file.
         a.proc.send_signal(signal.SIGHUP)
         wait_for("SIGHUP reload", lambda: "nothing changed" in a.log_text(), timeout=5)

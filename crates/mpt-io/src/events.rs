@@ -72,7 +72,13 @@ impl EventLog {
                 info!(tunnel = %tunnel_name, path = %name(path), from = %from, to = %to, "peer address changed (authenticated and validated)")
             }
             Event::Security(CryptoEvent::Established { cipher, rekey }) => {
-                info!(tunnel = %tunnel_name, cipher, rekey, "session established")
+                // Who: the peer's key (the credential the handshake proved)
+                // and where it is reached on each path.
+                let key = t.peer_key_text().unwrap_or_default();
+                let at: Vec<String> = (0..t.path_count() as u8)
+                    .map(|p| format!("{}={}", name(p), peer(p)))
+                    .collect();
+                info!(tunnel = %tunnel_name, cipher, rekey, peer_key = %key, peer = %at.join(","), "session established with the peer holding this key")
             }
             Event::Security(CryptoEvent::Failed {
                 reason,

@@ -278,6 +278,11 @@ impl CryptoState {
         self.cfg.role
     }
 
+    /// The peer's static public key (the only one accepted).
+    pub fn peer_public(&self) -> &crate::crypto::keys::PublicKey {
+        &self.cfg.identity.peer_public
+    }
+
     fn seed(&mut self) -> [u8; 32] {
         let mut s = [0u8; 32];
         self.rng.fill_bytes(&mut s);

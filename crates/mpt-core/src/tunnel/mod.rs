@@ -594,6 +594,14 @@ impl Tunnel {
         self.crypto.as_mut()?.poll_event().map(Event::Security)
     }
 
+    /// The peer's public key in its text form (base64), `None` in
+    /// plaintext mode — for logs.
+    pub fn peer_key_text(&self) -> Option<String> {
+        self.crypto
+            .as_ref()
+            .map(|c| crate::crypto::keys::encode(&c.peer_public().0))
+    }
+
     /// Whether this side starts handshakes (client) — for logs.
     pub fn is_initiator(&self) -> bool {
         self.crypto
