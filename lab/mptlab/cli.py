@@ -20,6 +20,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,14 +35,16 @@ from .util import mpt_binary, run
 def demo(args: argparse.Namespace) -> int:
     rates = [100, 50, 20]
     shapes = [Shape(rate_mbit=r) for r in rates]
-    paths = [PathOpts(1, 4, weight=10), PathOpts(2, 6, weight=5), PathOpts(3, 4, weight=2)]
+    # No weights: mpt learns each path's capacity and delay (path-aware
+    # sending, the default), with the default QoS classes.
+    paths = [PathOpts(1, 4), PathOpts(2, 6), PathOpts(3, 4)]
     print(
         f"mpt demo: namespaces A and B joined by {len(rates)} links of "
         f"{' + '.join(str(r) for r in rates)} Mbit/s (tbf);"
     )
     print(
-        "paths: link1 over IPv4 (weight 10), link2 over IPv6 (weight 5), "
-        "link3 over IPv4 (weight 2); tunnel carries IPv4 and IPv6\n"
+        "paths: link1 over IPv4, link2 over IPv6, link3 over IPv4 (capacities learned, "
+        "not configured); tunnel carries IPv4 and IPv6\n"
     )
     with (
         Topology(len(rates), shape=shapes, prefix="mptdemo") as topo,
@@ -56,7 +59,20 @@ def demo(args: argparse.Namespace) -> int:
         print(f"ping IPv4 through the tunnel: {p4.received}/{p4.sent}, avg {p4.avg_ms} ms")
         print(f"ping IPv6 through the tunnel: {p6.received}/{p6.sent}, avg {p6.avg_ms} ms")
         print(f"\niperf3 TCP A -> B through the tunnel for {args.seconds} s ...")
-        r = iperf3(topo, TUNNEL_V4["b"], seconds=args.seconds)
+        result: dict = {}
+        t = threading.Thread(
+            target=lambda: result.setdefault(
+                "r", iperf3(topo, TUNNEL_V4["b"], seconds=args.seconds)
+            )
+        )
+        t.start()
+        time.sleep(min(3.0, args.seconds / 2))
+        print("=== mpt path list on A, during the transfer (live rates) ===")
+        print(
+            run([str(mpt_binary()), "path", "-s", str(a.control), "list"], ns=topo.ns("a")).stdout
+        )
+        t.join(timeout=args.seconds + 60)
+        r = result["r"]
         total = sum(rates)
         print(
             f"  {r.mbps:.1f} Mbit/s = {r.mbps / total:.1%} of the {total} Mbit/s sum of the "
