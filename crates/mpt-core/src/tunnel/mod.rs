@@ -286,13 +286,6 @@ impl Drop for Burst<'_> {
     }
 }
 
-/// The QoS flow hash's key, from the tunnel's seed.
-fn qos_key(seed: &[u8; 32]) -> u64 {
-    let mut k = [0u8; 8];
-    k.copy_from_slice(&seed[..8]);
-    u64::from_le_bytes(k)
-}
-
 /// Handshake responses and cookie replies queued at most: a flood answered
 /// with cookies must not crowd out the reply to a real client within one
 /// receive batch (tuning knob; each entry is at most 141 bytes).
@@ -359,20 +352,11 @@ impl Tunnel {
             recovery: cfg.recover.then(recovery::Recovery::new),
             qos: cfg
                 .qos
-                .map(|q| Qos::new(q, qos_key(&cfg.seed), cfg.mtu, cfg.queue_max)),
-            qos_key: qos_key(&cfg.seed),
+                .map(|q| Qos::new(q, qos::qos_key(&cfg.seed), cfg.mtu, cfg.queue_max)),
+            qos_key: qos::qos_key(&cfg.seed),
             rt_seq: 0,
             rt_window: ReplayWindow::default(),
             timers_ran_at: None,
-        }
-    }
-
-    /// Change the send queue's bound (`queue_ms` at runtime); what already
-    /// waits stays.
-    pub fn set_queue_max(&mut self, queue_max: Nanos) {
-        self.queue_max = queue_max;
-        if let Some(q) = self.qos.as_mut() {
-            q.set_queue_bound(queue_max);
         }
     }
 

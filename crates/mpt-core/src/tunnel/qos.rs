@@ -50,7 +50,23 @@ pub(super) enum Classified {
     Ordered { class: usize },
 }
 
+/// The QoS flow hash's key, from the tunnel's seed.
+pub(super) fn qos_key(seed: &[u8; 32]) -> u64 {
+    let mut k = [0u8; 8];
+    k.copy_from_slice(&seed[..8]);
+    u64::from_le_bytes(k)
+}
+
 impl Tunnel {
+    /// Change the send queue's bound (`queue_ms` at runtime); what already
+    /// waits stays.
+    pub fn set_queue_max(&mut self, queue_max: Nanos) {
+        self.queue_max = queue_max;
+        if let Some(q) = self.qos.as_mut() {
+            q.set_queue_bound(queue_max);
+        }
+    }
+
     /// Classify and police the inner packet at `buf[HEADER_LEN..][..len]`;
     /// real-time classes are sent here.
     pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
