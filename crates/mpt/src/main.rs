@@ -29,6 +29,20 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Which running tunnel to ask, and how to print the answer.
+#[derive(clap::Args)]
+struct DaemonArgs {
+    /// Configuration file of the tunnel (to find its control socket).
+    #[arg(short, long, conflicts_with = "socket")]
+    config: Option<PathBuf>,
+    /// Control socket path.
+    #[arg(short, long)]
+    socket: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Bring the tunnel up and run in the foreground until SIGINT/SIGTERM.
@@ -46,15 +60,8 @@ enum Cmd {
     /// scheduler.queue_ms and the QoS classes change at once; what needs a
     /// restart is listed. A file with errors changes nothing.
     Reload {
-        /// Configuration file of the tunnel (to find its control socket).
-        #[arg(short, long, conflicts_with = "socket")]
-        config: Option<PathBuf>,
-        /// Control socket path.
-        #[arg(short, long)]
-        socket: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
     },
     /// Validate a configuration file without touching the system.
     Check {
@@ -102,15 +109,8 @@ enum Cmd {
     /// out of use and back (`mpt path NAME down`, `mpt path NAME up`): a
     /// path that is down carries no data but keeps its probes.
     Path {
-        /// Configuration file of the tunnel (to find its control socket).
-        #[arg(short, long, conflicts_with = "socket")]
-        config: Option<PathBuf>,
-        /// Control socket path.
-        #[arg(short, long)]
-        socket: Option<PathBuf>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        daemon: DaemonArgs,
         /// `list`, or the name of a path.
         target: String,
         /// With a path's name: `down`, `up`, or `set` (with KEY VALUE).
@@ -263,9 +263,12 @@ fn main() -> ExitCode {
             Err(code) => code,
         },
         Cmd::Reload {
-            config,
-            socket,
-            json,
+            daemon:
+                DaemonArgs {
+                    config,
+                    socket,
+                    json,
+                },
         } => match control_socket(socket, config) {
             Ok(sock) => done(reload::ask(&sock, json)),
             Err(code) => code,
@@ -292,9 +295,12 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Path {
-            config,
-            socket,
-            json,
+            daemon:
+                DaemonArgs {
+                    config,
+                    socket,
+                    json,
+                },
             target,
             action,
             key,
