@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use mpt_config::{overhead, Config, Role, Security};
+use mpt_config::{overhead, Config, Role, SchedulerMode, Security};
 use mpt_core::crypto::aead::Cipher;
 use mpt_core::crypto::state::CipherPref;
 use serde_json::Value;
@@ -213,7 +213,7 @@ pub fn render(v: &Value) -> String {
     for p in &paths {
         let _ = writeln!(
             o,
-            "  {}{}: {} -> {}  weight {}  owd {} ms  rtt min {} ms  up/down {}/{}",
+            "  {}{}: {} -> {}  {}owd {} ms  rtt min {} ms  up/down {}/{}",
             p.get("name").and_then(Value::as_str).unwrap_or("-"),
             if p.get("backup").and_then(Value::as_bool) == Some(true) {
                 " (backup: data only while no other path is up)"
@@ -222,7 +222,7 @@ pub fn render(v: &Value) -> String {
             },
             p.get("local").and_then(Value::as_str).unwrap_or("-"),
             p.get("remote").and_then(Value::as_str).unwrap_or("-"),
-            num(p, "weight"),
+            share(p),
             ms(p, "owd_ms"),
             ms(p, "rtt_min_ms"),
             num(p, "ups"),
@@ -423,6 +423,18 @@ pub fn render(v: &Value) -> String {
     o
 }
 
+/// How a path's share is set: its static weight, or (path-aware sending,
+/// where weights do not apply) its configured cap if any.
+fn share(p: &Value) -> String {
+    match p.get("sending").filter(|s| s.is_object()) {
+        Some(s) => match s.get("cap_mbps").and_then(Value::as_f64) {
+            Some(c) => format!("cap {c} Mbit/s  "),
+            None => String::new(),
+        },
+        None => format!("weight {}  ", num(p, "weight")),
+    }
+}
+
 /// The QoS classes: traffic, what waits, delay percentiles, drops.
 fn render_classes(o: &mut String, v: &Value) {
     let Some(classes) = v.get("qos").and_then(Value::as_array) else {
@@ -484,13 +496,17 @@ pub fn describe_config(c: &Config) -> String {
     for p in &c.paths {
         let _ = writeln!(
             o,
-            "  path {}: {} -> {} (IPv{}), weight {}, keepalive {} ms, dead {} ms, overhead {} B",
+            "  path {}: {} -> {} (IPv{}), {}, keepalive {} ms, dead {} ms, overhead {} B",
             p.name,
             p.local,
             p.remote
                 .map_or_else(|| "(learned)".to_string(), |r| r.to_string()),
             if p.local.is_ipv4() { 4 } else { 6 },
-            p.weight,
+            match (c.scheduler, p.rate_mbit) {
+                (SchedulerMode::Wrr, _) => format!("weight {}", p.weight),
+                (SchedulerMode::Ecf, Some(m)) => format!("capacity learned, capped at {m} Mbit/s"),
+                (SchedulerMode::Ecf, None) => "capacity learned".to_string(),
+            },
             p.keepalive_ms,
             p.dead_ms,
             overhead(&p.local)
@@ -529,4 +545,23 @@ pub fn describe_config(c: &Config) -> String {
         ),
     };
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_path_shows_its_weight_or_its_cap() {
+        assert_eq!(share(&json!({"weight": 3, "sending": null})), "weight 3  ");
+        assert_eq!(
+            share(&json!({"weight": 1, "sending": {"cap_mbps": null}})),
+            ""
+        );
+        assert_eq!(
+            share(&json!({"weight": 1, "sending": {"cap_mbps": 5.0}})),
+            "cap 5 Mbit/s  "
+        );
+    }
 }
