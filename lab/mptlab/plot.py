@@ -206,7 +206,17 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
             continue
         fig, ax = plt.subplots(figsize=(7, 3.5))
         t, m = zip(*det["timeline"], strict=False) if det["timeline"] else ((), ())
-        ax.step(t, m, where="post", color=STYLE.get(p["system"], ("tab:red", ""))[0])
+        ax.step(
+            t,
+            m,
+            where="post",
+            color=STYLE.get(p["system"], ("tab:red", ""))[0],
+            label="inner TCP (iperf3)",
+        )
+        # What each path carried (the sender's byte counters; encapsulated).
+        pt = det.get("path_timeline") or {}
+        for name, series in (pt.get("mbps") or {}).items():
+            ax.plot(pt["t"], series, lw=0.9, ls=":", label=f"path {name}")
         colours = {"cut": "red", "restore": "green", "shape": "darkorange"}
         for ev in det.get("events", []):
             new = ", ".join(

@@ -132,6 +132,55 @@ def without_qos(extra: str) -> str:
     return extra
 
 
+# How often the per-path sampler reads the sender's status (seconds).
+PATH_SAMPLE_S = 0.25
+
+
+class PathSampler:
+    """Per-path send rates of an mpt sender over time, from the byte
+    counters of `mpt status` read every PATH_SAMPLE_S on a thread: what each
+    path carried while events changed the links. Nothing for other systems."""
+
+    def __init__(self, peer: Any, start: float) -> None:
+        self.peer, self.start_t = peer, start
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PathSampler:
+        if self.peer is not None:
+            self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.done.wait(PATH_SAMPLE_S):
+            try:
+                paths = self.peer.status()["paths"]
+            except Exception:  # noqa: BLE001 - a missed sample is a gap, not a failure
+                continue
+            at = time.monotonic() - self.start_t
+            self.samples.append((at, {p["name"]: p["tx_bytes"] for p in paths}))
+
+    def stop(self) -> dict[str, Any] | None:
+        """{"t": [s], "mbps": {path: [Mbit/s]}} between samples."""
+        self.done.set()
+        if self.peer is None:
+            return None
+        self.thread.join(timeout=5)
+        s = self.samples
+        if len(s) < 2:
+            return None
+        out: dict[str, Any] = {"t": [], "mbps": {n: [] for n in s[0][1]}}
+        for (t0, b0), (t1, b1) in zip(s, s[1:], strict=False):
+            dt = t1 - t0
+            if dt <= 0:
+                continue
+            out["t"].append(round(t1, 3))
+            for n in out["mbps"]:
+                out["mbps"][n].append(round((b1.get(n, 0) - b0.get(n, 0)) * 8 / dt / 1e6, 3))
+        return out
+
+
 def cpu_hz() -> float:
     """The CPU clock from /proc/cpuinfo (the first core's), in Hz."""
     try:
@@ -359,6 +408,7 @@ class Runner:
         t = threading.Thread(target=transfer)
         start = time.monotonic()
         t.start()
+        sampler = PathSampler(target.peers[0] if target.peers else None, start).start()
         for ev in sorted(sc.events, key=lambda e: e.at_s):
             delay = start + ev.at_s - time.monotonic()
             if delay > 0:
@@ -369,6 +419,7 @@ class Runner:
             else:
                 topo.set_link(ev.link, up=ev.action == "restore")
         t.join(timeout=sc.seconds + 60)
+        path_timeline = sampler.stop()
         for ev in sc.events:  # leave links as found
             topo.set_link(ev.link, up=True)
         for i, s in enumerate(original, start=1):
@@ -403,6 +454,7 @@ class Runner:
             "recovery_s": recovery,
             "longest_stall_s": stall,
             "rates_after_shape": shaped_rates or None,
+            "path_timeline": path_timeline,
         }
 
     # -- scenario loop ------------------------------------------------------
