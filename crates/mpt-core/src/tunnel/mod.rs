@@ -555,6 +555,7 @@ impl Tunnel {
     /// Run timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.liveness_timers(now);
+        self.update_codel_rtt();
         self.reorder.handle_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);

@@ -170,6 +170,18 @@ impl Tunnel {
         (gap + FILL_MARGIN_NS).min(self.queue_max)
     }
 
+    /// Give CoDel the round trip of the slowest usable path (the inner
+    /// flows' round trip); run with the timers, not per packet.
+    pub(super) fn update_codel_rtt(&mut self) {
+        let rtt = (0..self.paths.len())
+            .filter(|i| self.usable[*i])
+            .filter_map(|i| self.paths[i].rtt_min())
+            .max();
+        if let (Some(q), Some(r)) = (self.qos.as_mut(), rtt) {
+            q.set_rtt(r);
+        }
+    }
+
     /// Whether `path`'s queue is beyond its fill bound for the packet of
     /// the last pick (an empty queue never is, however slow the path).
     pub(super) fn beyond_fill(&self, path: PathId) -> bool {
@@ -198,13 +210,6 @@ impl Tunnel {
     /// Move packets from the QoS stage to the path queues while the path
     /// each would take is within its fill bound.
     pub(super) fn drain_stage(&mut self, now: Nanos) {
-        let rtt = (0..self.paths.len())
-            .filter(|i| self.usable[*i])
-            .filter_map(|i| self.paths[i].rtt_min())
-            .max();
-        if let (Some(q), Some(r)) = (self.qos.as_mut(), rtt) {
-            q.set_rtt(r);
-        }
         loop {
             let Some((_, len)) = self.qos.as_mut().and_then(|q| q.next_len(now)) else {
                 return;
@@ -236,13 +241,7 @@ impl Tunnel {
             let Some((class, item)) = served else {
                 continue;
             };
-            let seq = self.next_tunnel_seq;
-            if self.queue.push(path, seq, class as u8, item.at, &item.buf) {
-                self.store_for_recovery(seq, class as u8, &item.buf);
-                self.next_tunnel_seq += 1;
-            } else {
-                self.drops.add(DropReason::QueueFull);
-            }
+            self.queue_ordered(path, class as u8, item.at, &item.buf);
             if let Some(q) = self.qos.as_mut() {
                 q.recycle(item.buf);
             }
@@ -284,13 +283,7 @@ impl Tunnel {
                 self.drops.add(DropReason::NoPath);
                 continue;
             };
-            let seq = self.next_tunnel_seq;
-            if self.queue.push(path, seq, 0, at, &pkt) {
-                self.store_for_recovery(seq, 0, &pkt);
-                self.next_tunnel_seq += 1;
-            } else {
-                self.drops.add(DropReason::QueueFull);
-            }
+            self.queue_ordered(path, 0, at, &pkt);
         }
     }
 

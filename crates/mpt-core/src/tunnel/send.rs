@@ -130,16 +130,11 @@ impl Tunnel {
                     self.stage_packet(now, class_idx, &buf[HEADER_LEN..HEADER_LEN + len]);
                     return None;
                 }
-                if wait > self.queue_max
-                    || !self
-                        .queue
-                        .push(path, seq, class, now, &buf[HEADER_LEN..HEADER_LEN + len])
-                {
+                if wait > self.queue_max {
                     self.drops.add(DropReason::QueueFull);
-                    return None;
+                } else {
+                    self.queue_ordered(path, class, now, &buf[HEADER_LEN..HEADER_LEN + len]);
                 }
-                self.store_for_recovery(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
-                self.next_tunnel_seq += 1;
                 return None;
             }
         }
@@ -337,14 +332,21 @@ impl Tunnel {
                 self.drops.add(DropReason::NoPath);
                 continue;
             };
-            let seq = self.next_tunnel_seq;
-            if !self.queue.push(path, seq, class, now, &pkt) {
-                self.drops.add(DropReason::QueueFull);
-                continue;
-            }
-            self.store_for_recovery(seq, class, &pkt);
-            self.next_tunnel_seq += 1;
+            self.queue_ordered(path, class, now, &pkt);
         }
+    }
+
+    /// Give an ordered packet (entered at `at`) the next tunnel sequence
+    /// and queue it on `path`, kept for loss recovery; counted as
+    /// `queue_full` if the queue is at its packet cap.
+    pub(super) fn queue_ordered(&mut self, path: PathId, class: u8, at: Nanos, pkt: &[u8]) {
+        let seq = self.next_tunnel_seq;
+        if !self.queue.push(path, seq, class, at, pkt) {
+            self.drops.add(DropReason::QueueFull);
+            return;
+        }
+        self.store_for_recovery(seq, class, pkt);
+        self.next_tunnel_seq += 1;
     }
 
     /// Send the next packets (`packets` of them, `bytes` in all: the
