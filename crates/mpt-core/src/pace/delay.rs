@@ -39,13 +39,16 @@
 //!   (nor falls below [`MIN_RATE_BPS`]): a path the scheduler barely used
 //!   cannot claim a rate it never showed, yet an idle path stays worth
 //!   trying. On a path that showed a queue above its target within
-//!   [`QUEUE_MEMORY_NS`] the bound is [`HEADROOM_QUEUED`] instead: it has
-//!   a bottleneck with a buffer, and what is paced above its delivery rate
-//!   only fills that buffer, where mpt's scheduler cannot see it (as
-//!   waiting in mpt's own queue it is seen, and sends the excess to the
-//!   next path). A path that never queues (an unshaped link, limited by
-//!   the sender's CPU) keeps the wide bound, as its delivery rate follows
-//!   the sender's bursts.
+//!   [`QUEUE_MEMORY_NS`] the bound is [`HEADROOM_QUEUED`] × the higher of
+//!   that delivery rate and the one measured when the queue stood (the
+//!   capacity), with no floor at the initial rate: it has a bottleneck
+//!   with a buffer, and what is paced above its capacity only fills that
+//!   buffer, where mpt's scheduler cannot see it (as waiting in mpt's own
+//!   queue it is seen, and sends the excess to the next path), and a
+//!   shallow buffer overflows within one feedback delay, dropping what
+//!   shares the path (a real-time packet) with the excess. A path that
+//!   never queues (an unshaped link, limited by the sender's CPU) keeps
+//!   the wide bound, as its delivery rate follows the sender's bursts.
 //!
 //! Why not BBR's gain cycle ([`super::ProbeBw`])? Its probe pushes 25 %
 //! above capacity for a phase; our phases last tens of milliseconds, and
@@ -112,8 +115,10 @@ pub struct TargetDelay {
     cuts: u64,
     /// The rate smoothed over samples (status: the capacity estimate).
     smoothed_bps: u64,
-    /// When the queue was last above the target.
+    /// When the queue was last above the target, and the delivery rate
+    /// measured then (a saturated bottleneck's: its capacity).
     queued_at: Option<Nanos>,
+    queued_capacity: u64,
 }
 
 impl Default for TargetDelay {
@@ -129,6 +134,7 @@ impl Default for TargetDelay {
             cuts: 0,
             smoothed_bps: INITIAL_RATE_BPS,
             queued_at: None,
+            queued_capacity: 0,
         }
     }
 }
@@ -201,13 +207,16 @@ impl RateControl for TargetDelay {
         }
         if q > target {
             self.queued_at = Some(now);
+            self.queued_capacity = capacity;
         }
-        let headroom = match self.queued_at {
-            Some(t) if now < t + QUEUE_MEMORY_NS => HEADROOM_QUEUED,
-            _ => HEADROOM,
+        let shown = self.delivered_max.get(now).unwrap_or(0) as f64;
+        let bound = match self.queued_at {
+            Some(t) if now < t + QUEUE_MEMORY_NS => {
+                (shown.max(self.queued_capacity as f64) * HEADROOM_QUEUED) as u64
+            }
+            _ => ((shown * HEADROOM) as u64).max(INITIAL_RATE_BPS),
         };
-        let shown = (self.delivered_max.get(now).unwrap_or(0) as f64 * headroom) as u64;
-        self.rate = self.rate.min(shown.max(INITIAL_RATE_BPS)).max(MIN_RATE_BPS);
+        self.rate = self.rate.min(bound).max(MIN_RATE_BPS);
         self.smoothed_bps = (self.smoothed_bps as i64
             + (self.rate as i64 - self.smoothed_bps as i64) / SMOOTHING_DIV)
             as u64;
