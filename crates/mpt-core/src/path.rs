@@ -86,6 +86,9 @@ pub struct PathState {
     pub response_due: Option<[u8; crate::wire::PATH_TOKEN_LEN]>,
     pub next_probe_at: Nanos,
     pub probe_due: bool,
+    /// When the last data packet left on this path, until a tail probe
+    /// followed it (see [`crate::tunnel`]'s control timers).
+    pub tail_since: Option<Nanos>,
     /// Pending echo: (probe timestamp, probe arrival time).
     pub echo_due: Option<(u32, Nanos)>,
     /// Peer said it hears us (from the latest probe/echo flags).
@@ -138,6 +141,7 @@ impl PathState {
             response_due: None,
             next_probe_at: now,
             probe_due: true,
+            tail_since: None,
             echo_due: None,
             peer_hears_us: false,
             send_blocked: false,

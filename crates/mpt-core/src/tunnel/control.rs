@@ -11,6 +11,9 @@
 //! * the tunnel sequence a control packet carries on a path (its
 //!   frontier) is below every data packet sent on that path later: the
 //!   oldest packet waiting in the path's queue, or the next sequence;
+//! * a path whose data stops (nothing more waits for it) sends one probe
+//!   [`TAIL_PROBE_NS`] after its last data packet, so a loss at the end of
+//!   a burst is proven by the frontier, not by the reorder timeout;
 //! * a path's `up` (usable for sending) follows the peer's reports only,
 //!   its `rx_up` (we hear the peer) follows what arrives only
 //!   (`path/liveness.rs`).
@@ -19,7 +22,15 @@ use std::net::SocketAddr;
 
 use super::{Event, Transmit, Tunnel};
 use crate::wire::{PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN, REPORT_BODY_LEN};
-use crate::{Nanos, PathId};
+use crate::{Nanos, PathId, NANOS_PER_MS};
+
+/// Silence after a path's last data packet (with nothing more waiting for
+/// it) after which a probe announces the path's frontier (tuning knob).
+/// Without it a data packet lost at the end of a burst is found only when
+/// the path next carries something: a cwnd-limited inner TCP waits for
+/// the packets held behind the gap, sends nothing, and the gap waits for
+/// the reorder buffer's `max_delay` (cf. RFC 8985's tail loss probe).
+pub const TAIL_PROBE_NS: Nanos = 2 * NANOS_PER_MS;
 
 impl Tunnel {
     /// Bit i set: we hear the peer on path i.
@@ -306,6 +317,12 @@ impl Tunnel {
                 p.probe_due = true;
                 p.next_probe_at = now + p.probe_interval(now);
             }
+            if p.tail_since.is_some_and(|t| now >= t + TAIL_PROBE_NS) {
+                p.tail_since = None;
+                if self.queue.len(i as PathId) == 0 {
+                    p.probe_due = true;
+                }
+            }
             self.refresh_up(i as PathId, now);
         }
         let heard = self.paths.iter().any(|p| p.last_rx.is_some());
@@ -332,7 +349,8 @@ impl Tunnel {
                     .report_at
                     .filter(|_| p.up)
                     .map(|t| t.saturating_add(p.cfg.dead));
-                [Some(p.next_probe_at), rx, silence, stale]
+                let tail = p.tail_since.map(|t| t + TAIL_PROBE_NS);
+                [Some(p.next_probe_at), rx, silence, stale, tail]
             })
             .flatten()
             .filter(|t| after.is_none_or(|a| *t > a))

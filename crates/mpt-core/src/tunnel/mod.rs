@@ -36,6 +36,7 @@ mod qos;
 mod recovery;
 mod recv;
 mod send;
+pub use control::TAIL_PROBE_NS;
 pub use qos::FILL_MARGIN_NS;
 pub use send::STAGED_MAX_PACKETS;
 mod split;

@@ -165,6 +165,7 @@ impl Tunnel {
         if self.paced {
             self.senders[path as usize].on_send(total);
         }
+        self.paths[path as usize].tail_since = Some(now);
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
         Some(Transmit {
