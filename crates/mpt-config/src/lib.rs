@@ -15,6 +15,7 @@
 pub mod files;
 mod qos;
 mod reader;
+mod remote;
 mod security;
 
 use std::net::SocketAddr;
@@ -96,8 +97,11 @@ pub struct TunnelSection {
 pub struct PathSection {
     pub name: String,
     pub local: SocketAddr,
-    /// `None` only on a server with encryption, which learns it.
+    /// `None` on a server with encryption, which learns it, and until
+    /// [`Config::resolve_remotes`] on a path whose remote is a hostname.
     pub remote: Option<SocketAddr>,
+    /// The remote as written, when it names a host (`host:port`).
+    pub remote_host: Option<String>,
     pub interface: Option<String>,
     pub weight: u32,
     /// Whether `weight` was written (it selects static weights).
@@ -445,10 +449,9 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
                     &pr.key("name"),
                     format!("'{}' is already the name of another path", o.name),
                 );
-            } else if paths
-                .iter()
-                .any(|o| o.local == p.local && o.remote == p.remote)
-            {
+            } else if paths.iter().any(|o| {
+                o.local == p.local && o.remote == p.remote && o.remote_host == p.remote_host
+            }) {
                 ctx.error(
                     pr.span("remote"),
                     &pr.key("remote"),
@@ -706,8 +709,13 @@ fn read_path(
             );
         }
     }
-    let remote = pr.parsed(ctx, "remote", SOCK, sock);
-    if remote.is_none() && !learns && pr.span("remote").is_none() {
+    let spec = pr.parsed(ctx, "remote", remote::REMOTE_EXPECTED, remote::parse_remote);
+    let (remote, remote_host) = match spec {
+        Some(remote::RemoteSpec::Addr(a)) => (Some(a), None),
+        Some(remote::RemoteSpec::Host(h)) => (None, Some(h)),
+        None => (None, None),
+    };
+    if spec_missing(&remote, &remote_host) && !learns && pr.span("remote").is_none() {
         ctx.error(
             pr.table_span(),
             &pr.key("remote"),
@@ -775,6 +783,7 @@ fn read_path(
         name,
         local: local?,
         remote,
+        remote_host,
         interface,
         weight,
         weight_set,
@@ -785,6 +794,12 @@ fn read_path(
         mtu,
     })
 }
+
+fn spec_missing(remote: &Option<SocketAddr>, host: &Option<String>) -> bool {
+    remote.is_none() && host.is_none()
+}
+
+pub use remote::{parse_remote, RemoteSpec};
 
 #[cfg(test)]
 mod tests;

@@ -178,10 +178,11 @@ pub fn run(cfg: Config) -> io::Result<()> {
         "tunnel up"
     );
     for p in &cfg.paths {
-        let peer = p.remote.map_or_else(
-            || "(learned from the client)".to_string(),
-            |r| r.to_string(),
-        );
+        let peer = match (&p.remote, &p.remote_host) {
+            (Some(r), Some(h)) => format!("{r} (resolved from {h})"),
+            (Some(r), None) => r.to_string(),
+            (None, _) => "(learned from the client)".to_string(),
+        };
         info!(tunnel = %cfg.tunnel.name, path = %p.name, local = %p.local, peer = %peer, weight = p.weight, "path configured");
     }
     let res = driver.run();

@@ -199,14 +199,26 @@ fn man_pages(dir: Option<&std::path::Path>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Read and validate a file, and resolve the hostnames its paths name
+/// as `remote` with the system resolver (exit 2 on either failing).
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|errs| {
+    let mut cfg = Config::load(path).map_err(|errs| {
         for e in &errs {
             eprintln!("error: {e}");
         }
         eprintln!("{} error(s) in {}", errs.len(), path.display());
         ExitCode::from(2)
+    })?;
+    cfg.resolve_remotes(|host| {
+        std::net::ToSocketAddrs::to_socket_addrs(host).map(Iterator::collect)
     })
+    .map_err(|errs| {
+        for e in &errs {
+            eprintln!("error: {}: {e}", path.display());
+        }
+        ExitCode::from(2)
+    })?;
+    Ok(cfg)
 }
 
 fn done(r: std::io::Result<()>) -> ExitCode {

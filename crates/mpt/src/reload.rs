@@ -47,6 +47,13 @@ pub struct Reloader {
 /// A path as far as a reload cannot change it.
 fn fixed(p: &PathSection) -> PathSection {
     PathSection {
+        // A remote given as a hostname is compared as written: a reload
+        // does not resolve it again.
+        remote: if p.remote_host.is_some() {
+            None
+        } else {
+            p.remote
+        },
         rate_mbit: None,
         backup: false,
         keepalive_ms: 0,

@@ -499,8 +499,11 @@ pub fn describe_config(c: &Config) -> String {
             "  path {}: {} -> {} (IPv{}), {}, keepalive {} ms, dead {} ms, overhead {} B",
             p.name,
             p.local,
-            p.remote
-                .map_or_else(|| "(learned)".to_string(), |r| r.to_string()),
+            match (&p.remote, &p.remote_host) {
+                (Some(r), Some(h)) => format!("{r} ({h})"),
+                (Some(r), None) => r.to_string(),
+                (None, _) => "(learned)".to_string(),
+            },
             if p.local.is_ipv4() { 4 } else { 6 },
             match (c.scheduler, p.rate_mbit) {
                 (SchedulerMode::Wrr, _) => format!("weight {}", p.weight),
