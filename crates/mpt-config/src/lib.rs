@@ -799,7 +799,7 @@ fn spec_missing(remote: &Option<SocketAddr>, host: &Option<String>) -> bool {
     remote.is_none() && host.is_none()
 }
 
-pub use remote::{parse_remote, RemoteSpec};
+pub use remote::{parse_remote, pick as pick_remote, RemoteSpec};
 
 #[cfg(test)]
 mod tests;

@@ -277,10 +277,14 @@ impl Driver {
                 Ok(m) if (1..=1_000_000).contains(&m) => t.set_rate_cap(name, Some(m * 1_000_000)),
                 _ => Err(format!("rate_mbit '{v}' is not 1 to 1000000 or none")),
             },
+            ("remote", v) => match v.parse::<std::net::SocketAddr>() {
+                Ok(a) => t.set_remote(name, a),
+                Err(_) => Err(format!("remote '{v}' is not an address:port")),
+            },
             ("backup", "true") => t.set_backup(name, true),
             ("backup", "false") => t.set_backup(name, false),
             _ => Err(format!(
-                "cannot set '{key}' to '{value}' (rate_mbit N|none, backup true|false)"
+                "cannot set '{key}' to '{value}' (rate_mbit N|none, backup true|false, remote ADDR:PORT)"
             )),
         };
         match r {

@@ -167,6 +167,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
     };
     let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity, workers, engage)?;
     driver.set_reload(crate::reload::hook(cfg.clone()));
+    crate::resolve::spawn(&cfg, hook.tx.clone(), Arc::clone(&hook.wake))?;
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
         tunnel = %cfg.tunnel.name,

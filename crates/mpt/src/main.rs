@@ -10,6 +10,7 @@ mod keys;
 mod metrics;
 mod pathcmd;
 mod reload;
+mod resolve;
 mod status;
 
 use std::path::PathBuf;
@@ -116,8 +117,8 @@ enum Cmd {
         /// With a path's name: `down`, `up`, or `set` (with KEY VALUE).
         #[arg(value_parser = ["up", "down", "set"])]
         action: Option<String>,
-        /// With `set`: `rate_mbit` (N Mbit/s, or none) or `backup` (true or false).
-        #[arg(value_parser = ["rate_mbit", "backup"], requires = "value")]
+        /// With `set`: `rate_mbit` (N Mbit/s, or none), `backup` (true or false) or `remote` (address:port).
+        #[arg(value_parser = ["rate_mbit", "backup", "remote"], requires = "value")]
         key: Option<String>,
         /// The new value.
         value: Option<String>,
@@ -333,7 +334,7 @@ fn main() -> ExitCode {
                         }
                     },
                     _ => {
-                        eprintln!("error: `mpt path {name} set rate_mbit N|none` or `mpt path {name} set backup true|false`");
+                        eprintln!("error: `mpt path {name} set rate_mbit N|none`, `... set backup true|false` or `... set remote ADDR:PORT`");
                         ExitCode::from(2)
                     }
                 },

@@ -68,8 +68,14 @@ pub fn set_value(key: &str, value: &str) -> Result<String, String> {
         },
         ("backup", "true" | "on" | "yes") => Ok("true".into()),
         ("backup", "false" | "off" | "no") => Ok("false".into()),
+        ("remote", v) => match v.parse::<std::net::SocketAddr>() {
+            Ok(a) => Ok(a.to_string()),
+            Err(_) => Err(format!(
+                "remote must be an address:port (like 192.0.2.1:5000 or [2001:db8::1]:5000), not '{v}'"
+            )),
+        },
         (k, v) => Err(format!(
-            "'{k} {v}': say `rate_mbit N|none` or `backup true|false`"
+            "'{k} {v}': say `rate_mbit N|none`, `backup true|false` or `remote ADDR:PORT`"
         )),
     }
 }

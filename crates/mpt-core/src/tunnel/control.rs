@@ -94,6 +94,26 @@ impl Tunnel {
         Ok(i as PathId)
     }
 
+    /// Send the path named `name` to `remote` from now on (its hostname
+    /// resolved again, or an operator's `set remote`): of the path's IP
+    /// version, not unspecified, not port 0. Liveness goes on as it is:
+    /// the path comes up when the new remote answers.
+    pub fn set_remote(&mut self, name: &str, remote: SocketAddr) -> Result<PathId, String> {
+        let i = self.path_named(name)?;
+        let local = self.paths[i].cfg.local;
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(format!(
+                "{remote} is not of the IP version of local {local}"
+            ));
+        }
+        if remote.ip().is_unspecified() || remote.port() == 0 {
+            return Err(format!("{remote} cannot be a destination"));
+        }
+        self.paths[i].remote = Some(remote);
+        self.paths[i].probe_due = true;
+        Ok(i as PathId)
+    }
+
     /// Change the probe interval and the dead interval of the path named
     /// `name` (`keepalive_ms`, `dead_ms` at runtime); `dead` must exceed
     /// `keepalive`.
