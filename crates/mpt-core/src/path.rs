@@ -86,7 +86,7 @@ pub struct PathState {
     pub response_due: Option<[u8; crate::wire::PATH_TOKEN_LEN]>,
     pub next_probe_at: Nanos,
     pub probe_due: bool,
-    /// When the last data packet left on this path, until a tail probe
+    /// When the last data packet left on this path, until a tail report
     /// followed it (see [`crate::tunnel`]'s control timers).
     pub tail_since: Option<Nanos>,
     /// Pending echo: (probe timestamp, probe arrival time).

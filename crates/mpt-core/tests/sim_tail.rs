@@ -1,7 +1,7 @@
 //! A data packet lost at the end of a burst, in virtual time: nothing
 //! after it on its path reveals the loss, and a cwnd-limited inner TCP
 //! sends nothing more until the packets held behind the gap arrive. The
-//! path's tail probe ([`mpt_core::tunnel::TAIL_PROBE_NS`]) announces its
+//! path's tail report ([`mpt_core::tunnel::TAIL_PROBE_NS`]) announces its
 //! frontier a few milliseconds after its last packet, so the gap is
 //! released (or, with recovery, filled) within about one path delay
 //! instead of the reorder buffer's `max_delay`.

@@ -40,8 +40,9 @@
 //!   cannot claim a rate it never showed, yet an idle path stays worth
 //!   trying. On a path that showed a queue above its target within
 //!   [`QUEUE_MEMORY_NS`] the bound is [`HEADROOM_QUEUED`] × the higher of
-//!   that delivery rate and the one measured when the queue stood (the
-//!   capacity), with no floor at the initial rate: it has a bottleneck
+//!   that delivery rate and the one measured when the queue stood while
+//!   the path was saturated (the capacity), with no floor at the initial
+//!   rate (before any such measurement, the floor stays): it has a bottleneck
 //!   with a buffer, and what is paced above its capacity only fills that
 //!   buffer, where mpt's scheduler cannot see it (as waiting in mpt's own
 //!   queue it is seen, and sends the excess to the next path), and a
@@ -207,14 +208,24 @@ impl RateControl for TargetDelay {
         }
         if q > target {
             self.queued_at = Some(now);
-            self.queued_capacity = capacity;
+            // Saturated (the pacer held packets back, or the queue grows
+            // fast): the delivery rate is the capacity. A queue that is
+            // not ours says nothing about it (an idle path, a path taken
+            // out of use, delivers little whatever its capacity).
+            if s.limited || s.queue_growth_ns.unwrap_or(0) >= target as i64 {
+                self.queued_capacity = capacity;
+            }
         }
         let shown = self.delivered_max.get(now).unwrap_or(0) as f64;
+        let wide = ((shown * HEADROOM) as u64).max(INITIAL_RATE_BPS);
         let bound = match self.queued_at {
-            Some(t) if now < t + QUEUE_MEMORY_NS => {
+            Some(t) if now < t + QUEUE_MEMORY_NS && self.queued_capacity > 0 => {
                 (shown.max(self.queued_capacity as f64) * HEADROOM_QUEUED) as u64
             }
-            _ => ((shown * HEADROOM) as u64).max(INITIAL_RATE_BPS),
+            Some(t) if now < t + QUEUE_MEMORY_NS => {
+                ((shown * HEADROOM_QUEUED) as u64).max(INITIAL_RATE_BPS)
+            }
+            _ => wide,
         };
         self.rate = self.rate.min(bound).max(MIN_RATE_BPS);
         self.smoothed_bps = (self.smoothed_bps as i64

@@ -11,7 +11,7 @@
 //! * the tunnel sequence a control packet carries on a path (its
 //!   frontier) is below every data packet sent on that path later: the
 //!   oldest packet waiting in the path's queue, or the next sequence;
-//! * a path whose data stops (nothing more waits for it) sends one probe
+//! * a path whose data stops (nothing more waits for it) sends one report
 //!   [`TAIL_PROBE_NS`] after its last data packet, so a loss at the end of
 //!   a burst is proven by the frontier, not by the reorder timeout;
 //! * a path's `up` (usable for sending) follows the peer's reports only,
@@ -25,7 +25,10 @@ use crate::wire::{PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN, REPORT_BODY
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
 /// Silence after a path's last data packet (with nothing more waiting for
-/// it) after which a probe announces the path's frontier (tuning knob).
+/// it) after which a receiver report announces the path's frontier
+/// (tuning knob). A report, not a probe: a probe's echo would sample the
+/// path's round trip right behind a burst, and the scheduler would take
+/// the burst's queue for the path's delay.
 /// Without it a data packet lost at the end of a burst is found only when
 /// the path next carries something: a cwnd-limited inner TCP waits for
 /// the packets held behind the gap, sends nothing, and the gap waits for
@@ -340,7 +343,7 @@ impl Tunnel {
             if p.tail_since.is_some_and(|t| now >= t + TAIL_PROBE_NS) {
                 p.tail_since = None;
                 if self.queue.len(i as PathId) == 0 {
-                    p.probe_due = true;
+                    p.report_due = true;
                 }
             }
             self.refresh_up(i as PathId, now);
