@@ -252,11 +252,11 @@ def test_status_json_and_human(workdir: Path) -> None:
         a.cfg.write_text(text)
 
 
-def test_path_order_mismatch_is_logged(workdir: Path) -> None:
-    """Paths are paired by their order in the two files: listed in another
-    order on one side, the datagrams of each path arrive on the other
-    path's socket. Both sides say so in the log (once, then at 2, 4, 8...),
-    naming the path ids this socket serves."""
+def test_paths_pair_by_name_whatever_their_order(workdir: Path) -> None:
+    """Peers pair their paths by name (probes and echoes carry it): the
+    client lists its two paths in the other order and the tunnel comes up
+    on both without a drop; each side's status names the peer's id of each
+    path."""
 
     def swap(text: str) -> str:
         head, first, second = text.split("[[path]]")
@@ -267,23 +267,55 @@ def test_path_order_mismatch_is_logged(workdir: Path) -> None:
             topo,
             TunnelOpts(paths=[PathOpts(1), PathOpts(2)]),
             workdir,
-            wait=False,
             edit=lambda side, t: swap(t) if side == "b" else t,
+        )
+        wait_for("both paths up", lambda: a.status()["paths_up"] == 2, timeout=10)
+        wait_for("both paths up", lambda: b.status()["paths_up"] == 2, timeout=10)
+        assert ping(topo, "a", TUNNEL_V4["b"], count=5).received == 5
+        for peer in (a, b):
+            doc = peer.status()
+            assert not {k: v for k, v in doc["drops"].items() if v}, doc["drops"]
+            assert doc["unmatched_peer_paths"] == []
+            ids = {p["name"]: p["peer_path_id"] for p in doc["paths"]}
+            other = b if peer is a else a
+            theirs = [p["name"] for p in other.status()["paths"]]
+            assert {n: theirs[i] for n, i in ids.items()} == {n: n for n in ids}, ids
+        assert "path paired with the peer's path of the same name" in a.log_text()
+
+
+def test_a_path_name_the_peer_lacks_is_told_on_both_sides(workdir: Path) -> None:
+    """A path named differently on the two peers carries nothing; both
+    sides log the name they cannot place (rate-limited), count its packets
+    as unknown_path and list it in status; the other path works."""
+    with Topology(2) as topo:
+        a, b = start_pair(
+            topo,
+            TunnelOpts(paths=[PathOpts(1), PathOpts(2)]),
+            workdir,
+            wait=False,
+            edit=lambda side, t: t.replace('name = "link2v4"', 'name = "lte"')
+            if side == "b"
+            else t,
         )
         a.wait_ready(0)
         b.wait_ready(0)
-        hint = "paths are paired by their order in the two configuration files"
-        # The server hears the client's initiations on the wrong sockets.
-        wait_for("server logs the mismatch", lambda: hint in a.log_text(), timeout=5)
-        assert "path id 1, which this socket does not serve (link1v4 = id 0)" in a.log_text()
-        assert a.status()["drops"]["unknown_path"] > 0
-        # The client hears nothing back, and its warning names the cause.
-        wait_for("client warns", lambda: "no handshake response yet" in b.log_text(), timeout=5)
-        assert "listed in another order" in b.log_text()
-        # Rate-limited: far fewer lines than drops.
+        wait_for("the common path", lambda: ping(topo, "a", TUNNEL_V4["b"], count=2).received == 2, timeout=10)
+        hint = "and this side has none of that name"
+        wait_for("server logs the mismatch", lambda: hint in a.log_text(), timeout=10)
+        wait_for("client logs the mismatch", lambda: hint in b.log_text(), timeout=10)
+        assert "the peer has a path named 'lte'" in a.log_text()
+        assert "the peer has a path named 'link2v4'" in b.log_text()
+        for peer, theirs in ((a, "lte"), (b, "link2v4")):
+            doc = peer.status()
+            assert [u["name"] for u in doc["unmatched_peer_paths"]] == [theirs], doc
+            assert doc["drops"]["unknown_path"] > 0
+            assert doc["paths_up"] == 1
+            ns = topo.a if peer is a else topo.b
+            human = run([str(mpt_binary()), "status", "-s", str(peer.control)], ns=ns).stdout
+            assert f"peer paths with no match here: {theirs}" in human, human
+        # Told once per name, not per packet.
         time.sleep(1)
-        lines = a.log_text().count(hint)
-        assert lines <= 1 + a.status()["drops"]["unknown_path"].bit_length(), lines
+        assert a.log_text().count(hint) == 1
 
 
 def test_status_shows_rates_and_watch_redraws(workdir: Path) -> None:

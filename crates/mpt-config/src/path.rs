@@ -38,6 +38,17 @@ pub(crate) fn read_path(
     if name.is_empty() {
         ctx.error(pr.span("name"), &pr.key("name"), "must not be empty");
     }
+    if name.len() > mpt_core::wire::PATH_NAME_MAX {
+        ctx.error(
+            pr.span("name"),
+            &pr.key("name"),
+            format!(
+                "is {} bytes long; at most {} (peers pair their paths by name, and probes carry it)",
+                name.len(),
+                mpt_core::wire::PATH_NAME_MAX
+            ),
+        );
+    }
     let sock = |s: &str| s.parse::<SocketAddr>().map_err(|e| e.to_string());
     const SOCK: &str = "an address:port (like 192.0.2.1:5000 or [2001:db8::1]:5000)";
     let local = pr.parsed(ctx, "local", SOCK, sock);

@@ -358,6 +358,7 @@ impl PathState {
             weight_factor: self.weight_factor,
             backup: self.cfg.backup,
             admin_down: false,
+            peer_path_id: None,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             rx_packets: self.rx_packets,
@@ -410,6 +411,9 @@ pub struct PathStatus {
     pub backup: bool,
     /// Taken out of use by an operator (`mpt path NAME down`).
     pub admin_down: bool,
+    /// The peer's id of this path (its own numbering), once paired by
+    /// name or by where its packets arrive.
+    pub peer_path_id: Option<u8>,
     pub tx_packets: u64,
     pub tx_bytes: u64,
     pub rx_packets: u64,

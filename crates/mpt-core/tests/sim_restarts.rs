@@ -79,10 +79,11 @@ fn restarted_client_delivers_from_its_first_packet() {
         .copied()
         .filter(|i| *i >= 100_000)
         .collect();
-    assert_eq!(
-        got, sent_in_session,
-        "every packet of the new session, in order"
-    );
+    // Every packet that left in the new session arrives, in order; so do
+    // those staged while its first path came up (they left later).
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order");
+    let missing = sent_in_session.iter().filter(|i| !got.contains(i)).count();
+    assert_eq!(missing, 0, "every packet of the new session");
     let first = *sent_in_session.first().unwrap();
     let outage = (first - 100_000) * MS;
     println!(

@@ -98,7 +98,7 @@ impl EventLog {
                 attempts,
                 under_load: false,
             }) => {
-                warn!(tunnel = %tunnel_name, attempts, "no handshake response yet (peer down or unreachable, it does not accept our key, or its paths are listed in another order than ours?)")
+                warn!(tunnel = %tunnel_name, attempts, "no handshake response yet (peer down or unreachable, or it does not accept our key?)")
             }
             Event::Security(CryptoEvent::Unanswered {
                 attempts,
@@ -121,7 +121,31 @@ impl EventLog {
                     .filter(|(_, p)| p.cfg.local_key == local_key)
                     .map(|(i, p)| format!("{} = id {i}", p.cfg.name))
                     .collect();
-                warn!(tunnel = %tunnel_name, from = %from, path_id = claimed_path, count, "datagram for path id {claimed_path}, which this socket does not serve ({}): paths are paired by their order in the two configuration files; list the same paths in the same order on both peers", here.join(", "))
+                warn!(tunnel = %tunnel_name, from = %from, path_id = claimed_path, count, "datagram for the peer's path id {claimed_path}, which no path on this socket serves ({}): paths are paired by name; check that both peers have a path of the same name and that its remote is this socket's address", here.join(", "))
+            }
+            Event::PathPaired { path, peer_path } => {
+                info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), peer_path_id = peer_path, "path paired with the peer's path of the same name")
+            }
+            Event::PathMismatch {
+                peer_path,
+                name: theirs,
+                from,
+                ours: None,
+            } => {
+                let here: Vec<String> = (0..t.path_count() as u8).map(name).collect();
+                warn!(tunnel = %tunnel_name, from = %from, peer_path_id = peer_path, peer_path = %theirs, "the peer has a path named '{theirs}' and this side has none of that name (ours: {}); its packets are dropped as unknown_path. Give both peers the same path names", here.join(", "))
+            }
+            Event::PathMismatch {
+                peer_path,
+                name: theirs,
+                from,
+                ours: Some(local),
+            } => {
+                let at = t
+                    .path(local)
+                    .map(|p| p.cfg.local.to_string())
+                    .unwrap_or_default();
+                warn!(tunnel = %tunnel_name, from = %from, peer_path_id = peer_path, path = %theirs, "the peer sends its path '{theirs}' to the address of another of our paths; ours of that name listens on {at}: set that path's remote to {at} on the peer")
             }
             Event::Stray {
                 claimed_path,

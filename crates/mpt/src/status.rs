@@ -420,6 +420,18 @@ pub fn render(v: &Value) -> String {
         drops.join(" ")
     };
     let _ = writeln!(o, "drops: {shown}");
+    let unmatched: Vec<&str> = v
+        .get("unmatched_peer_paths")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|p| p.get("name")?.as_str()).collect())
+        .unwrap_or_default();
+    if !unmatched.is_empty() {
+        let _ = writeln!(
+            o,
+            "peer paths with no match here: {} (paths pair by name; their packets are dropped as unknown_path)",
+            unmatched.join(", ")
+        );
+    }
     o
 }
 

@@ -21,7 +21,7 @@
 use std::net::SocketAddr;
 
 use super::{Event, Transmit, Tunnel};
-use crate::wire::{PacketType, ProbeBody, HEADER_LEN, PROBE_BODY_LEN, REPORT_BODY_LEN};
+use crate::wire::{PacketType, ProbeBody, HEADER_LEN, REPORT_BODY_LEN};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
 /// Silence after a path's last data packet (with nothing more waiting for
@@ -56,6 +56,7 @@ impl Tunnel {
         for i in 0..self.paths.len() {
             self.usable[i] = live(i) && (!self.paths[i].cfg.backup || !primary_up);
         }
+        self.first_path_up |= self.usable.iter().any(|u| *u);
     }
 
     /// Take the path named `name` out of use, or back (an operator's
@@ -209,7 +210,7 @@ impl Tunnel {
         echo: bool,
     ) {
         for (i, p) in self.paths.iter_mut().enumerate() {
-            let bit = mask & (1 << i) != 0;
+            let bit = self.pairing.heard(mask, i as PathId);
             p.on_hearing_report(now, sent, bit || (echo && i == pid as usize));
         }
         self.refresh_all(now);
@@ -272,9 +273,9 @@ impl Tunnel {
                     echo_timestamp_us: echo_ts,
                     hold_ns: hold.min(u64::from(u32::MAX)) as u32,
                     report,
+                    name: self.wire_name(pid),
                 }
-                .write(&mut buf[HEADER_LEN..]);
-                PROBE_BODY_LEN
+                .write(&mut buf[HEADER_LEN..])
             };
             let seq = self.next_tunnel_seq;
             if let Some(t) = self.control_transmit(now, pid, ty, 0, seq, buf, body_len) {

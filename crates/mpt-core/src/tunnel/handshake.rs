@@ -232,6 +232,7 @@ impl Tunnel {
     /// reorder buffer is delivered first, in order).
     pub(super) fn peer_restarted(&mut self, next_seq: u64) {
         self.reorder.restart_at(next_seq);
+        self.pairing.reset();
         self.policy.reset();
         self.recovery_reset();
         self.paths.iter_mut().for_each(|p| p.peer_restarted());

@@ -32,6 +32,7 @@
 mod address;
 mod control;
 mod handshake;
+mod pairing;
 mod qos;
 mod recovery;
 mod recv;
@@ -189,6 +190,21 @@ pub enum Event {
         from: SocketAddr,
         reason: DropReason,
     },
+    /// Our path is paired with the peer's path of the same name (its id
+    /// in the peer's numbering).
+    PathPaired {
+        path: PathId,
+        peer_path: u8,
+    },
+    /// The peer names a path (its id `peer_path`) that we do not have
+    /// (`ours` is `None`), or that we have on another socket than the one
+    /// the peer sends it to. Its packets are dropped as `unknown_path`.
+    PathMismatch {
+        peer_path: u8,
+        name: String,
+        from: SocketAddr,
+        ours: Option<PathId>,
+    },
     /// A datagram for a path id not configured on the socket it came in on
     /// (`UnknownPath`: the peers list their paths in another order or
     /// number), or from an address other than the path's remote
@@ -215,6 +231,16 @@ pub struct Tunnel {
     usable: Vec<bool>,
     /// Paths an operator took down (`mpt path NAME down`): never usable.
     admin_down: Vec<bool>,
+    /// Paths removed at runtime (a reload): their slot stays, unused, so
+    /// that every other path keeps its id.
+    removed: Vec<bool>,
+    /// The peer's path ids paired with ours (`pairing.rs`).
+    pairing: pairing::Pairing,
+    /// Probes naming a path we have on another socket (log rate limit).
+    mismatches: u64,
+    /// Some path has been usable since the tunnel started (until then,
+    /// inner packets are staged, see `send.rs`).
+    first_path_up: bool,
     sched: Box<dyn Scheduler>,
     policy: Box<dyn ReleasePolicy>,
     reorder: ReorderBuffer,
@@ -326,6 +352,10 @@ impl Tunnel {
             up: vec![false; n],
             usable: vec![false; n],
             admin_down: vec![false; n],
+            removed: vec![false; n],
+            pairing: pairing::Pairing::default(),
+            mismatches: 0,
+            first_path_up: false,
             sched,
             senders,
             views: vec![PathView::default(); n],

@@ -73,23 +73,30 @@ impl Tunnel {
                     WireError::Truncated => DropReason::Truncated,
                     WireError::BadVersion => DropReason::BadVersion,
                     WireError::BadType => DropReason::BadType,
+                    WireError::BadName => DropReason::UnknownPath,
                 };
                 return RecvStart::Done(self.drop_counted(r));
             }
         };
-        let pid = f.path;
-        match self.paths.get(pid as usize) {
-            Some(p) if p.cfg.local_key == local_key => {}
-            _ => {
-                let r = self.drop_stray(DropReason::UnknownPath, pid, local_key, from);
-                return RecvStart::Done(r);
-            }
-        }
+        let claimed = f.path;
+        let Some(pid) = self.local_path(claimed, local_key, from) else {
+            let r = self.drop_stray(DropReason::UnknownPath, claimed, local_key, from);
+            return RecvStart::Done(r);
+        };
+        // From here on the header speaks of our own path; the peer's id
+        // stays in the datagram's bytes (authenticated as sent).
+        let mut f = f;
+        f.path = pid;
+        let peer_path = claimed;
         if matches!(
             ty,
             PacketType::HandshakeInit | PacketType::HandshakeResponse | PacketType::CookieReply
         ) {
-            return RecvStart::Done(self.recv_handshake(now, pid, ty, from, buf));
+            let r = self.recv_handshake(now, pid, ty, from, buf);
+            if matches!(r, Received::Consumed) {
+                self.pairing.guess(peer_path, pid);
+            }
+            return RecvStart::Done(r);
         }
         // A secure server path without a configured remote learns its
         // peer's address from authentic packets; every other path accepts
@@ -101,13 +108,21 @@ impl Tunnel {
         let r = match self.crypto.as_ref() {
             Some(_) if f.session == 0 => DropReason::NoSession,
             Some(c) => match c.precheck(f.session, f.counter, now) {
-                Ok(()) => return RecvStart::Open(OpenTicket { ty, fields: f }),
+                Ok(()) => {
+                    return RecvStart::Open(OpenTicket {
+                        ty,
+                        fields: f,
+                        peer_path,
+                    })
+                }
                 Err(r) => r,
             },
             None if f.session != 0 => DropReason::NoSession,
             None => {
                 let n = buf.len() - HEADER_LEN;
-                return RecvStart::Done(self.recv_authentic(now, ty, &f, from, false, buf, n));
+                return RecvStart::Done(
+                    self.recv_authentic(now, ty, &f, peer_path, from, false, buf, n),
+                );
             }
         };
         RecvStart::Done(self.drop_counted(r))
@@ -122,13 +137,30 @@ impl Tunnel {
         now: Nanos,
         ty: PacketType,
         f: &HeaderFields,
+        peer_path: u8,
         from: SocketAddr,
         newest: bool,
         buf: &[u8],
         body_len: usize,
     ) -> Received {
-        let pid = f.path;
+        let mut pid = f.path;
         let body = &buf[HEADER_LEN..HEADER_LEN + body_len];
+        let mut probe = None;
+        if matches!(ty, PacketType::Probe | PacketType::Echo) {
+            let b = match ProbeBody::parse(body) {
+                Ok(b) => b,
+                // Authentic but malformed: the peer's bug, counted all the same.
+                Err(WireError::BadName) => return self.drop_counted(DropReason::UnknownPath),
+                Err(_) => return self.drop_counted(DropReason::Truncated),
+            };
+            match self.pair_by_name(peer_path, pid, b.name, from) {
+                Some(l) => pid = l,
+                None => return self.drop_counted(DropReason::UnknownPath),
+            }
+            probe = Some(b);
+        } else {
+            self.pairing.guess(peer_path, pid);
+        }
         if ty == PacketType::PathResponse {
             return self.recv_path_response(pid, from, body);
         }
@@ -155,7 +187,10 @@ impl Tunnel {
             PacketType::Report => self.recv_report(now, pid, &w, body),
             PacketType::Nack => self.recv_nack(now, pid, w.tunnel_seq, body),
             PacketType::PathChallenge => self.recv_path_challenge(pid, body),
-            _ => self.recv_control(now, pid, ty, f, &w, body),
+            _ => match probe {
+                Some(b) => self.recv_control(now, pid, ty, f, &w, &b),
+                None => Received::Consumed,
+            },
         }
     }
 
@@ -258,12 +293,8 @@ impl Tunnel {
         ty: PacketType,
         f: &HeaderFields,
         w: &Widened,
-        body: &[u8],
+        b: &ProbeBody,
     ) -> Received {
-        let Ok(b) = ProbeBody::parse(body) else {
-            // Authentic but short: the peer's bug, counted all the same.
-            return self.drop_counted(DropReason::Truncated);
-        };
         let wall_now = self.wall(now);
         let p = &mut self.paths[pid as usize];
         match ty {

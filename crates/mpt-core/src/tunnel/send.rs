@@ -82,8 +82,10 @@ impl Tunnel {
             self.drops.add(DropReason::BadInner);
             return None;
         }
-        if !self.has_session() {
-            // Before the first session (the handshake is under way), hold
+        if self.staging() {
+            // Before the first session (the handshake is under way) and
+            // its first usable path (peers pair paths on their first
+            // probes), hold
             // a few packets, as wireguard-go stages them, rather than drop
             // what an application sent while the tunnel came up.
             // When full, the oldest goes (as in wireguard-go): what leaves
@@ -94,7 +96,11 @@ impl Tunnel {
             let class = self.qos.as_ref().map_or(0, |q| q.classify(inner) as u8);
             if self.staged.len() >= STAGED_MAX_PACKETS {
                 self.staged.pop_front();
-                self.drops.add(DropReason::NoSession);
+                self.drops.add(if self.has_session() {
+                    DropReason::NoPath
+                } else {
+                    DropReason::NoSession
+                });
             }
             self.staged.push_back((class, inner.to_vec()));
             self.queue.count_staged();
@@ -186,7 +192,7 @@ impl Tunnel {
     /// it has budget, so that its packets leave together (one batch send)
     /// before the next path's. Call until `None`, at one `now`.
     pub fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if !self.staged.is_empty() && self.has_session() {
+        if !self.staged.is_empty() && !self.staging() {
             self.unstage(now);
         }
         if self.stage_busy() {
@@ -272,7 +278,7 @@ impl Tunnel {
 
     /// When the next waiting packet's path has budget again.
     pub(super) fn queue_deadline(&self, now: Nanos) -> Option<Nanos> {
-        if !self.staged.is_empty() && self.has_session() {
+        if !self.staged.is_empty() && !self.staging() {
             return Some(now);
         }
         let any_up = self.usable.iter().any(|u| *u);
@@ -316,13 +322,15 @@ impl Tunnel {
 
     /// Packets waiting in the send queue.
     pub fn queued(&self) -> usize {
-        let staged = if self.has_session() {
-            self.staged.len()
-        } else {
-            0
-        };
+        let staged = if self.staging() { 0 } else { self.staged.len() };
         let stage = self.qos.as_ref().map_or(0, crate::qos::Qos::packets);
         self.queue.packets() + staged + stage
+    }
+
+    /// Whether inner packets are held for the tunnel's start: before the
+    /// first session, and before the first path is usable after it.
+    pub(super) fn staging(&self) -> bool {
+        !self.first_path_up || !self.has_session()
     }
 
     /// The first session is up: packets held for it enter the send queue

@@ -89,7 +89,10 @@ impl Sealer<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenTicket {
     pub ty: PacketType,
+    /// The header, with `path` already our own path (`pairing.rs`).
     pub fields: HeaderFields,
+    /// The path id the sender wrote (its own numbering).
+    pub peer_path: u8,
 }
 
 /// Opens datagrams that [`Tunnel::recv_start`] passed on. `Sync`.
@@ -199,6 +202,6 @@ impl Tunnel {
         if let Err(r) = c.commit(f.session, f.counter, now) {
             return self.drop_counted(r);
         }
-        self.recv_authentic(now, ty, &f, from, newest, buf, body_len)
+        self.recv_authentic(now, ty, &f, t.peer_path, from, newest, buf, body_len)
     }
 }

@@ -13,7 +13,7 @@ use crate::path::PathStatus;
 use crate::queue::QueueStats;
 use crate::reorder::ReorderStats;
 use crate::stats::TunnelCounters;
-use crate::Nanos;
+use crate::{Nanos, PathId};
 
 /// Reorder buffer part of the status.
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +55,15 @@ pub struct TunnelStatus {
     pub recovery: Option<super::RecoveryStats>,
     /// Traffic classes, in matching order; `None` with QoS off.
     pub qos: Option<Vec<crate::qos::ClassStatus>>,
+    /// The peer's paths whose names match none of ours (`pairing.rs`).
+    pub unmatched_peer_paths: Vec<PeerPath>,
+}
+
+/// One of the peer's paths, by its id and name.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerPath {
+    pub id: u8,
+    pub name: String,
 }
 
 impl Tunnel {
@@ -66,10 +75,12 @@ impl Tunnel {
                 .iter()
                 .zip(&self.senders)
                 .zip(&self.admin_down)
-                .map(|((p, s), admin_down)| {
+                .enumerate()
+                .map(|(i, ((p, s), admin_down))| {
                     let mut st = p.status(now);
                     st.sending = self.paced.then(|| s.status(now));
                     st.admin_down = *admin_down;
+                    st.peer_path_id = self.pairing.peer(i as PathId);
                     st
                 })
                 .collect(),
@@ -96,6 +107,11 @@ impl Tunnel {
                 .qos
                 .as_ref()
                 .map(|q| q.status(&self.realtime_waiting())),
+            unmatched_peer_paths: self
+                .unmatched_peer_paths()
+                .into_iter()
+                .map(|(id, name)| PeerPath { id, name })
+                .collect(),
         }
     }
 }

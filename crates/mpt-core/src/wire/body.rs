@@ -16,9 +16,12 @@ use super::{be_u32, be_u64, WireError};
 
 /// Length of a receiver report in bytes (spec constant).
 pub const REPORT_BODY_LEN: usize = 40;
-/// Length of a probe/echo body in bytes: echo timestamp, hold time and a
-/// report (spec constant).
-pub const PROBE_BODY_LEN: usize = 8 + REPORT_BODY_LEN;
+/// Shortest probe/echo body in bytes: echo timestamp, hold time, a report
+/// and the name's length byte, with an empty name (spec constant).
+pub const PROBE_BODY_LEN: usize = 8 + REPORT_BODY_LEN + 1;
+/// Longest path name on the wire, in bytes (spec constant; the
+/// configuration enforces it).
+pub const PATH_NAME_MAX: usize = 32;
 /// `queueing_us` value meaning "not measured yet" (spec constant).
 pub const QUEUEING_UNKNOWN: u32 = u32::MAX;
 
@@ -83,7 +86,46 @@ impl ReportBody {
     }
 }
 
-/// Body of probe and echo packets ([`PROBE_BODY_LEN`] bytes).
+/// The sender's name of the path a probe or echo travels on: how two
+/// peers pair their paths (by name, not by their order in the files).
+/// At most [`PATH_NAME_MAX`] bytes, kept inline (no allocation).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathName {
+    len: u8,
+    bytes: [u8; PATH_NAME_MAX],
+}
+
+impl PathName {
+    /// `None` when `name` is longer than [`PATH_NAME_MAX`] bytes.
+    pub fn new(name: &str) -> Option<Self> {
+        let b = name.as_bytes();
+        if b.len() > PATH_NAME_MAX {
+            return None;
+        }
+        let mut bytes = [0u8; PATH_NAME_MAX];
+        bytes[..b.len()].copy_from_slice(b);
+        Some(Self {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+    /// For logs: the name, with anything that is not UTF-8 replaced.
+    pub fn lossy(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
+}
+
+impl std::fmt::Debug for PathName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.lossy())
+    }
+}
+
+/// Body of probe and echo packets ([`PROBE_BODY_LEN`] bytes plus the
+/// name).
 ///
 /// ```text
 ///  0  echo timestamp  u32  probe: 0; echo: the probe's header timestamp
@@ -92,12 +134,15 @@ impl ReportBody {
 ///  4  hold time ns    u32  probe: 0; echo: time between probe arrival and
 ///                          echo (saturates at 4.29 s)
 ///  8  receiver report (40 bytes, [`ReportBody`])
+/// 48  name length     u8   0 to 32
+/// 49  name            the sender's name of this path (UTF-8, as configured)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ProbeBody {
     pub echo_timestamp_us: u32,
     pub hold_ns: u32,
     pub report: ReportBody,
+    pub name: PathName,
 }
 
 impl ProbeBody {
@@ -108,19 +153,47 @@ impl ProbeBody {
         if body.len() < PROBE_BODY_LEN {
             return Err(WireError::Truncated);
         }
+        let n = body[PROBE_BODY_LEN - 1] as usize;
+        if n > PATH_NAME_MAX {
+            return Err(WireError::BadName);
+        }
+        let name = body
+            .get(PROBE_BODY_LEN..PROBE_BODY_LEN + n)
+            .ok_or(WireError::Truncated)?;
+        let mut bytes = [0u8; PATH_NAME_MAX];
+        bytes[..n].copy_from_slice(name);
         Ok(Self {
             echo_timestamp_us: be_u32(body, 0),
             hold_ns: be_u32(body, 4),
             report: ReportBody::parse(&body[8..])?,
+            name: PathName {
+                len: n as u8,
+                bytes,
+            },
         })
     }
 
-    /// Write into `out[..PROBE_BODY_LEN]`.
-    pub fn write(&self, out: &mut [u8]) {
-        let b = &mut out[..PROBE_BODY_LEN];
+    /// Length of this body on the wire.
+    pub fn len(&self) -> usize {
+        PROBE_BODY_LEN + self.name.len as usize
+    }
+
+    /// Never empty (the fixed part is always there); for clippy's pairing
+    /// with [`ProbeBody::len`].
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Write into `out[..self.len()]`; returns that length.
+    pub fn write(&self, out: &mut [u8]) -> usize {
+        let n = self.len();
+        let b = &mut out[..n];
         b[0..4].copy_from_slice(&self.echo_timestamp_us.to_be_bytes());
         b[4..8].copy_from_slice(&self.hold_ns.to_be_bytes());
         self.report.write(&mut b[8..]);
+        b[PROBE_BODY_LEN - 1] = self.name.len;
+        b[PROBE_BODY_LEN..].copy_from_slice(self.name.as_bytes());
+        n
     }
 }
 
@@ -221,25 +294,44 @@ mod tests {
 
     #[test]
     fn probe_body_vector_roundtrip() {
-        let mut v = [0u8; PROBE_BODY_LEN];
+        let mut v = [0u8; PROBE_BODY_LEN + 4];
         v[..8].copy_from_slice(&[
             0, 0, 0x0f, 0xa0, // echo ts 4000 us
             0, 0, 0, 50, // hold 50 ns
         ]);
-        v[8..].copy_from_slice(&REPORT_VECTOR);
+        v[8..48].copy_from_slice(&REPORT_VECTOR);
+        v[48..].copy_from_slice(&[4, b'w', b'i', b'f', b'i']); // name "wifi"
         let b = ProbeBody {
             echo_timestamp_us: 4000,
             hold_ns: 50,
             report: report(),
+            name: PathName::new("wifi").unwrap(),
         };
-        let mut out = [0u8; PROBE_BODY_LEN];
-        b.write(&mut out);
+        let mut out = [0u8; PROBE_BODY_LEN + 4];
+        assert_eq!(b.write(&mut out), PROBE_BODY_LEN + 4);
         assert_eq!(out, v);
         assert_eq!(ProbeBody::parse(&v).unwrap(), b);
+        // The name cut short, the fixed part cut short.
+        assert_eq!(
+            ProbeBody::parse(&v[..PROBE_BODY_LEN + 3]).unwrap_err(),
+            WireError::Truncated
+        );
         assert_eq!(
             ProbeBody::parse(&v[..PROBE_BODY_LEN - 1]).unwrap_err(),
             WireError::Truncated
         );
+        // A name longer than the limit, whatever follows.
+        let mut long = [0u8; PROBE_BODY_LEN + 40];
+        long[PROBE_BODY_LEN - 1] = 33;
+        assert_eq!(ProbeBody::parse(&long).unwrap_err(), WireError::BadName);
+        // An empty name is allowed (a peer with unnamed paths).
+        let mut empty = v;
+        empty[48] = 0;
+        assert_eq!(
+            ProbeBody::parse(&empty[..PROBE_BODY_LEN]).unwrap().name,
+            PathName::default()
+        );
+        assert!(PathName::new(&"x".repeat(PATH_NAME_MAX + 1)).is_none());
     }
 
     #[test]

@@ -45,8 +45,8 @@
 mod body;
 
 pub use body::{
-    NackBody, ProbeBody, ReportBody, NACK_MAX_SEQS, PROBE_BODY_LEN, QUEUEING_UNKNOWN,
-    REPORT_BODY_LEN,
+    NackBody, PathName, ProbeBody, ReportBody, NACK_MAX_SEQS, PATH_NAME_MAX, PROBE_BODY_LEN,
+    QUEUEING_UNKNOWN, REPORT_BODY_LEN,
 };
 
 use crate::PathId;
@@ -59,8 +59,10 @@ use crate::PathId;
 /// header (narrow counter, path sequence, timestamp and tunnel sequence),
 /// the receiver's jitter in reports, 32-bit echo timestamps. Version 5:
 /// the class byte is the sender's QoS class, with [`CLASS_UNORDERED`] for
-/// real-time packets and their own sequence numbers.
-pub const VERSION: u8 = 5;
+/// real-time packets and their own sequence numbers. Version 6: the path
+/// id is the sender's own, and probes and echoes name their path, so peers
+/// pair paths by name (`tunnel/pairing.rs`).
+pub const VERSION: u8 = 6;
 /// Class-byte flag of a real-time data packet: its tunnel sequence counts
 /// real-time packets only, and the receiver delivers it on arrival
 /// without reordering, dropping duplicates (spec constant).
@@ -153,6 +155,9 @@ pub enum WireError {
     BadVersion,
     /// Type byte is unknown.
     BadType,
+    /// A probe or echo names its path with more than
+    /// [`PATH_NAME_MAX`] bytes.
+    BadName,
 }
 
 /// Header fields as plain values, exactly as wide as on the wire; used to
@@ -329,7 +334,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x05, 0x01, 0x05, 0x83, // version 5, data, path 5, class 3, real-time
+        0x06, 0x01, 0x05, 0x83, // version 6, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -366,7 +371,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x05, 0x03, 0x00, 0x00, // version 5, echo, path 0, class 0
+        0x06, 0x03, 0x00, 0x00, // version 6, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3
@@ -416,6 +421,8 @@ mod tests {
         v[0] = 1;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         v[0] = 3; // the 36-byte header of version 3
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        v[0] = 5; // version 5: paths paired by order, unnamed probes
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;

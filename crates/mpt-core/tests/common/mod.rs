@@ -106,6 +106,9 @@ pub struct Sim {
     pub drops_seen: Vec<(usize, mpt_core::stats::DropReason)>,
     /// Every datagram that crossed a link, for replay experiments.
     pub captured: Vec<(usize, usize, Vec<u8>)>,
+    /// Per side: the link each of its path ids sends on (the identity
+    /// unless a side lists its paths in another order).
+    pub link_of: [Vec<usize>; 2],
 }
 
 impl Sim {
@@ -150,7 +153,13 @@ impl Sim {
             lost_data: vec![],
             events: vec![],
             sent_on_path: vec![0; n],
+            link_of: [(0..n).collect(), (0..n).collect()],
         }
+    }
+
+    /// The link a packet of `side` on its path `path` travels on.
+    pub fn link(&self, side: usize, path: usize) -> usize {
+        self.link_of[side].get(path).copied().unwrap_or(path)
     }
 
     pub fn emit(
@@ -186,9 +195,10 @@ impl Sim {
         let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
         buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
         if let Some(tx) = self.t[from].send(now, &mut buf, pkt.len()) {
-            self.sent_on_path[tx.path as usize] += 1;
+            let link = self.link(from, tx.path as usize);
+            self.sent_on_path[link] += 1;
             buf.truncate(tx.len);
-            self.emit(now, from, tx.path as usize, buf, Some(idx));
+            self.emit(now, from, link, buf, Some(idx));
         }
     }
 
@@ -196,7 +206,8 @@ impl Sim {
         for side in 0..2 {
             let mut buf = [0u8; 512];
             while let Some(tx) = self.t[side].poll_transmit(now, &mut buf) {
-                self.emit(now, side, tx.path as usize, buf[..tx.len].to_vec(), None);
+                let link = self.link(side, tx.path as usize);
+                self.emit(now, side, link, buf[..tx.len].to_vec(), None);
             }
             // Packets that waited in the send queue (paced paths, or held
             // for the first session).
@@ -207,10 +218,11 @@ impl Sim {
                 if !self.t[side].sealer().seal(tx.seal, &mut d) {
                     continue;
                 }
+                let link = self.link(side, tx.path as usize);
                 if side == 0 {
-                    self.sent_on_path[tx.path as usize] += 1;
+                    self.sent_on_path[link] += 1;
                 }
-                self.emit(now, side, tx.path as usize, d, Some(idx));
+                self.emit(now, side, link, d, Some(idx));
             }
             while let Some(e) = self.t[side].poll_event() {
                 self.events.push((now, side, e));
