@@ -28,7 +28,7 @@ use serde::Serialize;
 use crate::estimate::{Estimates, LossSplit, PathMeters};
 use crate::pace::FEEDBACK_INTERVAL_NS;
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
-use crate::{Nanos, NANOS_PER_MS};
+use crate::{Nanos, PathId, NANOS_PER_MS};
 
 /// RFC 6298 §2.3 gain for SRTT.
 const RTT_ALPHA_SHIFT: u32 = 3;
@@ -359,6 +359,7 @@ impl PathState {
             backup: self.cfg.backup,
             admin_down: false,
             peer_path_id: None,
+            id: 0,
             tx_packets: self.tx_packets,
             tx_bytes: self.tx_bytes,
             rx_packets: self.rx_packets,
@@ -400,6 +401,9 @@ impl PathState {
 /// Status of one path, as shown by `mpt status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct PathStatus {
+    /// This side's id of the path (the index `mpt` uses internally; ids
+    /// of removed paths are not listed).
+    pub id: PathId,
     pub name: String,
     pub state: &'static str,
     pub local: String,

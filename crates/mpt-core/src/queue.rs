@@ -81,6 +81,14 @@ pub struct SendQueue {
 }
 
 impl SendQueue {
+    /// One more path (added at runtime), with empty lanes.
+    pub fn add_path(&mut self) {
+        self.fifos.push(VecDeque::new());
+        self.rt.push(VecDeque::new());
+        self.bytes.push(0);
+        self.rt_bytes.push(0);
+    }
+
     pub fn new(paths: usize, max_packets: usize) -> Self {
         Self {
             fifos: (0..paths).map(|_| VecDeque::new()).collect(),

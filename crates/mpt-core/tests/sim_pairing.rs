@@ -114,3 +114,94 @@ fn plaintext_peers_pair_by_name_too() {
         sim.sent_on_path
     );
 }
+
+/// A path config like `TestConfig`'s `i`-th, for a path added at runtime.
+fn path_cfg(side: u8, i: usize, name: &str) -> mpt_core::path::PathConfig {
+    let mut c = TestConfig::new(side, i + 1).config().paths.pop().unwrap();
+    c.name = name.into();
+    c
+}
+
+#[test]
+fn paths_added_and_removed_at_runtime_carry_on_without_loss() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0), (8, 0, 0.0)]), 11, security(1, true));
+    sim.deliver_until(1_000 * MS);
+    let mut now = sim.run_traffic(1_000 * MS, 300, MS, 0);
+    // The client drops its path p1 (a reload without it).
+    assert!(sim.t[1].remove_path("p0", now).is_ok());
+    let before = sim.sent_on_path.clone();
+    now = sim.run_traffic(now, 300, MS, 300);
+    // Data from the server still uses both; back to the client only p1...
+    // The server learns nothing by name for p0 any more: the client sends
+    // nothing on it, so the server stops hearing it and takes it down.
+    sim.deliver_until(now + 2_000 * MS);
+    now += 2_000 * MS;
+    assert!(!sim.t[0].path(0).unwrap().up, "the server took p0 down");
+    let on_p0 = sim.sent_on_path[0] - before[0];
+    assert!(on_p0 < 100, "p0 carried {on_p0} after its removal");
+    // Both sides add a third path p2 on a new link (their sockets 2).
+    sim.links.push(sim.links[0]);
+    sim.last_arrival.push([0, 0]);
+    sim.sent_on_path.push(0);
+    sim.client_src.push(addr(1, 2));
+    sim.link_of[0].push(2);
+    sim.link_of[1].push(2);
+    assert_eq!(sim.t[0].add_path(path_cfg(0, 2, "p2"), now), Ok(2));
+    assert_eq!(sim.t[1].add_path(path_cfg(1, 2, "p2"), now), Ok(2));
+    sim.deliver_until(now + 1_000 * MS);
+    now += 1_000 * MS;
+    let end = sim.run_traffic(now, 400, MS, 600);
+    sim.deliver_until(end + 1_000 * MS);
+    assert_in_order_exactly_once(&sim.delivered[1], 1_000, &sim.lost_data);
+    assert!(sim.sent_on_path[2] > 100, "{:?}", sim.sent_on_path);
+    // The only drops: the server's probes on its p0, which the client no
+    // longer has (the server still does).
+    assert!(
+        sim.drops_seen
+            .iter()
+            .all(|d| *d == (1, DropReason::UnknownPath)),
+        "{:?}",
+        sim.drops_seen
+    );
+    let c = &sim.t[1];
+    assert!(c.path(1).unwrap().up && c.path(2).unwrap().up);
+    assert!(c.is_removed(0));
+    assert_eq!(
+        c.peer_path_id(2),
+        Some(2),
+        "the client's p2 is the server's id 2"
+    );
+    let names: Vec<String> = c.status(end).paths.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, ["p1", "p2"]);
+    // Names stay unique; the last primary path stays.
+    assert!(sim.t[1].add_path(path_cfg(1, 1, "p1"), end).is_err());
+    assert!(sim.t[1].remove_path("p2", end).is_ok());
+    assert!(sim.t[1]
+        .remove_path("p1", end)
+        .unwrap_err()
+        .contains("last primary"));
+}
+
+#[test]
+fn a_weight_changes_at_runtime_under_static_weights_only() {
+    let mut sim = Sim::new(
+        links(&[(5, 0, 0.0), (5, 0, 0.0)]),
+        mpt_core::tunnel::ReleaseKind::PathFrontier,
+        5,
+    );
+    sim.deliver_until(1_000 * MS);
+    sim.t[0].set_weight("p1", 3).unwrap();
+    let before = sim.sent_on_path.clone();
+    let end = sim.run_traffic(1_000 * MS, 800, MS, 0);
+    sim.deliver_until(end + 500 * MS);
+    let (a, b) = (
+        sim.sent_on_path[0] - before[0],
+        sim.sent_on_path[1] - before[1],
+    );
+    let share = b as f64 / (a + b) as f64;
+    assert!((share - 0.75).abs() < 0.05, "p1 carried {share}");
+    assert!(sim.t[0].set_weight("p1", 0).is_err());
+    let ecf = TestConfig::new(0, 2).ecf().tunnel();
+    let mut ecf = ecf;
+    assert!(ecf.set_weight("p0", 2).unwrap_err().contains("path-aware"));
+}

@@ -142,6 +142,9 @@ impl Scheduler for SmoothWrr {
     }
 
     fn set_weights(&mut self, weights: &[u32]) {
+        // A path added at runtime starts with no credit.
+        self.current.resize(weights.len(), 0);
+        self.weights.resize(weights.len(), 1);
         for (w, n) in self.weights.iter_mut().zip(weights) {
             *w = i64::from((*n).max(1));
         }

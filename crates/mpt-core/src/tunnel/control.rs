@@ -41,7 +41,7 @@ impl Tunnel {
         self.paths
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.rx_up)
+            .filter(|(i, p)| p.rx_up && self.leaving[*i].is_none())
             .fold(0, |m, (i, _)| m | (1 << i))
     }
 
@@ -72,12 +72,15 @@ impl Tunnel {
     }
 
     /// The index of the path named `name`, or an error naming the paths.
-    fn path_named(&self, name: &str) -> Result<usize, String> {
-        self.paths
-            .iter()
-            .position(|p| p.cfg.name == name)
+    pub(super) fn path_named(&self, name: &str) -> Result<usize, String> {
+        self.active_paths()
+            .map(|i| i as usize)
+            .find(|i| self.paths[*i].cfg.name == name)
             .ok_or_else(|| {
-                let names: Vec<&str> = self.paths.iter().map(|p| p.cfg.name.as_str()).collect();
+                let names: Vec<&str> = self
+                    .active_paths()
+                    .map(|i| self.paths[i as usize].cfg.name.as_str())
+                    .collect();
                 format!(
                     "no path named '{name}'; the paths are: {}",
                     names.join(", ")
@@ -141,7 +144,9 @@ impl Tunnel {
     /// primary.
     pub fn set_backup(&mut self, name: &str, backup: bool) -> Result<PathId, String> {
         let i = self.path_named(name)?;
-        let others_primary = (0..self.paths.len()).any(|k| k != i && !self.paths[k].cfg.backup);
+        let others_primary = self
+            .active_paths()
+            .any(|k| k as usize != i && !self.paths[k as usize].cfg.backup);
         if backup && !others_primary {
             return Err(format!(
                 "'{name}' is the only primary path; make another path primary first"
@@ -153,6 +158,9 @@ impl Tunnel {
     }
 
     pub(super) fn refresh_up(&mut self, pid: PathId, now: Nanos) {
+        if self.removed[pid as usize] {
+            return;
+        }
         let p = &mut self.paths[pid as usize];
         let rx = p.hearing(now);
         if rx != p.rx_up {

@@ -33,6 +33,7 @@ mod address;
 mod control;
 mod handshake;
 mod pairing;
+mod paths;
 mod qos;
 mod recovery;
 mod recv;
@@ -234,6 +235,9 @@ pub struct Tunnel {
     /// Paths removed at runtime (a reload): their slot stays, unused, so
     /// that every other path keeps its id.
     removed: Vec<bool>,
+    /// Paths being removed: until when their packets are still received
+    /// (`paths.rs`).
+    leaving: Vec<Option<Nanos>>,
     /// The peer's path ids paired with ours (`pairing.rs`).
     pairing: pairing::Pairing,
     /// Probes naming a path we have on another socket (log rate limit).
@@ -324,7 +328,7 @@ impl Tunnel {
         let n = cfg.paths.len();
         let policy: Box<dyn ReleasePolicy> = match cfg.release {
             ReleaseKind::Timeout => Box::new(TimeoutOnly),
-            ReleaseKind::PathFrontier => Box::new(PathFrontier::new(n)),
+            ReleaseKind::PathFrontier => Box::new(PathFrontier::new(crate::MAX_PATHS)),
         };
         let sched: Box<dyn Scheduler> = match cfg.scheduler {
             SchedKind::Ecf => Box::new(Ecf),
@@ -353,6 +357,7 @@ impl Tunnel {
             usable: vec![false; n],
             admin_down: vec![false; n],
             removed: vec![false; n],
+            leaving: vec![None; n],
             pairing: pairing::Pairing::default(),
             mismatches: 0,
             first_path_up: false,
@@ -533,15 +538,7 @@ impl Tunnel {
             }
         }
         if changed {
-            // Integer weights in hundredths keep the factor's resolution.
-            let w: Vec<u32> = self
-                .paths
-                .iter()
-                .map(|p| {
-                    ((f64::from(p.cfg.weight) * 100.0 * p.weight_factor).round() as u32).max(1)
-                })
-                .collect();
-            self.sched.set_weights(&w);
+            self.refresh_weights();
         }
     }
 
@@ -577,6 +574,7 @@ impl Tunnel {
                 .as_ref()
                 .and_then(recovery::Recovery::deadline),
             self.validation_deadline(),
+            self.removal_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -585,6 +583,7 @@ impl Tunnel {
 
     /// Run timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
+        self.finish_removals(now);
         self.liveness_timers(now);
         self.update_codel_rtt();
         self.reorder.handle_timeout(now);

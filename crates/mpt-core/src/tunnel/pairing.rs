@@ -5,8 +5,8 @@
 //! numbers its paths as it likes. The receiver finds its own path for a
 //! packet as follows (wire v6, `docs/protocol.md`):
 //!
-//! 1. the peer's id is paired already (learned below): that path, if it is
-//!    served by the socket the packet came in on, else none;
+//! 1. the peer's id is paired already (learned below) with a path served
+//!    by the socket the packet came in on: that path;
 //! 2. not paired yet: the one path on that socket whose remote is the
 //!    sender's address, else the one path on that socket, else the path of
 //!    the same id if that socket serves it (the old pairing by order);
@@ -45,9 +45,12 @@ impl Tunnel {
     ) -> Option<PathId> {
         let on_socket = |i: usize| self.paths[i].cfg.local_key == local_key && !self.removed[i];
         match self.pairing.local(claimed) {
-            Some(Ok(l)) => return on_socket(l as usize).then_some(l),
+            // Paired, on this socket. Elsewhere: the peer may have given
+            // the id to another path (removed and added at runtime); its
+            // first probe names it, found by socket below.
+            Some(Ok(l)) if on_socket(l as usize) => return Some(l),
             Some(Err(())) => return None,
-            None => {}
+            _ => {}
         }
         let mut by_source = None;
         let mut only = None;

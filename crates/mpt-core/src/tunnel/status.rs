@@ -76,8 +76,10 @@ impl Tunnel {
                 .zip(&self.senders)
                 .zip(&self.admin_down)
                 .enumerate()
+                .filter(|(i, _)| !self.removed[*i])
                 .map(|(i, ((p, s), admin_down))| {
                     let mut st = p.status(now);
+                    st.id = i as PathId;
                     st.sending = self.paced.then(|| s.status(now));
                     st.admin_down = *admin_down;
                     st.peer_path_id = self.pairing.peer(i as PathId);
