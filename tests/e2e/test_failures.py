@@ -293,13 +293,17 @@ def test_a_path_name_the_peer_lacks_is_told_on_both_sides(workdir: Path) -> None
             TunnelOpts(paths=[PathOpts(1), PathOpts(2)]),
             workdir,
             wait=False,
-            edit=lambda side, t: t.replace('name = "link2v4"', 'name = "lte"')
-            if side == "b"
-            else t,
+            edit=lambda side, t: (
+                t.replace('name = "link2v4"', 'name = "lte"') if side == "b" else t
+            ),
         )
         a.wait_ready(0)
         b.wait_ready(0)
-        wait_for("the common path", lambda: ping(topo, "a", TUNNEL_V4["b"], count=2).received == 2, timeout=10)
+
+        def common_path_works() -> bool:
+            return ping(topo, "a", TUNNEL_V4["b"], count=2).received == 2
+
+        wait_for("the common path", common_path_works, timeout=10)
         hint = "and this side has none of that name"
         wait_for("server logs the mismatch", lambda: hint in a.log_text(), timeout=10)
         wait_for("client logs the mismatch", lambda: hint in b.log_text(), timeout=10)

@@ -19,6 +19,7 @@ mod path;
 mod qos;
 mod reader;
 mod remote;
+pub use remote::resolve_path;
 mod security;
 
 use std::net::SocketAddr;

@@ -72,6 +72,45 @@ pub fn pick(local: SocketAddr, answer: &[SocketAddr]) -> Option<SocketAddr> {
         .find(|a| a.is_ipv4() == local.is_ipv4() && !a.ip().is_unspecified() && a.port() != 0)
 }
 
+/// The address `p`'s remote hostname resolves to with `resolve`, of
+/// `local`'s IP version; `Ok(None)` when the remote is not a hostname.
+/// The error names the path and what went wrong.
+pub fn resolve_path<F>(
+    p: &crate::PathSection,
+    resolve: &mut F,
+) -> Result<Option<SocketAddr>, String>
+where
+    F: FnMut(&str) -> std::io::Result<Vec<SocketAddr>>,
+{
+    let Some(host) = &p.remote_host else {
+        return Ok(None);
+    };
+    let family = if p.local.is_ipv4() { "IPv4" } else { "IPv6" };
+    match resolve(host) {
+        Err(e) => Err(format!(
+            "path '{}': remote {host} does not resolve: {e}",
+            p.name
+        )),
+        Ok(answer) => match pick(p.local, &answer) {
+            Some(a) => Ok(Some(a)),
+            None => Err(format!(
+                "path '{}': remote {host} has no {family} address (local is {}; it resolves to {})",
+                p.name,
+                p.local,
+                if answer.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    answer
+                        .iter()
+                        .map(|a| a.ip().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            )),
+        },
+    }
+}
+
 impl Config {
     /// Resolve every path's `remote` hostname with `resolve` (the system
     /// resolver in the daemon, a table in tests). Each error names the path
@@ -83,28 +122,10 @@ impl Config {
         let mut errors = vec![];
         let mut found = vec![];
         for (i, p) in self.paths.iter().enumerate() {
-            let Some(host) = &p.remote_host else {
-                continue;
-            };
-            let family = if p.local.is_ipv4() { "IPv4" } else { "IPv6" };
-            match resolve(host) {
-                Err(e) => errors.push(format!(
-                    "path '{}': remote {host} does not resolve: {e}",
-                    p.name
-                )),
-                Ok(answer) => match pick(p.local, &answer) {
-                    Some(a) => found.push((i, a)),
-                    None => errors.push(format!(
-                        "path '{}': remote {host} has no {family} address (local is {}; it resolves to {})",
-                        p.name,
-                        p.local,
-                        if answer.is_empty() {
-                            "nothing".to_string()
-                        } else {
-                            answer.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ")
-                        }
-                    )),
-                },
+            match resolve_path(p, &mut resolve) {
+                Ok(Some(a)) => found.push((i, a)),
+                Ok(None) => {}
+                Err(e) => errors.push(e),
             }
         }
         let mut paths = self.paths.clone();

@@ -43,6 +43,9 @@ pub const MAX_CONTROL_CLIENTS: usize = 16;
 pub struct Request {
     pub command: String,
     pub reply: SyncSender<String>,
+    /// Who asked (the client's process, user and group from
+    /// `SO_PEERCRED`), for the log of every change.
+    pub who: String,
 }
 
 /// Bound control socket; removes its file on drop.
@@ -197,10 +200,15 @@ fn handle(
     let deadline = Instant::now() + CONTROL_TIMEOUT;
     stream.set_write_timeout(Some(CONTROL_TIMEOUT))?;
     let command = read_request(stream, deadline)?;
+    let who = match mpt_sys::fs::peer_cred(stream) {
+        Ok(c) => format!("pid {} uid {} gid {}", c.pid, c.uid, c.gid),
+        Err(e) => format!("unknown ({e})"),
+    };
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
     tx.send(Request {
         command,
         reply: reply_tx,
+        who,
     })
     .map_err(|_| io::Error::other("daemon stopping"))?;
     wake();

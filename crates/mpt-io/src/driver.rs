@@ -32,7 +32,7 @@ use crate::control::Request;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
 use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::Clock;
-use crate::udp::PathSocket;
+use crate::udp::{PathBind, PathSocket};
 use crate::workers::{Engage, Workers};
 
 const TOKEN_TUN: Token = Token(0);
@@ -72,11 +72,57 @@ pub struct Driver {
     /// Reads the configuration again and applies it (SIGHUP, `reload`);
     /// set by the daemon, which owns the configuration.
     reload: Option<Reload>,
+    /// Which sources may have something to read.
+    ready: Ready,
 }
 
-/// A configuration reload: applied to the tunnel at `now`, answered as the
-/// control protocol's JSON (`ok` with what changed, or `error`).
-pub type Reload = Box<dyn FnMut(&mut Tunnel, Nanos) -> Value>;
+/// A configuration reload: applied through the context, answered as the
+/// control protocol's JSON (`ok` with what changed, or `error`). The
+/// string says who asked, for the log.
+pub type Reload = Box<dyn FnMut(&mut ReloadCtx<'_>, &str) -> Value>;
+
+/// What a reload may change: the tunnel, and the set of path sockets.
+pub struct ReloadCtx<'a> {
+    pub tunnel: &'a mut Tunnel,
+    pub now: Nanos,
+    sockets: Sockets<'a>,
+}
+
+/// The loop's path sockets, as a reload sees them.
+struct Sockets<'a> {
+    paths: &'a mut UdpPaths,
+    poll: &'a Poll,
+    ready: &'a mut Ready,
+}
+
+impl ReloadCtx<'_> {
+    /// The socket (its key) for a path bound to `local`: the one already
+    /// bound there, or a new one (bound, registered with the loop). A
+    /// socket outlives the paths that leave it, until the daemon stops.
+    pub fn socket_for(&mut self, bind: &PathBind<'_>) -> io::Result<usize> {
+        let s = &mut self.sockets;
+        if let Some(i) = s.paths.sockets.iter().position(|x| x.local == bind.local) {
+            if !s.paths.sockets[i].paths.iter().any(|n| n == bind.name) {
+                s.paths.sockets[i].paths.push(bind.name.to_string());
+            }
+            return Ok(i);
+        }
+        let socket = crate::udp::open(bind)?;
+        let i = s.paths.sockets.len();
+        s.poll.registry().register(
+            &mut SourceFd(&socket.as_raw_fd()),
+            Token(TOKEN_SOCKET_BASE + i),
+            Interest::READABLE,
+        )?;
+        s.paths.add_socket(PathSocket {
+            local: bind.local,
+            socket,
+            paths: vec![bind.name.to_string()],
+        });
+        s.ready.sockets.push(true);
+        Ok(i)
+    }
+}
 
 /// What the control thread needs to hand requests to the loop.
 pub struct ControlHook {
@@ -148,6 +194,7 @@ impl Driver {
                 rates: RateWindow::default(),
                 started: Instant::now(),
                 reload: None,
+                ready: Ready::all(0),
             },
             hook,
         ))
@@ -161,10 +208,10 @@ impl Driver {
     /// Run until SIGINT or SIGTERM.
     pub fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
-        let mut ready = Ready::all(self.engine.paths.sockets.len());
+        self.ready = Ready::all(self.engine.paths.sockets.len());
         let mut loop_idle = Duration::ZERO;
         loop {
-            let timeout = if ready.any() {
+            let timeout = if self.ready.any() {
                 Some(Duration::ZERO)
             } else {
                 let now = self.engine.clock.now();
@@ -183,7 +230,7 @@ impl Driver {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    TOKEN_TUN => ready.tun = true,
+                    TOKEN_TUN => self.ready.tun = true,
                     TOKEN_SIGNAL => {
                         info!(tunnel = %self.identity.name, "signal received, stopping");
                         return Ok(());
@@ -191,14 +238,14 @@ impl Driver {
                     TOKEN_HANGUP => self.hangup(),
                     TOKEN_WAKER => self.answer_control(),
                     Token(t) if t >= TOKEN_SOCKET_BASE => {
-                        if let Some(r) = ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
+                        if let Some(r) = self.ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
                             *r = true;
                         }
                     }
                     _ => {}
                 }
             }
-            self.engine.turn(&mut ready);
+            self.engine.turn(&mut self.ready);
             self.engine.workers_mut().tick(loop_idle);
             let now = self.engine.clock.now();
             if self.rates.due(now) {
@@ -227,27 +274,38 @@ impl Driver {
         let mut buf = [0u8; 64];
         while matches!(self.hangup_rx.read(&mut buf), Ok(n) if n > 0) {}
         info!(tunnel = %self.identity.name, "SIGHUP received: reloading the configuration");
-        self.reload_now();
+        self.reload_now("SIGHUP");
     }
 
-    fn reload_now(&mut self) -> Value {
+    fn reload_now(&mut self, who: &str) -> Value {
         let now = self.engine.clock.now();
-        match self.reload.as_mut() {
-            Some(r) => r(self.engine.tunnel_mut(), now),
-            None => json!({ "error": "this daemon cannot reload its configuration" }),
-        }
+        let Some(r) = self.reload.as_mut() else {
+            return json!({ "error": "this daemon cannot reload its configuration" });
+        };
+        let (tunnel, paths) = self.engine.tunnel_and_paths();
+        let mut ctx = ReloadCtx {
+            tunnel,
+            now,
+            sockets: Sockets {
+                paths,
+                poll: &self.poll,
+                ready: &mut self.ready,
+            },
+        };
+        r(&mut ctx, who)
     }
 
     fn answer_control(&mut self) {
         while let Ok(req) = self.control_rx.try_recv() {
             let words: Vec<&str> = req.command.split_whitespace().collect();
+            let who = req.who.as_str();
             let answer = match words.as_slice() {
                 ["status"] => self.status_json(),
                 ["path", name, action @ ("up" | "down")] => {
-                    self.path_admin(name, *action == "down")
+                    self.path_admin(name, *action == "down", who)
                 }
-                ["path", name, "set", key, value] => self.path_set(name, key, value),
-                ["reload"] => self.reload_now(),
+                ["path", name, "set", key, value] => self.path_set(name, key, value, who),
+                ["reload"] => self.reload_now(who),
                 _ => json!({ "error": format!("unknown request '{}'", req.command) }),
             };
             let _ = req.reply.send(answer.to_string());
@@ -256,20 +314,21 @@ impl Driver {
 
     /// `mpt path NAME up|down`: an operator takes a path out of use or
     /// back (logged; the control socket is root's, mode 0600).
-    fn path_admin(&mut self, name: &str, down: bool) -> Value {
+    fn path_admin(&mut self, name: &str, down: bool, who: &str) -> Value {
         let word = if down { "down" } else { "up" };
         match self.engine.tunnel_mut().set_admin_down(name, down) {
             Ok(_) => {
-                info!(tunnel = %self.identity.name, path = %name, "path set administratively {word} over the control socket");
+                info!(tunnel = %self.identity.name, path = %name, by = %who, "path set administratively {word} over the control socket");
                 json!({ "ok": true, "path": name, "admin": word })
             }
             Err(e) => json!({ "error": e }),
         }
     }
 
-    /// `mpt path NAME set rate_mbit N|none` and `set backup true|false`
-    /// (logged). Values were checked by the CLI; they are checked again.
-    fn path_set(&mut self, name: &str, key: &str, value: &str) -> Value {
+    /// `mpt path NAME set rate_mbit N|none`, `set weight N` and `set backup
+    /// true|false` (logged with who asked). Values were checked by the
+    /// CLI; they are checked again.
+    fn path_set(&mut self, name: &str, key: &str, value: &str, who: &str) -> Value {
         let t = self.engine.tunnel_mut();
         let r = match (key, value) {
             ("rate_mbit", "none") => t.set_rate_cap(name, None),
@@ -281,15 +340,19 @@ impl Driver {
                 Ok(a) => t.set_remote(name, a),
                 Err(_) => Err(format!("remote '{v}' is not an address:port")),
             },
+            ("weight", v) => match v.parse::<u32>() {
+                Ok(w) => t.set_weight(name, w),
+                Err(_) => Err(format!("weight '{v}' is not 1 to 1000")),
+            },
             ("backup", "true") => t.set_backup(name, true),
             ("backup", "false") => t.set_backup(name, false),
             _ => Err(format!(
-                "cannot set '{key}' to '{value}' (rate_mbit N|none, backup true|false, remote ADDR:PORT)"
+                "cannot set '{key}' to '{value}' (rate_mbit N|none, weight N, backup true|false, remote ADDR:PORT)"
             )),
         };
         match r {
             Ok(_) => {
-                info!(tunnel = %self.identity.name, path = %name, %key, %value, "path setting changed over the control socket");
+                info!(tunnel = %self.identity.name, path = %name, %key, %value, by = %who, "path setting changed over the control socket");
                 json!({ "ok": true, "path": name, key: value })
             }
             Err(e) => json!({ "error": e }),

@@ -83,6 +83,14 @@ impl UdpPaths {
         }
     }
 
+    /// One more socket (a path added at runtime), with its offloads probed
+    /// as at the start. GRO, all or nothing, is kept only if it has it.
+    pub fn add_socket(&mut self, s: PathSocket) {
+        self.gso.push(mmsg::gso_supported(&s.socket));
+        self.gro &= mmsg::enable_gro(&s.socket);
+        self.sockets.push(s);
+    }
+
     /// Whether every socket has GSO / GRO.
     pub fn all_gso(&self) -> bool {
         self.gso.iter().all(|g| *g)

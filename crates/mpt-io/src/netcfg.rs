@@ -79,22 +79,46 @@ impl Routes {
             installed: vec![],
         };
         for (net, metric, label) in routes {
-            ip(&route_args("add", net, dev, *metric)).map_err(|e| {
-                if e.to_string().contains("File exists") {
-                    io::Error::new(
-                        io::ErrorKind::AlreadyExists,
-                        format!(
-                            "{label}: a route to {net}{} already exists on this host (see `ip route show {net}`); remove it, or give this route another metric",
-                            metric.map_or(String::new(), |m| format!(" with metric {m}"))
-                        ),
-                    )
-                } else {
-                    io::Error::other(format!("{label}: {e}"))
-                }
-            })?;
-            r.installed.push((*net, *metric));
+            r.add(*net, *metric, label)?;
         }
         Ok(r)
+    }
+
+    /// Install one more route (a reload); `label` names where it was
+    /// configured, for errors.
+    pub fn add(&mut self, net: IpNet, metric: Option<u32>, label: &str) -> io::Result<()> {
+        ip(&route_args("add", &net, &self.dev, metric)).map_err(|e| {
+            if e.to_string().contains("File exists") {
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{label}: a route to {net}{} already exists on this host (see `ip route show {net}`); remove it, or give this route another metric",
+                        metric.map_or(String::new(), |m| format!(" with metric {m}"))
+                    ),
+                )
+            } else {
+                io::Error::other(format!("{label}: {e}"))
+            }
+        })?;
+        self.installed.push((net, metric));
+        Ok(())
+    }
+
+    /// Remove a route this set installed (a reload).
+    pub fn remove(&mut self, net: IpNet, metric: Option<u32>) -> io::Result<()> {
+        let Some(i) = self.installed.iter().position(|r| *r == (net, metric)) else {
+            return Err(io::Error::other(format!(
+                "no route to {net} was installed by mpt"
+            )));
+        };
+        ip(&route_args("del", &net, &self.dev, metric))?;
+        self.installed.remove(i);
+        Ok(())
+    }
+
+    /// The routes installed, as (network, metric).
+    pub fn installed(&self) -> &[(IpNet, Option<u32>)] {
+        &self.installed
     }
 }
 

@@ -57,7 +57,9 @@ fn explain(path: &str, local: SocketAddr, what: &str, e: io::Error) -> io::Error
     )
 }
 
-fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
+/// Open and bind one path socket (as [`bind_path_sockets`] does for each
+/// distinct local address).
+pub fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
     let sock = Socket::new(
         Domain::for_address(b.local),
         Type::DGRAM.cloexec(),

@@ -10,7 +10,7 @@
 use std::io;
 use std::sync::Arc;
 
-use mpt_config::{Config, Release, Role, SchedulerMode, Security, Share};
+use mpt_config::{Config, PathSection, Release, Role, SchedulerMode, Security, Share};
 use mpt_core::crypto::handshake::Identity as KeyIdentity;
 use mpt_core::crypto::keys::PresharedKey;
 use mpt_core::crypto::state::{HandshakeRole, SecurityConfig};
@@ -42,23 +42,28 @@ pub fn init_logging(level: Option<&str>) {
         .init();
 }
 
+/// The core's view of a `[[path]]`, on the socket `local_key`.
+pub fn path_config(p: &PathSection, local_key: usize) -> PathConfig {
+    PathConfig {
+        name: p.name.clone(),
+        local_key,
+        local: p.local,
+        remote: p.remote,
+        weight: p.weight,
+        rate_cap_bps: p.rate_mbit.map(|r| r * 1_000_000),
+        backup: p.backup,
+        keepalive: p.keepalive_ms * NANOS_PER_MS,
+        dead: p.dead_ms * NANOS_PER_MS,
+    }
+}
+
 fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
     TunnelConfig {
         paths: cfg
             .paths
             .iter()
             .zip(keys)
-            .map(|(p, k)| PathConfig {
-                name: p.name.clone(),
-                local_key: *k,
-                local: p.local,
-                remote: p.remote,
-                weight: p.weight,
-                rate_cap_bps: p.rate_mbit.map(|r| r * 1_000_000),
-                backup: p.backup,
-                keepalive: p.keepalive_ms * NANOS_PER_MS,
-                dead: p.dead_ms * NANOS_PER_MS,
-            })
+            .map(|(p, k)| path_config(p, *k))
             .collect(),
         mtu: cfg.tunnel.mtu as usize,
         reorder_window: cfg.reorder.window,
@@ -166,7 +171,9 @@ pub fn run(cfg: Config) -> io::Result<()> {
         Engage::Auto
     };
     let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity, workers, engage)?;
-    driver.set_reload(crate::reload::hook(cfg.clone()));
+    // The reload owns the routes from now on: it changes them, and they
+    // go when the driver (and the reload with it) is dropped.
+    driver.set_reload(crate::reload::hook(cfg.clone(), routes));
     crate::resolve::spawn(&cfg, hook.tx.clone(), Arc::clone(&hook.wake))?;
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
@@ -187,7 +194,6 @@ pub fn run(cfg: Config) -> io::Result<()> {
         info!(tunnel = %cfg.tunnel.name, path = %p.name, local = %p.local, peer = %peer, weight = p.weight, "path configured");
     }
     let res = driver.run();
-    drop(routes);
     drop(driver);
     drop(control);
     match &res {

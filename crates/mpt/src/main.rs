@@ -10,6 +10,7 @@ mod keys;
 mod metrics;
 mod pathcmd;
 mod reload;
+mod reload_paths;
 mod resolve;
 mod status;
 
@@ -57,9 +58,11 @@ enum Cmd {
         log: Option<String>,
     },
     /// Make a running tunnel read its configuration file again (as SIGHUP
-    /// does): per-path rate_mbit, backup, keepalive_ms and dead_ms,
-    /// scheduler.queue_ms and the QoS classes change at once; what needs a
-    /// restart is listed. A file with errors changes nothing.
+    /// does): paths added, removed or moved, per-path remote, weight,
+    /// rate_mbit, backup, keepalive_ms and dead_ms, routes,
+    /// scheduler.queue_ms and the QoS classes change at once, without
+    /// dropping the session; what needs a restart is listed. A file with
+    /// errors changes nothing.
     Reload {
         #[command(flatten)]
         daemon: DaemonArgs,
@@ -117,8 +120,8 @@ enum Cmd {
         /// With a path's name: `down`, `up`, or `set` (with KEY VALUE).
         #[arg(value_parser = ["up", "down", "set"])]
         action: Option<String>,
-        /// With `set`: `rate_mbit` (N Mbit/s, or none), `backup` (true or false) or `remote` (address:port).
-        #[arg(value_parser = ["rate_mbit", "backup", "remote"], requires = "value")]
+        /// With `set`: `rate_mbit` (N Mbit/s, or none), `weight` (1 to 1000; static weights only), `backup` (true or false) or `remote` (address:port).
+        #[arg(value_parser = ["rate_mbit", "weight", "backup", "remote"], requires = "value")]
         key: Option<String>,
         /// The new value.
         value: Option<String>,
@@ -334,7 +337,7 @@ fn main() -> ExitCode {
                         }
                     },
                     _ => {
-                        eprintln!("error: `mpt path {name} set rate_mbit N|none`, `... set backup true|false` or `... set remote ADDR:PORT`");
+                        eprintln!("error: `mpt path {name} set rate_mbit N|none`, `... set weight N`, `... set backup true|false` or `... set remote ADDR:PORT`");
                         ExitCode::from(2)
                     }
                 },

@@ -66,6 +66,10 @@ pub fn set_value(key: &str, value: &str) -> Result<String, String> {
                 "rate_mbit must be 1 to 1000000 (Mbit/s) or none, not '{v}'"
             )),
         },
+        ("weight", v) => match v.parse::<u32>() {
+            Ok(w) if (1..=1000).contains(&w) => Ok(w.to_string()),
+            _ => Err(format!("weight must be 1 to 1000, not '{v}'")),
+        },
         ("backup", "true" | "on" | "yes") => Ok("true".into()),
         ("backup", "false" | "off" | "no") => Ok("false".into()),
         ("remote", v) => match v.parse::<std::net::SocketAddr>() {
@@ -75,7 +79,7 @@ pub fn set_value(key: &str, value: &str) -> Result<String, String> {
             )),
         },
         (k, v) => Err(format!(
-            "'{k} {v}': say `rate_mbit N|none`, `backup true|false` or `remote ADDR:PORT`"
+            "'{k} {v}': say `rate_mbit N|none`, `weight N`, `backup true|false` or `remote ADDR:PORT`"
         )),
     }
 }
@@ -119,6 +123,8 @@ mod tests {
         assert!(set_value("rate_mbit", "0").is_err());
         assert!(set_value("rate_mbit", "fast").is_err());
         assert_eq!(set_value("backup", "on").unwrap(), "true");
+        assert_eq!(set_value("weight", "3").unwrap(), "3");
+        assert!(set_value("weight", "0").unwrap_err().contains("1 to 1000"));
         assert!(set_value("backup", "maybe")
             .unwrap_err()
             .contains("backup true|false"));

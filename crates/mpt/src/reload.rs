@@ -1,26 +1,32 @@
 //! Reloading the configuration of a running tunnel (SIGHUP, `mpt reload`).
 //!
 //! The file is read and validated again. What can change without touching
-//! the interface, the sockets or the session is applied at once:
+//! the interface or the session is applied at once:
 //!
-//! * per path (matched by name): `rate_mbit`, `backup`, `keepalive_ms`,
-//!   `dead_ms`;
+//! * paths (matched by name; see `reload_paths.rs`): added (a socket bound
+//!   for a new local address), removed (its traffic moves to the others
+//!   first), moved to another `local` or `interface` (removed and added),
+//!   and per path `remote`, `weight`, `rate_mbit`, `backup`,
+//!   `keepalive_ms`, `dead_ms`;
+//! * `[[route]]`: routes added and removed;
 //! * `[scheduler] queue_ms`;
 //! * `[qos]`: the classes (what waits is classified again into the new
 //!   ones).
 //!
 //! Everything else (the tunnel's name, addresses and MTU, the role, keys,
-//! paths added, removed or moved, routes, the reorder buffer, the
-//! scheduler's mode, metrics) is listed as needing a restart and left as it
-//! runs.
+//! the reorder buffer, the scheduler's mode, metrics) is listed as needing
+//! a restart and left as it runs.
 //!
 //! Invariants: a file with any error changes nothing (the errors are
-//! reported, the tunnel goes on); `running` is always what is in effect,
-//! so a later reload reports again what still waits for a restart.
+//! reported, the tunnel goes on); `running` is always what is in effect
+//! (a change that failed, such as a socket that cannot be bound, keeps
+//! the old value and is reported), so a later reload tries again what did
+//! not take.
 
-use mpt_config::{Config, PathSection};
-use mpt_core::tunnel::Tunnel;
-use mpt_core::{Nanos, NANOS_PER_MS};
+use mpt_config::Config;
+use mpt_core::NANOS_PER_MS;
+use mpt_io::driver::ReloadCtx;
+use mpt_io::netcfg::Routes;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
@@ -31,44 +37,34 @@ pub struct Outcome {
     pub applied: Vec<String>,
     /// Keys that differ from the running tunnel and need a restart.
     pub needs_restart: Vec<String>,
+    /// Changes that were tried and failed (the old value runs on).
+    pub failed: Vec<String>,
 }
 
 impl Outcome {
     pub fn to_json(&self) -> Value {
-        json!({ "ok": true, "applied": self.applied, "needs_restart": self.needs_restart })
+        json!({
+            "ok": true,
+            "applied": self.applied,
+            "needs_restart": self.needs_restart,
+            "failed": self.failed,
+        })
     }
 }
 
 /// The running configuration and where it came from.
 pub struct Reloader {
-    running: Config,
-}
-
-/// A path as far as a reload cannot change it.
-fn fixed(p: &PathSection) -> PathSection {
-    PathSection {
-        // A remote given as a hostname is compared as written: a reload
-        // does not resolve it again.
-        remote: if p.remote_host.is_some() {
-            None
-        } else {
-            p.remote
-        },
-        rate_mbit: None,
-        backup: false,
-        keepalive_ms: 0,
-        dead_ms: 0,
-        ..p.clone()
-    }
+    pub(crate) running: Config,
+    pub(crate) routes: Routes,
 }
 
 impl Reloader {
-    pub fn new(running: Config) -> Self {
-        Self { running }
+    pub fn new(running: Config, routes: Routes) -> Self {
+        Self { running, routes }
     }
 
-    /// Read the file again and apply what can be applied to `t`.
-    pub fn reload(&mut self, t: &mut Tunnel, now: Nanos) -> Result<Outcome, String> {
+    /// Read the file again and apply what can be applied.
+    pub fn reload(&mut self, ctx: &mut ReloadCtx<'_>) -> Result<Outcome, String> {
         let new = Config::load(&self.running.file).map_err(|errs| {
             let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
             format!(
@@ -79,10 +75,13 @@ impl Reloader {
         })?;
         let mut out = Outcome::default();
         self.restart_keys(&new, &mut out);
-        self.apply_paths(&new, t, &mut out);
-        if new.queue_ms != self.running.queue_ms
-            && !out.needs_restart.iter().any(|k| k == "scheduler")
-        {
+        let scheduler_same = !out.needs_restart.iter().any(|k| k == "scheduler");
+        if scheduler_same {
+            self.apply_paths(&new, ctx, &mut out);
+        }
+        self.apply_routes(&new, &mut out);
+        let t = &mut *ctx.tunnel;
+        if new.queue_ms != self.running.queue_ms && scheduler_same {
             t.set_queue_max(new.queue_ms * NANOS_PER_MS);
             out.applied.push(format!(
                 "scheduler.queue_ms: {} -> {}",
@@ -90,8 +89,8 @@ impl Reloader {
             ));
             self.running.queue_ms = new.queue_ms;
         }
-        if new.qos != self.running.qos && !out.needs_restart.iter().any(|k| k == "scheduler") {
-            t.set_qos(new.qos.clone(), now);
+        if new.qos != self.running.qos && scheduler_same {
+            t.set_qos(new.qos.clone(), ctx.now);
             let names = |q: &Option<mpt_core::qos::QosConfig>| {
                 q.as_ref().map_or("off".to_string(), |q| {
                     q.classes
@@ -123,7 +122,6 @@ impl Reloader {
         differs("peer.role", r.role == new.role);
         differs("security", r.security == new.security);
         differs("reorder", r.reorder == new.reorder);
-        differs("route", r.routes == new.routes);
         differs("metrics", r.metrics_listen == new.metrics_listen);
         differs(
             "scheduler",
@@ -131,110 +129,67 @@ impl Reloader {
                 && r.share == new.share
                 && r.adapt_to_loss == new.adapt_to_loss,
         );
-        let same_paths = r.paths.len() == new.paths.len()
-            && r.paths
-                .iter()
-                .zip(&new.paths)
-                .all(|(a, b)| fixed(a) == fixed(b));
-        differs(
-            "path (added, removed or changed beyond rate_mbit, backup, keepalive_ms, dead_ms)",
-            same_paths,
-        );
     }
 
-    /// Per-path settings, when the paths themselves are the same.
-    fn apply_paths(&mut self, new: &Config, t: &mut Tunnel, out: &mut Outcome) {
-        if out.needs_restart.iter().any(|k| k.starts_with("path")) {
-            return;
-        }
-        // Primary paths first, so that the last primary never turns backup
-        // before another has turned primary.
-        let mut order: Vec<usize> = (0..new.paths.len()).collect();
-        order.sort_by_key(|i| new.paths[*i].backup);
-        for i in order {
-            let (old, p) = (self.running.paths[i].clone(), &new.paths[i]);
-            let key = |k: &str| format!("path {}: {k}", p.name);
-            let run = &mut self.running.paths[i];
-            if old.rate_mbit != p.rate_mbit {
-                match t.set_rate_cap(&p.name, p.rate_mbit.map(|m| m * 1_000_000)) {
-                    Ok(_) => {
-                        run.rate_mbit = p.rate_mbit;
-                        out.applied.push(format!(
-                            "{}: {} -> {}",
-                            key("rate_mbit"),
-                            show(old.rate_mbit),
-                            show(p.rate_mbit)
-                        ));
-                    }
-                    Err(e) => out
-                        .needs_restart
-                        .push(format!("{} ({e})", key("rate_mbit"))),
-                }
-            }
-            if old.backup != p.backup {
-                match t.set_backup(&p.name, p.backup) {
-                    Ok(_) => {
-                        run.backup = p.backup;
-                        out.applied.push(format!(
-                            "{}: {} -> {}",
-                            key("backup"),
-                            old.backup,
-                            p.backup
-                        ));
-                    }
-                    Err(e) => out.needs_restart.push(format!("{} ({e})", key("backup"))),
-                }
-            }
-            if (old.keepalive_ms, old.dead_ms) != (p.keepalive_ms, p.dead_ms) {
-                match t.set_path_timers(
-                    &p.name,
-                    p.keepalive_ms * NANOS_PER_MS,
-                    p.dead_ms * NANOS_PER_MS,
-                ) {
-                    Ok(_) => {
-                        (run.keepalive_ms, run.dead_ms) = (p.keepalive_ms, p.dead_ms);
-                        out.applied.push(format!(
-                            "{}: {}/{} -> {}/{} ms",
-                            key("keepalive_ms/dead_ms"),
-                            old.keepalive_ms,
-                            old.dead_ms,
-                            p.keepalive_ms,
-                            p.dead_ms
-                        ));
-                    }
-                    Err(e) => out
-                        .needs_restart
-                        .push(format!("{} ({e})", key("keepalive_ms"))),
+    /// Routes added to and removed from the file.
+    fn apply_routes(&mut self, new: &Config, out: &mut Outcome) {
+        let key = |r: &mpt_config::RouteSection| (r.network, r.metric);
+        let show = |(n, m): (ipnet::IpNet, Option<u32>)| {
+            m.map_or(n.to_string(), |m| format!("{n} metric {m}"))
+        };
+        let wanted: Vec<_> = new.routes.iter().map(key).collect();
+        for r in self.routes.installed().to_vec() {
+            if !wanted.contains(&r) {
+                match self.routes.remove(r.0, r.1) {
+                    Ok(()) => out.applied.push(format!("route: removed {}", show(r))),
+                    Err(e) => out.failed.push(format!("route {}: {e}", show(r))),
                 }
             }
         }
+        for (i, r) in new.routes.iter().enumerate() {
+            if self.routes.installed().contains(&key(r)) {
+                continue;
+            }
+            let at = r.line.map_or(String::new(), |l| format!(":{l}"));
+            let label = format!("{}{at}: route[{}]", new.file.display(), i + 1);
+            match self.routes.add(r.network, r.metric, &label) {
+                Ok(()) => out.applied.push(format!("route: added {}", show(key(r)))),
+                Err(e) => out.failed.push(e.to_string()),
+            }
+        }
+        let installed = self.routes.installed();
+        self.running.routes = new
+            .routes
+            .iter()
+            .filter(|r| installed.contains(&key(r)))
+            .cloned()
+            .collect();
     }
-}
-
-fn show(m: Option<u64>) -> String {
-    m.map_or("none".into(), |m| m.to_string())
 }
 
 /// The daemon's reload hook for the event loop: reload, log what happened
 /// (naming the tunnel), answer as the control protocol's JSON.
-pub fn hook(cfg: Config) -> mpt_io::driver::Reload {
+pub fn hook(cfg: Config, routes: Routes) -> mpt_io::driver::Reload {
     let name = cfg.tunnel.name.clone();
-    let mut r = Reloader::new(cfg);
-    Box::new(move |t, now| match r.reload(t, now) {
+    let mut r = Reloader::new(cfg, routes);
+    Box::new(move |ctx, who| match r.reload(ctx) {
         Ok(o) => {
             for a in &o.applied {
-                info!(tunnel = %name, change = %a, "configuration reloaded: applied");
+                info!(tunnel = %name, change = %a, by = %who, "configuration reloaded: applied");
             }
             for k in &o.needs_restart {
-                warn!(tunnel = %name, key = %k, "configuration reloaded: this change needs a restart; the tunnel keeps the running value");
+                warn!(tunnel = %name, key = %k, by = %who, "configuration reloaded: this change needs a restart; the tunnel keeps the running value");
             }
-            if o.applied.is_empty() && o.needs_restart.is_empty() {
-                info!(tunnel = %name, "configuration reloaded: nothing changed");
+            for f in &o.failed {
+                warn!(tunnel = %name, by = %who, "configuration reloaded: a change failed, the old value runs on: {f}");
+            }
+            if o.applied.is_empty() && o.needs_restart.is_empty() && o.failed.is_empty() {
+                info!(tunnel = %name, by = %who, "configuration reloaded: nothing changed");
             }
             o.to_json()
         }
         Err(e) => {
-            warn!(tunnel = %name, "configuration reload refused, nothing changed: {e}");
+            warn!(tunnel = %name, by = %who, "configuration reload refused, nothing changed: {e}");
             json!({ "error": e })
         }
     })
@@ -257,8 +212,8 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<()> {
             })
             .unwrap_or_default()
     };
-    let (applied, restart) = (list("applied"), list("needs_restart"));
-    if applied.is_empty() && restart.is_empty() {
+    let (applied, restart, failed) = (list("applied"), list("needs_restart"), list("failed"));
+    if applied.is_empty() && restart.is_empty() && failed.is_empty() {
         println!("configuration reloaded: nothing changed");
     }
     for a in applied {
@@ -267,5 +222,15 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<()> {
     for k in restart {
         println!("needs a restart (still running the old value): {k}");
     }
-    Ok(())
+    for f in &failed {
+        println!("failed (still running the old value): {f}");
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "{} change(s) of the reload failed",
+            failed.len()
+        )))
+    }
 }

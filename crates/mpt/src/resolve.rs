@@ -68,7 +68,12 @@ fn ask(
     command: String,
 ) -> Option<Value> {
     let (reply, answer) = mpsc::sync_channel(1);
-    tx.send(Request { command, reply }).ok()?;
+    tx.send(Request {
+        command,
+        reply,
+        who: "the hostname resolver of this daemon".into(),
+    })
+    .ok()?;
     wake();
     let text = answer.recv_timeout(ANSWER_TIMEOUT).ok()?;
     serde_json::from_str(&text).ok()

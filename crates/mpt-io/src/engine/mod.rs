@@ -170,6 +170,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     pub fn tunnel_mut(&mut self) -> &mut Tunnel {
         &mut self.tunnel
     }
+    /// The tunnel and the path I/O together (a reload changes both).
+    pub fn tunnel_and_paths(&mut self) -> (&mut Tunnel, &mut P) {
+        (&mut self.tunnel, &mut self.paths)
+    }
     pub fn io_stats(&self) -> &IoStats {
         &self.io
     }
