@@ -140,3 +140,26 @@ def test_weights_change_by_reload_and_by_command_under_tcp(workdir: Path) -> Non
         log = a.log_text()
         assert "path setting changed over the control socket" in log and "by=pid" in log
         print(f"\nlink1v4 share at weight 3:1 {share:.2f}; iperf3 {res.mbps:.1f} Mbit/s")
+
+
+def test_routes_added_and_removed_by_reload(workdir: Path) -> None:
+    from mptlab.util import run
+
+    with Topology(1) as topo:
+        a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)]), workdir)
+        text = a.cfg.read_text()
+        a.cfg.write_text(text + '\n[[route]]\nnetwork = "10.124.0.0/16"\nmetric = 7\n')
+        r = _mpt(a, "reload")
+        assert r.returncode == 0 and "route: added 10.124.0.0/16 metric 7" in r.stdout, r.stdout
+        assert "10.124.0.0/16 dev mpt0" in run(["ip", "route"], ns=topo.a).stdout
+        # A route that exists already: the change fails, named; exit 1.
+        run(["ip", "route", "add", "10.125.0.0/16", "dev", "lo"], ns=topo.a)
+        a.cfg.write_text(text + '\n[[route]]\nnetwork = "10.125.0.0/16"\n')
+        r = _mpt(a, "reload")
+        assert r.returncode == 1, r.stdout
+        assert "route: removed 10.124.0.0/16 metric 7" in r.stdout, r.stdout
+        assert "a route to 10.125.0.0/16 already exists" in r.stdout, r.stdout
+        routes = run(["ip", "route"], ns=topo.a).stdout
+        assert "10.124.0.0" not in routes and "10.125.0.0/16 dev lo" in routes
+        assert a.stop() == 0
+        assert "could not remove route" not in a.log_text()
