@@ -1,4 +1,5 @@
-"""Packaging: the systemd unit, shell completions and the man page.
+"""Packaging: the systemd unit, shell completions, the man page, the Debian
+package (cargo-deb) and `cargo install`.
 
 The unit is checked with `systemd-analyze verify` (with ExecStart pointed at
 the binary under test, since /usr/bin/mpt is where a package installs it);
@@ -107,3 +108,61 @@ def test_man_dir_writes_a_page_per_subcommand(tmp_path: Path) -> None:
         check=False,
     )
     assert r.returncode == 1 and "cannot write" in r.stderr and "missing" in r.stderr
+
+
+@pytest.mark.skipif(
+    subprocess.run(["cargo", "deb", "--version"], capture_output=True, check=False).returncode != 0,
+    reason="cargo-deb missing (./scripts/install-deps installs it)",
+)
+def test_debian_package_holds_binary_unit_pages_and_completions(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "package-deb")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    deb = Path(r.stdout.strip().splitlines()[-1])
+    deb = deb if deb.is_absolute() else ROOT / deb
+    info = subprocess.run(
+        ["dpkg-deb", "--info", str(deb)], capture_output=True, text=True, check=True
+    )
+    assert "Package: mpt" in info.stdout and "Depends: libc6" in info.stdout, info.stdout
+    listing = subprocess.run(
+        ["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True
+    )
+    for f in (
+        "./usr/bin/mpt",
+        "./lib/systemd/system/mpt@.service",
+        "./usr/share/man/man1/mpt.1.gz",
+        "./usr/share/man/man1/mpt-reload.1.gz",
+        "./usr/share/bash-completion/completions/mpt",
+        "./usr/share/doc/mpt/copyright",
+        "./usr/share/doc/mpt/examples/client.toml",
+    ):
+        assert f in listing.stdout, f
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    v = subprocess.run(
+        [str(tmp_path / "usr/bin/mpt"), "--version"], capture_output=True, text=True, check=False
+    )
+    assert v.returncode == 0 and v.stdout.startswith("mpt "), v.stdout + v.stderr
+
+
+def test_cargo_install_from_the_tree(tmp_path: Path) -> None:
+    # Into a scratch root; the workspace's target directory keeps it quick.
+    r = subprocess.run(
+        ["cargo", "install", "--path", "crates/mpt", "--root", str(tmp_path), "--locked"]
+        + ["--offline", "--target-dir", str(ROOT / "target"), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    v = subprocess.run(
+        [str(tmp_path / "bin" / "mpt"), "--version"], capture_output=True, text=True, check=False
+    )
+    assert v.returncode == 0 and v.stdout.startswith("mpt "), v.stdout + v.stderr

@@ -368,9 +368,11 @@ impl Driver {
             m.insert("schema".into(), json!(STATUS_SCHEMA));
             m.insert("rates".into(), json!(self.rates.total()));
             if let Some(Value::Array(paths)) = m.get_mut("paths") {
-                for (i, p) in paths.iter_mut().enumerate() {
+                for p in paths.iter_mut() {
                     if let Value::Object(p) = p {
-                        p.insert("rates".into(), json!(self.rates.path(i)));
+                        // By the path's id: removed paths are not listed.
+                        let id = p.get("id").and_then(Value::as_u64).unwrap_or(0) as usize;
+                        p.insert("rates".into(), json!(self.rates.path(id)));
                     }
                 }
             }
