@@ -4,15 +4,22 @@
 //!
 //! Flows hash into [`FLOW_BUCKETS`] buckets. An active bucket is served a
 //! quantum of bytes per round, so backlogged flows share the class's
-//! service equally in bytes whatever their packet sizes or rates. When the
+//! service equally in bytes whatever their packet sizes or rates. As in
+//! RFC 8290 §4.1, a flow that becomes active goes to a list of *new*
+//! flows, served before the *old* (backlogged) ones for one quantum: a
+//! sparse flow (a VoIP-like or M2M stream, a TCP flow that backed off and
+//! comes back) is served at once instead of after a round of the
+//! backlogged ones; a new flow that empties moves to the old list, so that
+//! it cannot take that priority again and again. When the
 //! class is at its packet limit, the fattest bucket loses packets from its
 //! head (RFC 8290 §4.1): the flow that sends beyond its share pays for it,
 //! not the others; a packet of the fattest flow itself is refused at the
 //! input without being copied.
 //!
 //! Invariants:
-//! * `packets` and `bytes` are the sums over the buckets; a bucket is in
-//!   `active` exactly when it holds packets;
+//! * `packets` and `bytes` are the sums over the buckets; a bucket that
+//!   holds packets is in exactly one of `new` and `old`; an empty bucket
+//!   is in at most `old` (until its turn comes);
 //! * within a flow, packets leave in the order they came;
 //! * buffers are recycled through the caller's pool: no allocation per
 //!   packet after warm-up; memory is bounded by `limit` packets.
@@ -44,6 +51,8 @@ struct Flow {
     bytes: usize,
     deficit: i64,
     codel: Codel,
+    /// In the new or the old list.
+    listed: bool,
 }
 
 /// What [`ClassQueue::push`] did.
@@ -59,7 +68,10 @@ pub enum Pushed {
 #[derive(Debug)]
 pub struct ClassQueue {
     flows: Vec<Flow>,
-    active: VecDeque<usize>,
+    /// Flows that became active, served first (RFC 8290's new_flows).
+    new: VecDeque<usize>,
+    /// Backlogged flows (RFC 8290's old_flows).
+    old: VecDeque<usize>,
     packets: usize,
     bytes: usize,
     limit: usize,
@@ -73,7 +85,8 @@ impl ClassQueue {
     pub fn new(limit: usize, quantum: usize, aqm: bool) -> Self {
         Self {
             flows: (0..FLOW_BUCKETS).map(|_| Flow::default()).collect(),
-            active: VecDeque::new(),
+            new: VecDeque::new(),
+            old: VecDeque::new(),
             packets: 0,
             bytes: 0,
             limit: limit.max(1),
@@ -91,16 +104,22 @@ impl ClassQueue {
     pub fn is_empty(&self) -> bool {
         self.packets == 0
     }
+    /// The buckets that are listed (new, then old).
+    fn listed(&self) -> impl Iterator<Item = usize> + '_ {
+        self.new.iter().chain(self.old.iter()).copied()
+    }
+
     /// Flows with packets waiting.
     pub fn active_flows(&self) -> usize {
-        self.active.len()
+        self.listed()
+            .filter(|f| !self.flows[*f].q.is_empty())
+            .count()
     }
 
     /// The bucket holding the most bytes.
     fn fattest(&self) -> Option<usize> {
-        self.active
-            .iter()
-            .copied()
+        self.listed()
+            .filter(|f| !self.flows[*f].q.is_empty())
             .max_by_key(|f| self.flows[*f].bytes)
     }
 
@@ -124,18 +143,15 @@ impl ClassQueue {
                 pool.push(item.buf);
                 dropped += 1;
             }
-            if self.flows[fat].q.is_empty() {
-                self.active.retain(|x| *x != fat);
-                self.flows[fat].deficit = 0;
-            }
         }
         let mut buf = pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(pkt);
         let flow = &mut self.flows[f];
-        if flow.q.is_empty() {
-            self.active.push_back(f);
+        if !flow.listed {
+            flow.listed = true;
             flow.deficit = self.quantum;
+            self.new.push_back(f);
         }
         flow.bytes += pkt.len();
         flow.q.push_back(Item { at, buf });
@@ -150,21 +166,51 @@ impl ClassQueue {
         self.bytes -= len;
     }
 
-    /// Length of the packet DRR serves next (rotating the round as far as
-    /// needed; a later [`Self::pop`] serves exactly that flow).
-    pub fn peek_len(&mut self) -> Option<usize> {
-        // Each rotation adds a quantum; a flow is served within
-        // (largest packet / quantum + 1) rounds.
+    /// The flow DRR serves next (RFC 8290 §4.2): the first new flow, else
+    /// the first old one, with deficit left; a flow out of deficit gets a
+    /// quantum more and goes to the end of the old list; an empty new flow
+    /// moves to the old list, an empty old flow leaves. A later
+    /// [`Self::pop`] serves exactly the flow found.
+    fn select(&mut self) -> Option<usize> {
         loop {
-            let f = *self.active.front()?;
+            let (f, from_new) = match self.new.front() {
+                Some(f) => (*f, true),
+                None => (*self.old.front()?, false),
+            };
             let flow = &mut self.flows[f];
-            let len = flow.q.front().map_or(0, |i| i.buf.len());
-            if flow.deficit >= len as i64 {
-                return Some(len);
+            if flow.deficit <= 0 {
+                flow.deficit += self.quantum;
+                self.unlist_front(from_new);
+                self.old.push_back(f);
+                continue;
             }
-            flow.deficit += self.quantum;
-            self.active.rotate_left(1);
+            if flow.q.is_empty() {
+                self.unlist_front(from_new);
+                if from_new {
+                    self.old.push_back(f);
+                } else {
+                    let flow = &mut self.flows[f];
+                    flow.listed = false;
+                    flow.deficit = 0;
+                }
+                continue;
+            }
+            return Some(f);
         }
+    }
+
+    fn unlist_front(&mut self, from_new: bool) {
+        if from_new {
+            self.new.pop_front();
+        } else {
+            self.old.pop_front();
+        }
+    }
+
+    /// Length of the packet DRR serves next.
+    pub fn peek_len(&mut self) -> Option<usize> {
+        let f = self.select()?;
+        self.flows[f].q.front().map(|i| i.buf.len())
     }
 
     /// Serve the next packet by DRR. Packets that entered before
@@ -183,8 +229,7 @@ impl ClassQueue {
         mut dropped: impl FnMut(&Item, bool),
     ) -> Option<Item> {
         loop {
-            self.peek_len()?;
-            let f = *self.active.front()?;
+            let f = self.select()?;
             let item = self.flows[f].q.pop_front()?;
             let len = item.buf.len();
             self.take(f, len);
@@ -197,10 +242,6 @@ impl ClassQueue {
             if !expired && !aqm {
                 flow.deficit -= len as i64;
             }
-            if flow.q.is_empty() {
-                self.active.pop_front();
-                flow.deficit = 0;
-            }
             if expired || aqm {
                 dropped(&item, aqm);
                 pool.push(item.buf);
@@ -212,9 +253,8 @@ impl ClassQueue {
 
     /// When the oldest head of any flow entered.
     pub fn oldest(&self) -> Option<Nanos> {
-        self.active
-            .iter()
-            .filter_map(|f| self.flows[*f].q.front().map(|i| i.at))
+        self.listed()
+            .filter_map(|f| self.flows[f].q.front().map(|i| i.at))
             .min()
     }
 }
@@ -248,6 +288,34 @@ mod tests {
         let order = drain(&mut q, &mut pool);
         assert_eq!(order, [1, 2, 2, 1, 2, 2, 1, 2, 2, 1, 2, 2]);
         assert!(q.is_empty() && q.active_flows() == 0);
+    }
+
+    #[test]
+    fn a_flow_that_becomes_active_is_served_before_the_backlogged_ones() {
+        let mut pool = vec![];
+        let mut q = ClassQueue::new(100, 1000, false);
+        for _ in 0..6 {
+            q.push(1, 0, &[1; 1000], &mut pool);
+        }
+        let pop = |q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>| {
+            q.pop(0, 0, 1500, Params::default(), pool, |_, _| {
+                panic!("no drop")
+            })
+            .map(|i| i.buf[0])
+        };
+        // Flow 1 has used its first quantum and is an old flow now.
+        assert_eq!(pop(&mut q, &mut pool), Some(1));
+        assert_eq!(pop(&mut q, &mut pool), Some(1));
+        // A flow that becomes active goes first (RFC 8290 §4.1): its
+        // quantum (three 400-byte packets), then, flow 1's deficit being
+        // used up, its next quantum in the old round.
+        for _ in 0..5 {
+            q.push(7, 0, &[7; 400], &mut pool);
+        }
+        let order: Vec<u8> = (0..6).filter_map(|_| pop(&mut q, &mut pool)).collect();
+        assert_eq!(order, [7, 7, 7, 7, 7, 1]);
+        assert_eq!(drain(&mut q, &mut pool), [1, 1, 1]);
+        assert_eq!(q.active_flows(), 0);
     }
 
     #[test]
