@@ -66,6 +66,10 @@ def test_metrics_endpoint_serves_the_status_in_prometheus_text(workdir: Path) ->
             assert after[("mpt_drops_total", (("reason", reason),))] <= n
         rtt = after[("mpt_path_rtt_seconds", (("path", "link1v4"),))]
         assert 0 < rtt < 1, rtt
+        # One-way delay above the path's minimum, by quantile, as in status.
+        owd = st["paths"][0]["owd_above_min"]
+        p99 = after[("mpt_path_owd_above_min_seconds", (("path", "link1v4"), ("quantile", "0.99")))]
+        assert 0 <= p99 <= owd["max_ms"] / 1e3 + 0.01 and owd["samples"] > 0, (p99, owd)
         assert _scrape(topo.a, "/")[0] == 404
         assert _scrape(topo.a, method="POST")[0] == 405
         print(f"\n{len(after)} samples; first lines:\n" + "\n".join(text.splitlines()[:6]))

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::estimate::{Estimates, LossSplit, PathMeters};
 use crate::pace::FEEDBACK_INTERVAL_NS;
+use crate::qos::meter::{DelayHistogram, DelayPercentiles};
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
@@ -109,6 +110,11 @@ pub struct PathState {
     rtt_min: Option<Nanos>,
     rtt_latest: Option<Nanos>,
     owd_min: Option<i64>,
+    /// One-way delay above the path's minimum, per packet (percentiles
+    /// whatever the clock offset between the peers).
+    owd_above_min: DelayHistogram,
+    /// Sum of those delays, ns (mean = sum / the histogram's total).
+    owd_above_min_sum_ns: u128,
     /// Delivery rate, queueing delay and loss by cause, peer → us.
     meters: PathMeters,
     peer_rx_packets: u64,
@@ -158,6 +164,8 @@ impl PathState {
             rtt_min: None,
             rtt_latest: None,
             owd_min: None,
+            owd_above_min: DelayHistogram::default(),
+            owd_above_min_sum_ns: 0,
             meters: PathMeters::default(),
             peer_rx_packets: 0,
             peer_rx_seq: 0,
@@ -204,7 +212,11 @@ impl PathState {
         } else if self.rx_packets > 1 && ext < self.rx_highest_seq {
             self.rx_out_of_order += 1;
         }
-        self.owd_min = Some(self.owd_min.map_or(transit_ns, |m| m.min(transit_ns)));
+        let min = self.owd_min.map_or(transit_ns, |m| m.min(transit_ns));
+        self.owd_min = Some(min);
+        let above = transit_ns.saturating_sub(min).max(0) as Nanos;
+        self.owd_above_min.record(above);
+        self.owd_above_min_sum_ns += u128::from(above);
         self.meters.on_packet(now, len, transit_ns, lost);
     }
 
@@ -370,6 +382,13 @@ impl PathState {
             rtt_latest_ms: self.rtt_latest.map(ms),
             owd_ms: (self.meters.jitter.last_transit_ns()).map(|o| o as f64 / NANOS_PER_MS as f64),
             owd_min_ms: self.owd_min.map(|o| o as f64 / NANOS_PER_MS as f64),
+            owd_above_min: (self.owd_above_min.total() > 0).then(|| OwdAboveMin {
+                mean_ms: self.owd_above_min_sum_ns as f64
+                    / self.owd_above_min.total() as f64
+                    / NANOS_PER_MS as f64,
+                percentiles: self.owd_above_min.percentiles(),
+                samples: self.owd_above_min.total(),
+            }),
             jitter_ms: self.meters.jitter.jitter_ns().map(ms),
             rx_lost: self.rx_lost(),
             rx_loss: if rx_expected > 0 {
@@ -396,6 +415,15 @@ impl PathState {
             sending: None,
         }
     }
+}
+
+/// One-way delay above a path's minimum: mean and percentiles.
+#[derive(Debug, Clone, Serialize)]
+pub struct OwdAboveMin {
+    pub mean_ms: f64,
+    #[serde(flatten)]
+    pub percentiles: DelayPercentiles,
+    pub samples: u64,
 }
 
 /// Status of one path, as shown by `mpt status`.
@@ -430,6 +458,11 @@ pub struct PathStatus {
     /// Latest one-way delay peer → us (needs synchronised clocks).
     pub owd_ms: Option<f64>,
     pub owd_min_ms: Option<f64>,
+    /// Distribution of each packet's one-way delay above the path's
+    /// minimum so far, since start: independent of the clock offset
+    /// between the peers (add `owd_min_ms` for absolute delays when the
+    /// clocks agree, as in the lab).
+    pub owd_above_min: Option<OwdAboveMin>,
     /// RFC 3550 interarrival jitter peer → us.
     pub jitter_ms: Option<f64>,
     /// Packets lost peer → us (per-path sequence gaps).
@@ -505,6 +538,26 @@ mod tests {
         // 10..=16 expected (7), 5 received.
         assert_eq!(p.rx_lost(), 2);
         assert_eq!(p.rx_out_of_order, 1);
+    }
+
+    #[test]
+    fn one_way_delay_percentiles_above_the_minimum_whatever_the_clock_offset() {
+        // The peer's clock is 3 s ahead: transits are negative. 1,000
+        // packets 10 ms above the minimum, one of them 60 ms above.
+        let offset = -3_000 * NANOS_PER_MS as i64;
+        let mut p = path();
+        p.on_receive(0, 100, 0, offset);
+        for s in 1..1000u16 {
+            let extra = if s == 500 { 60 } else { 10 };
+            p.on_receive(0, 100, s, offset + extra * NANOS_PER_MS as i64);
+        }
+        let o = p.status(0).owd_above_min.unwrap();
+        assert_eq!(o.samples, 1000);
+        // Quarter-octave buckets: within 19 % above the true value.
+        assert!((10.0..=11.9).contains(&o.percentiles.p50_ms), "{o:?}");
+        assert!((10.0..=11.9).contains(&o.percentiles.p99_ms), "{o:?}");
+        assert_eq!(o.percentiles.max_ms, 60.0);
+        assert!((o.mean_ms - 10.04).abs() < 0.01, "{o:?}");
     }
 
     #[test]

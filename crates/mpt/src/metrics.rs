@@ -358,6 +358,36 @@ pub fn render(v: &Value, tunnel: &str) -> String {
             m.sample(name, &[("path", &path)], x);
         }
     }
+    let owd: Vec<(String, Value)> = paths
+        .iter()
+        .filter_map(|p| {
+            let d = p.get("owd_above_min").filter(|d| !d.is_null())?;
+            Some((p.get("name")?.as_str()?.to_string(), d.clone()))
+        })
+        .collect();
+    if !owd.is_empty() {
+        m.family(
+            "mpt_path_owd_above_min_seconds",
+            "gauge",
+            "One-way delay peer to us above the path's minimum, by quantile since start (independent of clock offsets)",
+        );
+        for (path, d) in &owd {
+            for (q, key) in [
+                ("0.5", "p50_ms"),
+                ("0.9", "p90_ms"),
+                ("0.99", "p99_ms"),
+                ("1", "max_ms"),
+            ] {
+                if let Some(x) = num(d, key) {
+                    m.sample(
+                        "mpt_path_owd_above_min_seconds",
+                        &[("path", path), ("quantile", q)],
+                        x / 1e3,
+                    );
+                }
+            }
+        }
+    }
     if let Some(classes) = v.get("qos").and_then(Value::as_array) {
         render_classes(&mut m, classes);
     }

@@ -229,6 +229,18 @@ pub fn render(v: &Value) -> String {
             num(p, "downs"),
         );
         let _ = writeln!(o, "    rates: {}", rates(p.get("rates")));
+        if let Some(d) = p.get("owd_above_min").filter(|d| !d.is_null()) {
+            let _ = writeln!(
+                o,
+                "    one-way delay above its minimum: mean {} ms, p50 {} ms, p90 {} ms, p99 {} ms, max {} ms ({} packets)",
+                ms(d, "mean_ms"),
+                ms(d, "p50_ms"),
+                ms(d, "p90_ms"),
+                ms(d, "p99_ms"),
+                ms(d, "max_ms"),
+                num(d, "samples"),
+            );
+        }
         let cause = p.get("rx_lost_by_cause").cloned().unwrap_or(Value::Null);
         let _ = writeln!(
             o,
