@@ -239,6 +239,12 @@ class Topology:
             # default (new namespaces inherit it), so runs are comparable.
             allow_congestion_control(self.cc)
             run(["sysctl", "-qw", f"net.ipv4.tcp_congestion_control={self.cc}"], ns=ns)
+            # No TCP metrics cached from one connection for the next to the
+            # same address: systems measured one after another on one
+            # topology reuse the tunnel's addresses, and a cached ssthresh
+            # and RTT gave the second one a different start (wifi-lte, the
+            # same binary twice: the first read 2-4 % lower).
+            run(["sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"], ns=ns)
         shapes = shape if isinstance(shape, list) else [shape or Shape()] * self.n
         if len(shapes) != self.n:
             raise ValueError(f"{len(shapes)} link shapes for {self.n} links")
