@@ -16,10 +16,18 @@
 //! synchronised clocks, exact between namespaces of one host), RFC 3550
 //! interarrival jitter, loss from sequence gaps (told apart from
 //! reordering: a late packet fills its gap and counts as reordered, not lost)
-//! and duplicates. Invariants: parsing never panics; statistics use O(1)
+//! and duplicates, the reordering metrics of RFC 4737 ([`reorder`]), and
+//! with trains the bottleneck capacity from their dispersion
+//! ([`dispersion`]). Invariants: parsing never panics; statistics use O(1)
 //! memory per packet seen plus a bitmap of sequence numbers.
 
 use serde::Serialize;
+
+pub mod dispersion;
+pub mod reorder;
+
+pub use dispersion::{Capacity, Dispersion};
+pub use reorder::{ReorderMeter, Reordering};
 
 pub const MAGIC: &[u8; 4] = b"MPTP";
 pub const PROBE_HEADER_LEN: usize = 20;
@@ -59,6 +67,8 @@ pub struct StreamStats {
     first_arrival: Option<u64>,
     last_arrival: u64,
     bytes: u64,
+    reorder: ReorderMeter,
+    dispersion: Dispersion,
 }
 
 /// Summary printed as JSON.
@@ -81,6 +91,10 @@ pub struct Summary {
     /// The one-way delay distribution: `[percentile, ms]` at 0, 5, …, 95,
     /// 99, 99.9 and 100 % (for CDF plots); empty without samples.
     pub owd_cdf_ms: Vec<[f64; 2]>,
+    /// RFC 4737 reordering metrics.
+    pub reordering: Reordering,
+    /// Bottleneck capacity from train dispersion (`--train` of 2 or more).
+    pub capacity: Option<Capacity>,
 }
 
 /// Percentiles of [`Summary::owd_cdf_ms`].
@@ -93,6 +107,16 @@ pub const CDF_PERCENTILES: [f64; 24] = [
 const MAX_SEQ: u64 = 1 << 27;
 
 impl StreamStats {
+    /// Statistics of a stream sent in trains of `train` packets, each
+    /// `overhead` bytes longer on the bottleneck than its UDP payload
+    /// (for the capacity estimate; see [`dispersion`]).
+    pub fn with_trains(train: u64, overhead: u64) -> Self {
+        Self {
+            dispersion: Dispersion::new(train, overhead),
+            ..Self::default()
+        }
+    }
+
     /// Account a datagram `payload` that arrived at `arrival_ns`
     /// (real-time clock).
     pub fn on_datagram(&mut self, payload: &[u8], arrival_ns: u64) {
@@ -115,6 +139,8 @@ impl StreamStats {
         self.seen[w] |= 1 << b;
         self.received += 1;
         self.bytes += payload.len() as u64;
+        self.reorder.on_packet(seq);
+        self.dispersion.on_packet(seq, payload.len(), arrival_ns);
         match self.highest {
             Some(h) if seq < h => self.reordered += 1,
             _ => self.highest = Some(seq),
@@ -177,6 +203,8 @@ impl StreamStats {
                 .iter()
                 .filter_map(|p| pct(p / 100.0).map(|v| [*p, v]))
                 .collect(),
+            reordering: self.reorder.summary(),
+            capacity: self.dispersion.capacity(),
         }
     }
 }
@@ -213,6 +241,7 @@ mod tests {
             (4, 2, 1, 1, 1)
         );
         assert_eq!(m.owd_mean_ms, Some(5e-6));
+        assert_eq!((m.reordering.reordered, m.reordering.extent_max), (1, 1));
         assert_eq!(m.jitter_ms, 0.0);
     }
 

@@ -1,8 +1,10 @@
 //! `mpt-probe send|recv`: paced, train and back-to-back UDP probe streams.
 //!
-//! * `mpt-probe recv --bind ADDR:PORT [--count N] [--idle-ms MS]` receives
-//!   until N probes arrived or nothing came for MS, then prints one JSON
-//!   summary line (see `mpt_probe::Summary`).
+//! * `mpt-probe recv --bind ADDR:PORT [--count N] [--idle-ms MS] [--train K
+//!   [--link-overhead B]]` receives until N probes arrived or nothing came
+//!   for MS, then prints one JSON summary line (see `mpt_probe::Summary`):
+//!   delay, jitter, loss, RFC 4737 reordering, and with trains of K the
+//!   bottleneck capacity from their dispersion.
 //! * `mpt-probe send --to ADDR:PORT --count N [--pps R] [--size B]
 //!   [--train K]` sends N probes of B bytes: paced at R packets/s, in trains
 //!   of K back-to-back packets at R trains/s, or all back-to-back without
@@ -62,6 +64,15 @@ enum Cmd {
         /// Give up if nothing arrives at all within this time.
         #[arg(long, default_value_t = 30_000)]
         start_timeout_ms: u64,
+        /// Packets per train of the sender (`send --train`): 2 or more
+        /// estimates the bottleneck capacity from the trains' dispersion.
+        #[arg(long, default_value_t = 1)]
+        train: u64,
+        /// Bytes the bottleneck link adds to each IP packet (14 for
+        /// Ethernet), for the capacity estimate; the IP and UDP headers are
+        /// counted already.
+        #[arg(long, default_value_t = 0)]
+        link_overhead: u64,
     },
 }
 
@@ -140,9 +151,13 @@ fn recv(
     count: Option<u64>,
     idle_ms: u64,
     start_timeout_ms: u64,
+    train: u64,
+    link_overhead: u64,
 ) -> std::io::Result<()> {
     let sock = UdpSocket::bind(bind)?;
-    let mut stats = StreamStats::default();
+    // IP and UDP headers: 20 + 8 (IPv4) or 40 + 8 (IPv6).
+    let headers = if bind.is_ipv4() { 28 } else { 48 };
+    let mut stats = StreamStats::with_trains(train, headers + link_overhead);
     let mut buf = vec![0u8; 65_536];
     let mut got = 0u64;
     sock.set_read_timeout(Some(Duration::from_millis(start_timeout_ms.max(1))))?;
@@ -194,7 +209,9 @@ fn main() -> ExitCode {
             count,
             idle_ms,
             start_timeout_ms,
-        } => recv(bind, count, idle_ms, start_timeout_ms),
+            train,
+            link_overhead,
+        } => recv(bind, count, idle_ms, start_timeout_ms, train, link_overhead),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
