@@ -171,10 +171,10 @@ pub fn run(cfg: Config) -> io::Result<()> {
         Engage::Auto
     };
     let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity, workers, engage)?;
+    let watched = crate::resolve::spawn(&cfg, hook.tx.clone(), Arc::clone(&hook.wake))?;
     // The reload owns the routes from now on: it changes them, and they
     // go when the driver (and the reload with it) is dropped.
-    driver.set_reload(crate::reload::hook(cfg.clone(), routes));
-    crate::resolve::spawn(&cfg, hook.tx.clone(), Arc::clone(&hook.wake))?;
+    driver.set_reload(crate::reload::hook(cfg.clone(), routes, watched));
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
         tunnel = %cfg.tunnel.name,

@@ -56,11 +56,17 @@ impl Outcome {
 pub struct Reloader {
     pub(crate) running: Config,
     pub(crate) routes: Routes,
+    /// The paths whose hostnames are resolved again while down.
+    watched: crate::resolve::Watched,
 }
 
 impl Reloader {
-    pub fn new(running: Config, routes: Routes) -> Self {
-        Self { running, routes }
+    pub fn new(running: Config, routes: Routes, watched: crate::resolve::Watched) -> Self {
+        Self {
+            running,
+            routes,
+            watched,
+        }
     }
 
     /// Read the file again and apply what can be applied.
@@ -78,6 +84,9 @@ impl Reloader {
         let scheduler_same = !out.needs_restart.iter().any(|k| k == "scheduler");
         if scheduler_same {
             self.apply_paths(&new, ctx, &mut out);
+            if let Ok(mut w) = self.watched.lock() {
+                *w = crate::resolve::named(&self.running.paths);
+            }
         }
         self.apply_routes(&new, &mut out);
         let t = &mut *ctx.tunnel;
@@ -169,9 +178,13 @@ impl Reloader {
 
 /// The daemon's reload hook for the event loop: reload, log what happened
 /// (naming the tunnel), answer as the control protocol's JSON.
-pub fn hook(cfg: Config, routes: Routes) -> mpt_io::driver::Reload {
+pub fn hook(
+    cfg: Config,
+    routes: Routes,
+    watched: crate::resolve::Watched,
+) -> mpt_io::driver::Reload {
     let name = cfg.tunnel.name.clone();
-    let mut r = Reloader::new(cfg, routes);
+    let mut r = Reloader::new(cfg, routes, watched);
     Box::new(move |ctx, who| match r.reload(ctx) {
         Ok(o) => {
             for a in &o.applied {

@@ -7,6 +7,10 @@
 //! given to the loop as `path NAME set remote ADDR` (logged with the old
 //! and new address).
 //!
+//! The paths it watches are shared with the reload ([`Watched`]): a path
+//! that a reload adds with a hostname is watched from then on, one that it
+//! removes no longer.
+//!
 //! Invariants: the thread never touches the tunnel itself, only asks the
 //! loop; it ends when the loop is gone (a send or an answer fails); a
 //! resolver error is logged once per distinct message and path, never in
@@ -14,7 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use mpt_config::Config;
@@ -29,20 +33,19 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A path whose remote names a host.
-struct Named {
+#[derive(Clone)]
+pub struct Named {
     path: String,
     host: String,
     local: SocketAddr,
 }
 
-/// Start the thread if any path names a host.
-pub fn spawn(
-    cfg: &Config,
-    tx: mpsc::Sender<Request>,
-    wake: Arc<dyn Fn() + Send + Sync>,
-) -> std::io::Result<()> {
-    let named: Vec<Named> = cfg
-        .paths
+/// The paths the thread watches; the reload replaces the list.
+pub type Watched = Arc<Mutex<Vec<Named>>>;
+
+/// The paths of `paths` whose remote names a host.
+pub fn named(paths: &[mpt_config::PathSection]) -> Vec<Named> {
+    paths
         .iter()
         .filter_map(|p| {
             Some(Named {
@@ -51,15 +54,23 @@ pub fn spawn(
                 local: p.local,
             })
         })
-        .collect();
-    if named.is_empty() {
-        return Ok(());
-    }
+        .collect()
+}
+
+/// Start the thread (it sleeps while no path names a host); returns the
+/// list it watches.
+pub fn spawn(
+    cfg: &Config,
+    tx: mpsc::Sender<Request>,
+    wake: Arc<dyn Fn() + Send + Sync>,
+) -> std::io::Result<Watched> {
+    let watched: Watched = Arc::new(Mutex::new(named(&cfg.paths)));
     let tunnel = cfg.tunnel.name.clone();
+    let list = Arc::clone(&watched);
     std::thread::Builder::new()
         .name("mpt-resolve".into())
-        .spawn(move || run(&tunnel, &named, &tx, wake.as_ref()))?;
-    Ok(())
+        .spawn(move || run(&tunnel, &list, &tx, wake.as_ref()))?;
+    Ok(watched)
 }
 
 fn ask(
@@ -79,11 +90,21 @@ fn ask(
     serde_json::from_str(&text).ok()
 }
 
-fn run(tunnel: &str, named: &[Named], tx: &mpsc::Sender<Request>, wake: &(dyn Fn() + Send + Sync)) {
+fn run(
+    tunnel: &str,
+    watched: &Watched,
+    tx: &mpsc::Sender<Request>,
+    wake: &(dyn Fn() + Send + Sync),
+) {
     let mut down_before: HashSet<String> = HashSet::new();
     let mut last_error: HashMap<String, String> = HashMap::new();
     loop {
         std::thread::sleep(CHECK_INTERVAL);
+        let named = watched.lock().map(|l| l.clone()).unwrap_or_default();
+        if named.is_empty() {
+            down_before.clear();
+            continue;
+        }
         let Some(status) = ask(tx, wake, "status".into()) else {
             return;
         };
@@ -93,7 +114,7 @@ fn run(tunnel: &str, named: &[Named], tx: &mpsc::Sender<Request>, wake: &(dyn Fn
             .cloned()
             .unwrap_or_default();
         let mut down_now = HashSet::new();
-        for n in named {
+        for n in &named {
             let Some(p) = paths
                 .iter()
                 .find(|p| p.get("name").and_then(Value::as_str) == Some(&n.path))
