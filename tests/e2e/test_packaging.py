@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     "pubkey",
     "status",
     "path",
+    "capture",
     "completions",
     "man",
 ]

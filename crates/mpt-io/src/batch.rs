@@ -205,6 +205,16 @@ impl TxBatch {
         }
     }
 
+    /// The committed datagrams, with what they were committed with (for a
+    /// capture): before sealing, in clear; after, as they will leave.
+    pub fn committed(&self) -> impl Iterator<Item = (&TxMeta, &[u8])> {
+        self.slots.iter().enumerate().filter_map(|(i, m)| {
+            let m = m.as_ref()?;
+            let start = i * self.slot_bytes;
+            Some((m, &self.arena[start..start + m.len]))
+        })
+    }
+
     /// The committed datagrams that still need sealing, as spans of one
     /// buffer, with their tickets (same index).
     pub fn to_seal(&mut self) -> (&mut [Vec<u8>], &[Span], &[Option<SealTicket>]) {

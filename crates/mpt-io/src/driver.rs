@@ -28,6 +28,7 @@ use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
 use tracing::info;
 
+use crate::capture::{CaptureSpec, Tap};
 use crate::control::Request;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
 use crate::linux::{SystemClock, UdpPaths};
@@ -306,9 +307,94 @@ impl Driver {
                 }
                 ["path", name, "set", key, value] => self.path_set(name, key, value, who),
                 ["reload"] => self.reload_now(who),
+                ["capture", "start", ..] => {
+                    let spec = req.command.find('{').map_or("", |i| &req.command[i..]);
+                    self.capture_start(spec, who)
+                }
+                ["capture", "status"] => self.capture_status(),
+                ["capture", "stop"] => {
+                    if let Some(t) = self.engine.capture.as_mut() {
+                        t.stop();
+                        info!(tunnel = %self.identity.name, by = %who, "capture stopped over the control socket");
+                    }
+                    self.capture_status()
+                }
                 _ => json!({ "error": format!("unknown request '{}'", req.command) }),
             };
             let _ = req.reply.send(answer.to_string());
+        }
+    }
+
+    /// `capture start {json}`: write what the tunnel does to a pcapng file
+    /// (see `capture.rs`). One capture at a time.
+    fn capture_start(&mut self, spec: &str, who: &str) -> Value {
+        let v: Value = match serde_json::from_str(spec) {
+            Ok(v) => v,
+            Err(e) => return json!({ "error": format!("capture request is not JSON: {e}") }),
+        };
+        if self.engine.capture.as_ref().is_some_and(Tap::active_now) {
+            return json!({ "error": "a capture is under way (mpt capture --stop ends it)" });
+        }
+        let Some(file) = v.get("file").and_then(Value::as_str) else {
+            return json!({ "error": "capture needs a file" });
+        };
+        let t = self.engine.tunnel();
+        let names: Vec<String> = (0..t.path_count())
+            .map(|i| {
+                t.path(i as u8)
+                    .map(|p| p.cfg.name.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut sockets = vec![];
+        for n in v
+            .get("paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let n = n.as_str().unwrap_or_default();
+            let found = t
+                .active_paths()
+                .find(|i| t.path(*i).is_some_and(|p| p.cfg.name == n));
+            match found.and_then(|i| t.path(i)) {
+                Some(p) => sockets.push((p.cfg.local_key, format!("path {n} ({})", p.cfg.local))),
+                None => {
+                    let all: Vec<String> = t
+                        .active_paths()
+                        .filter_map(|i| t.path(i).map(|p| p.cfg.name.clone()))
+                        .collect();
+                    return json!({ "error": format!("no path named '{n}'; the paths are: {}", all.join(", ")) });
+                }
+            }
+        }
+        let tun = v.get("tun").and_then(Value::as_bool).unwrap_or(false);
+        if !tun && sockets.is_empty() {
+            return json!({ "error": "nothing to capture: give the TUN, a path, or both" });
+        }
+        let spec = CaptureSpec {
+            file: file.into(),
+            tun,
+            sockets,
+            count: v.get("count").and_then(Value::as_u64),
+            seconds: v.get("seconds").and_then(Value::as_f64),
+        };
+        let now = self.engine.clock.now();
+        match Tap::start(&spec, &self.identity.name, now, names) {
+            Ok(tap) => {
+                info!(tunnel = %self.identity.name, file = %file, by = %who, "capture started over the control socket");
+                let st = tap.status();
+                self.engine.capture = Some(tap);
+                st
+            }
+            Err(e) => json!({ "error": e.to_string() }),
+        }
+    }
+
+    fn capture_status(&self) -> Value {
+        match self.engine.capture.as_ref() {
+            Some(t) => t.status(),
+            None => json!({ "error": "no capture was started" }),
         }
     }
 

@@ -19,6 +19,7 @@
 //! * [`udp`] — bind the path sockets;
 //! * [`netcfg`] — addresses, MTU, link state, routes;
 //! * [`control`] — the control socket for `mpt status`;
+//! * [`capture`] — packet capture to pcapng (`mpt capture`);
 //! * [`events`] — the core's events as log lines, rate-limited;
 //! * [`tun`], [`packet`] — re-exported from `mpt-sys`.
 //!
@@ -26,6 +27,7 @@
 //! in `mpt-core`, which this crate calls with the current time and bytes.
 
 pub mod batch;
+pub mod capture;
 pub mod control;
 pub mod driver;
 pub mod engine;

@@ -5,6 +5,7 @@
 //! a non-zero exit status (1 for runtime failures, 2 for usage and
 //! configuration errors); nothing here panics on user input.
 
+mod capturecmd;
 mod daemon;
 mod keys;
 mod metrics;
@@ -125,6 +126,40 @@ enum Cmd {
         key: Option<String>,
         /// The new value.
         value: Option<String>,
+    },
+    /// Write what a running tunnel does to a pcapng file with nanosecond
+    /// timestamps: the TUN's inner packets (each with its path, tunnel
+    /// sequence, send timestamp and one-way delay as a comment) and each
+    /// named path's datagrams. Ends after --count packets, --seconds, or
+    /// Ctrl-C; packets the writer cannot keep up with are dropped and
+    /// counted, never slowing the tunnel.
+    Capture {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+        /// Capture the TUN side (inner packets, in clear).
+        #[arg(long)]
+        tun: bool,
+        /// Capture this path's datagrams (repeat for several).
+        #[arg(long = "path", value_name = "NAME")]
+        paths: Vec<String>,
+        /// The pcapng file to write (created with mode 0600, replaced if
+        /// it exists).
+        #[arg(
+            short = 'w',
+            long = "write",
+            value_name = "FILE",
+            required_unless_present = "stop"
+        )]
+        file: Option<PathBuf>,
+        /// Stop after this many packets.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// End the capture under way (started elsewhere).
+        #[arg(long, conflicts_with_all = ["file", "tun", "paths", "count", "seconds"])]
+        stop: bool,
     },
     /// Print a shell completion script to stdout (e.g. `mpt completions
     /// bash > /etc/bash_completion.d/mpt`).
@@ -289,6 +324,48 @@ fn main() -> ExitCode {
             Ok(sock) => done(reload::ask(&sock, json)),
             Err(code) => code,
         },
+        Cmd::Capture {
+            daemon:
+                DaemonArgs {
+                    config,
+                    socket,
+                    json,
+                },
+            tun,
+            paths,
+            file,
+            count,
+            seconds,
+            stop,
+        } => {
+            let sock = match control_socket(socket, config) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            if stop {
+                return done(capturecmd::stop(&sock, json));
+            }
+            if !tun && paths.is_empty() {
+                eprintln!("error: nothing to capture: give --tun, --path NAME, or both");
+                return ExitCode::from(2);
+            }
+            if seconds.is_some_and(|s| !(s > 0.0 && s <= 86_400.0)) || count == Some(0) {
+                eprintln!("error: --seconds must be within 0..86400 and --count above 0");
+                return ExitCode::from(2);
+            }
+            let Some(file) = file else {
+                eprintln!("error: -w FILE is required");
+                return ExitCode::from(2);
+            };
+            let r = capturecmd::Request {
+                file: &file,
+                tun,
+                paths: &paths,
+                count,
+                seconds,
+            };
+            done(capturecmd::run(&sock, &r, json))
+        }
         Cmd::Genkey { out } => done(keys::genkey(out.as_deref())),
         Cmd::Pubkey { input } => done(keys::pubkey(input.as_deref())),
         Cmd::Completions { shell } => {

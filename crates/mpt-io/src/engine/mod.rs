@@ -27,6 +27,7 @@ use mpt_core::Nanos;
 use serde::Serialize;
 
 use crate::batch::{RecvBatch, Span, TxBatch};
+use crate::capture::{Dir, Tap};
 use crate::events::EventLog;
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::tunwrite::{TunWriter, WriteStats};
@@ -127,6 +128,10 @@ pub struct Engine<T, P, C> {
     open: OpenScratch,
     send_failures: Vec<(usize, io::Error)>,
     last_wall: Option<Nanos>,
+    /// The wall clock's offset from the loop's (capture timestamps).
+    wall_offset: i64,
+    /// A packet capture under way (`mpt capture`), or the last one.
+    pub capture: Option<Tap>,
 }
 
 impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
@@ -161,6 +166,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             open: OpenScratch::default(),
             send_failures: Vec::new(),
             last_wall: None,
+            wall_offset: 0,
+            capture: None,
         }
     }
 
@@ -196,6 +203,11 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         self.tunnel.poll_timeout()
     }
 
+    /// The wall clock at loop time `now`, ns since the UNIX epoch.
+    pub(crate) fn wall(&self, now: Nanos) -> u64 {
+        (now as i64).wrapping_add(self.wall_offset) as u64
+    }
+
     /// One turn of the loop: drain each ready source by one batch (a
     /// source stays ready while its batch came back full), run due timers,
     /// send control traffic, log events.
@@ -208,7 +220,11 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
         {
             self.last_wall = Some(now);
-            self.tunnel.set_wall_offset(self.clock.wall_offset());
+            self.wall_offset = self.clock.wall_offset();
+            self.tunnel.set_wall_offset(self.wall_offset);
+        }
+        if let Some(t) = self.capture.as_mut() {
+            t.active(now);
         }
         self.release_queued();
         if ready.tun {
@@ -234,6 +250,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     fn flush_control(&mut self, now: Nanos) {
         while let Some(tx) = self.tunnel.poll_transmit(now, &mut self.scratch) {
             let d = &self.scratch[..tx.len];
+            let wall = self.wall(now);
+            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                tap.datagram(Dir::Out, tx.local_key, wall, d);
+            }
             if let Err(e) = self.paths.send_to(tx.local_key, d, tx.dst) {
                 self.tunnel.on_send_error(tx.path, is_hard(&e), now);
             }

@@ -16,10 +16,12 @@
 use std::io;
 
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{OpenTicket, Received, RecvStart};
+use mpt_core::tunnel::{OpenTicket, Received, RecvStart, Tunnel};
 
 use super::{normalize, Engine, BATCH_PACKETS};
+use crate::capture::{Dir, Tap};
 use crate::seam::{Clock, PathIo, TunDevice};
+use crate::tunwrite::TunWriter;
 
 impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// Receive a batch from socket `i`, then decapsulate it in three steps:
@@ -41,6 +43,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         self.io.udp_datagrams_received += n as u64;
         self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
         let now = self.clock.now();
+        let wall = self.wall(now);
         let Engine {
             recv_batch,
             tunnel,
@@ -49,8 +52,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             io,
             workers,
             open,
+            capture,
             ..
         } = self;
+        let mut tap = capture.as_mut().filter(|t| t.active_now());
         open.spans.clear();
         open.from.clear();
         open.tickets.clear();
@@ -63,6 +68,9 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             io.udp_datagrams_received += parts.saturating_sub(1);
             for span in recv_batch.datagrams(k) {
                 let data = recv_batch.slice_mut(span);
+                if let Some(t) = tap.as_mut() {
+                    t.datagram(Dir::In, i, wall, data);
+                }
                 match tunnel.recv_start(now, i, from, data) {
                     RecvStart::Open(t) => {
                         open.spans.push(span);
@@ -70,10 +78,14 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                         open.tickets.push(t);
                     }
                     RecvStart::Done(Received::Deliver { offset, len }) => {
+                        if let Some(t) = tap.as_mut() {
+                            // Plaintext: the path is the peer's id here.
+                            t.inner(Dir::In, u8::MAX, wall, data, len);
+                        }
                         writer.deliver(tun, tunnel, &data[offset..offset + len]);
-                        writer.drain(tun, tunnel);
+                        drain(writer, tun, tunnel, &mut tap, wall);
                     }
-                    RecvStart::Done(_) => writer.drain(tun, tunnel),
+                    RecvStart::Done(_) => drain(writer, tun, tunnel, &mut tap, wall),
                 }
             }
         }
@@ -95,9 +107,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 if let Received::Deliver { offset, len } =
                     tunnel.recv_finish(now, open.from[j], data, t, open.results[j])
                 {
+                    if let Some(c) = tap.as_mut() {
+                        c.inner(Dir::In, t.fields.path, wall, data, len);
+                    }
                     writer.deliver(tun, tunnel, &data[offset..offset + len]);
                 }
-                writer.drain(tun, tunnel);
+                drain(writer, tun, tunnel, &mut tap, wall);
             }
         }
         self.flush_writer();
@@ -105,12 +120,34 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 
     pub(super) fn deliver_ready(&mut self) {
-        self.writer.drain(&mut self.tun, &mut self.tunnel);
+        let wall = self.wall(self.clock.now());
+        let mut tap = self.capture.as_mut().filter(|t| t.active_now());
+        drain(
+            &mut self.writer,
+            &mut self.tun,
+            &mut self.tunnel,
+            &mut tap,
+            wall,
+        );
     }
 
     pub(super) fn flush_writer(&mut self) {
         if !self.writer.flush(&mut self.tun) {
             self.tunnel.count_drop(DropReason::TunWriteFailed);
         }
+    }
+}
+
+/// Write what the reorder buffer releases, showing it to a capture.
+fn drain<T: TunDevice>(
+    writer: &mut TunWriter,
+    tun: &mut T,
+    tunnel: &mut Tunnel,
+    tap: &mut Option<&mut Tap>,
+    wall: u64,
+) {
+    match tap.as_mut() {
+        Some(t) => writer.drain_with(tun, tunnel, |p| t.released(wall, p)),
+        None => writer.drain(tun, tunnel),
     }
 }

@@ -33,6 +33,7 @@ use tracing::warn;
 
 use super::{is_hard, Engine, IoStats, BATCH_PACKETS};
 use crate::batch::{TxBatch, TxMeta};
+use crate::capture::{Dir, Tap};
 use crate::offload::{
     self, segment_at, VnetHdr, GSO_NONE, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
 };
@@ -58,6 +59,8 @@ struct Flush<'a, P> {
     seal_ok: &'a mut Vec<bool>,
     failures: &'a mut Vec<(usize, io::Error)>,
     io: &'a mut IoStats,
+    capture: &'a mut Option<Tap>,
+    wall_offset: i64,
 }
 
 impl<P: PathIo> Flush<'_, P> {
@@ -67,6 +70,15 @@ impl<P: PathIo> Flush<'_, P> {
         if self.tx.is_empty() {
             self.tx.clear();
             return;
+        }
+        let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+            // The inner packets in clear, before sealing.
+            for (m, d) in self.tx.committed() {
+                let tag = if m.seal.is_some() { TAG_LEN } else { 0 };
+                let len = m.len.saturating_sub(HEADER_LEN + tag);
+                tap.inner(Dir::Out, m.path, wall, d, len);
+            }
         }
         let sealer = tunnel.sealer();
         let (bufs, spans, tickets) = self.tx.to_seal();
@@ -80,6 +92,12 @@ impl<P: PathIo> Flush<'_, P> {
             let failed = self.tx.sealed(self.seal_ok);
             for _ in 0..failed {
                 tunnel.count_drop(DropReason::NoSession);
+            }
+        }
+        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+            // The datagrams as they leave.
+            for (m, d) in self.tx.committed() {
+                tap.datagram(Dir::Out, m.socket, wall, d);
             }
         }
         for socket in 0..self.paths.sockets() {
@@ -161,6 +179,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             send_failures,
             io,
             tunnel,
+            capture,
+            wall_offset,
             ..
         } = self;
         let flush = Flush {
@@ -170,6 +190,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             seal_ok,
             failures: send_failures,
             io,
+            capture,
+            wall_offset: *wall_offset,
         };
         (flush, tunnel)
     }

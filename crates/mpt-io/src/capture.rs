@@ -1,0 +1,380 @@
+//! Packet capture of a running tunnel (`mpt capture`): pcapng with
+//! nanosecond timestamps (`if_tsresol` = 9), written by a thread of its
+//! own.
+//!
+//! Capture points, each an interface of the file:
+//! * the TUN (linktype RAW: inner IPv4/IPv6 packets in clear): every
+//!   packet mpt sends into the tunnel, and every packet it delivers to the
+//!   TUN, each with a comment naming its direction, path, tunnel sequence,
+//!   the sender's timestamp and, inbound, the one-way delay (arrival minus
+//!   the peer's timestamp: exact between hosts with one clock, as in the
+//!   lab; otherwise it includes their clock offset). Packets the reorder
+//!   buffer held are delivered later, without their datagram: their
+//!   comment says so;
+//! * each requested path's socket (linktype USER0: the UDP payload, i.e.
+//!   mpt's datagram as on the wire: its 24-byte header in clear, the body
+//!   encrypted), both directions, with the header's fields as a comment.
+//!
+//! Invariants: off, it costs one branch per batch and per packet; on, the
+//! data path only copies a packet into a bounded channel and never waits:
+//! when the writer lags, packets are dropped and counted
+//! ([`CaptureStats::dropped`]); the capture ends by itself after its count
+//! or duration, and the file is complete when the writer thread ends.
+
+use std::borrow::Cow;
+use std::fs::OpenOptions;
+use std::io::{self, BufWriter};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mpt_core::wire::{Header, PacketType, HEADER_LEN};
+use mpt_core::Nanos;
+use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::DataLink;
+use serde::Serialize;
+
+/// Records waiting for the writer at most (tuning knob: a few batches of
+/// full-size packets, about 6 MiB).
+pub const CAPTURE_QUEUE_RECORDS: usize = 4096;
+
+/// What to capture, as the control request carries it.
+#[derive(Debug, Clone)]
+pub struct CaptureSpec {
+    pub file: PathBuf,
+    pub tun: bool,
+    /// (socket key, description) of each path asked for.
+    pub sockets: Vec<(usize, String)>,
+    /// Stop after this many packets written (all interfaces).
+    pub count: Option<u64>,
+    /// Stop after this long.
+    pub seconds: Option<f64>,
+}
+
+/// Counters of a capture, shared with the writer thread.
+#[derive(Debug, Default, Serialize)]
+pub struct CaptureStats {
+    /// Packets handed to the writer.
+    pub captured: AtomicU64,
+    /// Packets not captured because the writer lagged.
+    pub dropped: AtomicU64,
+    /// Packets written to the file.
+    pub written: AtomicU64,
+    /// The capture ended (count, time, stop, or a write error).
+    pub done: AtomicBool,
+    /// The writer finished and closed the file.
+    pub closed: AtomicBool,
+}
+
+struct Record {
+    iface: u32,
+    wall_ns: u64,
+    data: Vec<u8>,
+    comment: String,
+}
+
+/// The data path's end of a capture. See the module documentation.
+pub struct Tap {
+    tx: Option<SyncSender<Record>>,
+    tun_iface: Option<u32>,
+    /// Interface of each socket key captured.
+    socket_iface: Vec<Option<u32>>,
+    left: Option<u64>,
+    until: Option<Nanos>,
+    pub stats: Arc<CaptureStats>,
+    pub file: PathBuf,
+    /// Names of this side's paths by id (comments).
+    names: Vec<String>,
+}
+
+/// Which way a packet goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Dir {
+    Out,
+    In,
+}
+
+impl Tap {
+    /// Open `spec.file` (created with mode 0600: it holds the inner
+    /// traffic in clear; an existing file is replaced) and start the
+    /// writer. `now` is the loop's clock, `names` the paths' names by id.
+    pub fn start(
+        spec: &CaptureSpec,
+        tunnel: &str,
+        now: Nanos,
+        names: Vec<String>,
+    ) -> io::Result<Tap> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&spec.file)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot write {}: {e}", spec.file.display()),
+                )
+            })?;
+        let mut idbs = vec![];
+        let mut iface = 0u32;
+        let tun_iface = spec.tun.then(|| {
+            idbs.push(idb(
+                DataLink::RAW,
+                format!("{tunnel} (TUN)"),
+                "inner packets, in clear".into(),
+            ));
+            iface += 1;
+            iface - 1
+        });
+        let mut socket_iface = vec![];
+        for (key, desc) in &spec.sockets {
+            if socket_iface.len() <= *key {
+                socket_iface.resize(key + 1, None);
+            }
+            if socket_iface[*key].is_none() {
+                idbs.push(idb(
+                    DataLink::USER0,
+                    format!("{tunnel} path socket {key}"),
+                    format!("mpt datagrams (UDP payload: 24-byte header in clear, body encrypted) of {desc}"),
+                ));
+                socket_iface[*key] = Some(iface);
+                iface += 1;
+            }
+        }
+        let (tx, rx) = mpsc::sync_channel(CAPTURE_QUEUE_RECORDS);
+        let stats = Arc::new(CaptureStats::default());
+        let st = Arc::clone(&stats);
+        std::thread::Builder::new()
+            .name("mpt-capture".into())
+            .spawn(move || write_all(file, idbs, &rx, &st))?;
+        Ok(Tap {
+            tx: Some(tx),
+            tun_iface,
+            socket_iface,
+            left: spec.count,
+            until: spec.seconds.map(|s| {
+                now.saturating_add(Duration::from_secs_f64(s.max(0.0)).as_nanos() as Nanos)
+            }),
+            stats,
+            file: spec.file.clone(),
+            names,
+        })
+    }
+
+    /// Whether the capture takes packets (not stopped); the time limit is
+    /// checked by [`Tap::active`], once per turn.
+    pub fn active_now(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Whether the capture still takes packets at `now` (stops it when its
+    /// time is up).
+    pub fn active(&mut self, now: Nanos) -> bool {
+        if self.tx.is_none() {
+            return false;
+        }
+        if self.until.is_some_and(|u| now >= u) || self.left == Some(0) {
+            self.stop();
+            return false;
+        }
+        true
+    }
+
+    /// End the capture: the writer finishes what it has and closes the
+    /// file.
+    pub fn stop(&mut self) {
+        self.tx = None;
+        self.stats.done.store(true, Ordering::Release);
+    }
+
+    fn push(&mut self, iface: u32, wall_ns: u64, data: &[u8], comment: String) {
+        let Some(tx) = self.tx.as_ref() else {
+            return;
+        };
+        let r = Record {
+            iface,
+            wall_ns,
+            data: data.to_vec(),
+            comment,
+        };
+        match tx.try_send(r) {
+            Ok(()) => {
+                self.stats.captured.fetch_add(1, Ordering::Relaxed);
+                if let Some(l) = self.left.as_mut() {
+                    *l = l.saturating_sub(1);
+                    if *l == 0 {
+                        self.stop();
+                    }
+                }
+            }
+            Err(TrySendError::Full(_)) => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Disconnected(_)) => self.stop(),
+        }
+    }
+
+    fn path_name(&self, id: u8) -> &str {
+        self.names.get(id as usize).map_or("?", String::as_str)
+    }
+
+    /// A datagram as it leaves or arrives on socket `socket` (wire bytes).
+    pub fn datagram(&mut self, dir: Dir, socket: usize, wall_ns: u64, d: &[u8]) {
+        let Some(iface) = self.socket_iface.get(socket).copied().flatten() else {
+            return;
+        };
+        let comment = match Header::new_checked(d) {
+            Ok(h) => {
+                let f = h.fields();
+                format!(
+                    "{} type={} path_id={} path_seq={} tunnel_seq={} class={} ts_us={}",
+                    dir_word(dir),
+                    type_name(h.packet_type()),
+                    f.path,
+                    f.path_seq,
+                    f.tunnel_seq,
+                    f.class,
+                    f.timestamp_us
+                )
+            }
+            Err(_) => format!("{} not an mpt datagram", dir_word(dir)),
+        };
+        self.push(iface, wall_ns, d, comment);
+    }
+
+    /// An inner packet in `dgram[HEADER_LEN..HEADER_LEN + len]`, sent on
+    /// or arrived on our path `path` with the datagram's header in
+    /// `dgram[..HEADER_LEN]`.
+    pub fn inner(&mut self, dir: Dir, path: u8, wall_ns: u64, dgram: &[u8], len: usize) {
+        let Some(iface) = self.tun_iface else {
+            return;
+        };
+        let Some(pkt) = dgram.get(HEADER_LEN..HEADER_LEN + len) else {
+            return;
+        };
+        let f = match Header::new_checked(dgram) {
+            Ok(h) => h.fields(),
+            Err(_) => return,
+        };
+        let mut comment = format!(
+            "{} path={} tunnel_seq={} class={} ts_us={}",
+            dir_word(dir),
+            self.path_name(path),
+            f.tunnel_seq,
+            f.class,
+            f.timestamp_us
+        );
+        if matches!(dir, Dir::In) {
+            // Arrival minus the peer's stamp, both µs mod 2^32.
+            let now_us = (wall_ns / 1000) as u32;
+            let owd_us = now_us.wrapping_sub(f.timestamp_us) as i32;
+            comment.push_str(&format!(" owd_ms={:.3}", f64::from(owd_us) / 1000.0));
+        }
+        self.push(iface, wall_ns, pkt, comment);
+    }
+
+    /// An inner packet the reorder buffer released (no datagram at hand).
+    pub fn released(&mut self, wall_ns: u64, pkt: &[u8]) {
+        if let Some(iface) = self.tun_iface {
+            self.push(
+                iface,
+                wall_ns,
+                pkt,
+                "in released from the reorder buffer".into(),
+            );
+        }
+    }
+
+    /// The capture's state for `capture status`.
+    pub fn status(&self) -> serde_json::Value {
+        status_of(&self.stats, &self.file)
+    }
+}
+
+/// The JSON of a capture's counters.
+pub fn status_of(s: &CaptureStats, file: &std::path::Path) -> serde_json::Value {
+    serde_json::json!({
+        "file": file.display().to_string(),
+        "captured": s.captured.load(Ordering::Relaxed),
+        "dropped": s.dropped.load(Ordering::Relaxed),
+        "written": s.written.load(Ordering::Relaxed),
+        "done": s.done.load(Ordering::Acquire),
+        "closed": s.closed.load(Ordering::Acquire),
+    })
+}
+
+fn dir_word(d: Dir) -> &'static str {
+    match d {
+        Dir::Out => "out",
+        Dir::In => "in",
+    }
+}
+
+fn type_name(t: PacketType) -> &'static str {
+    match t {
+        PacketType::Data => "data",
+        PacketType::Probe => "probe",
+        PacketType::Echo => "echo",
+        PacketType::HandshakeInit => "handshake_init",
+        PacketType::HandshakeResponse => "handshake_response",
+        PacketType::Nack => "nack",
+        PacketType::CookieReply => "cookie_reply",
+        PacketType::PathChallenge => "path_challenge",
+        PacketType::PathResponse => "path_response",
+        PacketType::Report => "report",
+    }
+}
+
+fn idb(link: DataLink, name: String, desc: String) -> InterfaceDescriptionBlock<'static> {
+    InterfaceDescriptionBlock {
+        linktype: link,
+        snaplen: 0,
+        options: vec![
+            InterfaceDescriptionOption::IfName(Cow::Owned(name)),
+            InterfaceDescriptionOption::IfDescription(Cow::Owned(desc)),
+            // Timestamps in nanoseconds (10^-9 s).
+            InterfaceDescriptionOption::IfTsResol(9),
+        ],
+    }
+}
+
+/// The writer thread: interfaces first, then every record until the tap
+/// is gone; a write error ends the capture (the tap sees it disconnected).
+fn write_all(
+    file: std::fs::File,
+    idbs: Vec<InterfaceDescriptionBlock<'static>>,
+    rx: &Receiver<Record>,
+    stats: &CaptureStats,
+) {
+    let run = || -> Result<(), pcap_file::PcapError> {
+        let mut w = PcapNgWriter::new(BufWriter::new(file))?;
+        for b in idbs {
+            w.write_pcapng_block(b)?;
+        }
+        while let Ok(r) = rx.recv() {
+            let block = EnhancedPacketBlock {
+                interface_id: r.iface,
+                timestamp: Duration::from_nanos(r.wall_ns),
+                original_len: r.data.len() as u32,
+                data: Cow::Borrowed(&r.data),
+                options: vec![EnhancedPacketOption::Comment(Cow::Borrowed(&r.comment))],
+            };
+            w.write_pcapng_block(block)?;
+            stats.written.fetch_add(1, Ordering::Relaxed);
+        }
+        io::Write::flush(w.get_mut()).map_err(pcap_file::PcapError::IoError)
+    };
+    if let Err(e) = run() {
+        tracing::warn!("capture: writing the file failed: {e}");
+    }
+    stats.done.store(true, Ordering::Release);
+    stats.closed.store(true, Ordering::Release);
+}

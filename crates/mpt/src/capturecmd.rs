@@ -1,0 +1,99 @@
+//! `mpt capture`: ask a running tunnel to write what it does to a pcapng
+//! file (nanosecond timestamps), wait until the capture ends (its count,
+//! its duration, Ctrl-C, or `mpt capture --stop` from elsewhere), and say
+//! what was written and dropped.
+//!
+//! The daemon writes the file itself (mode 0600: it holds the inner
+//! traffic in clear), so its path is made absolute here.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::status::ask;
+
+/// How often the capture's progress is asked for (tuning knob).
+const POLL: Duration = Duration::from_millis(100);
+
+/// What to capture.
+pub struct Request<'a> {
+    pub file: &'a Path,
+    pub tun: bool,
+    pub paths: &'a [String],
+    pub count: Option<u64>,
+    pub seconds: Option<f64>,
+}
+
+fn absolute(file: &Path) -> io::Result<PathBuf> {
+    if file.is_absolute() {
+        return Ok(file.to_path_buf());
+    }
+    Ok(std::env::current_dir()?.join(file))
+}
+
+/// Run a capture to its end; print its counters.
+pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
+    let file = absolute(r.file)?;
+    let spec = json!({
+        "file": file.display().to_string(),
+        "tun": r.tun,
+        "paths": r.paths,
+        "count": r.count,
+        "seconds": r.seconds,
+    });
+    ask(sock, &format!("capture start {spec}"))?;
+    if !json_out {
+        eprintln!(
+            "capturing to {} ({}); Ctrl-C stops",
+            file.display(),
+            match (r.count, r.seconds) {
+                (Some(n), Some(s)) => format!("{n} packets or {s} s"),
+                (Some(n), None) => format!("{n} packets"),
+                (None, Some(s)) => format!("{s} s"),
+                (None, None) => "until stopped".into(),
+            }
+        );
+    }
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&interrupted));
+    let mut stop_sent = false;
+    let last = loop {
+        std::thread::sleep(POLL);
+        if interrupted.load(Ordering::Relaxed) && !stop_sent {
+            ask(sock, "capture stop")?;
+            stop_sent = true;
+        }
+        let v = ask(sock, "capture status")?;
+        if v.get("closed").and_then(Value::as_bool) == Some(true) {
+            break v;
+        }
+    };
+    if json_out {
+        println!("{last}");
+    } else {
+        let n = |k: &str| last.get(k).and_then(Value::as_u64).unwrap_or(0);
+        println!(
+            "{} packets written to {}, {} dropped (the writer lagged)",
+            n("written"),
+            file.display(),
+            n("dropped")
+        );
+    }
+    Ok(())
+}
+
+/// `mpt capture --stop`: end the capture under way.
+pub fn stop(sock: &Path, json_out: bool) -> io::Result<()> {
+    let v = ask(sock, "capture stop")?;
+    if json_out {
+        println!("{v}");
+    } else {
+        println!("capture stopped");
+    }
+    Ok(())
+}
