@@ -144,10 +144,7 @@ impl Tunnel {
     /// primary.
     pub fn set_backup(&mut self, name: &str, backup: bool) -> Result<PathId, String> {
         let i = self.path_named(name)?;
-        let others_primary = self
-            .active_paths()
-            .any(|k| k as usize != i && !self.paths[k as usize].cfg.backup);
-        if backup && !others_primary {
+        if backup && !self.another_primary(i) {
             return Err(format!(
                 "'{name}' is the only primary path; make another path primary first"
             ));

@@ -100,10 +100,7 @@ impl Tunnel {
     /// The last primary path in use cannot go.
     pub fn remove_path(&mut self, name: &str, now: Nanos) -> Result<PathId, String> {
         let i = self.path_named(name)?;
-        let primary_left = self
-            .active_paths()
-            .any(|k| k as usize != i && !self.paths[k as usize].cfg.backup);
-        if !primary_left {
+        if !self.another_primary(i) {
             return Err(format!(
                 "'{name}' is the last primary path; add or make another path primary first"
             ));
@@ -140,6 +137,12 @@ impl Tunnel {
     /// When the next removal is due.
     pub(super) fn removal_deadline(&self) -> Option<Nanos> {
         self.leaving.iter().flatten().min().copied()
+    }
+
+    /// Whether a path in use other than `i` is a primary (not a backup).
+    pub(super) fn another_primary(&self, i: usize) -> bool {
+        self.active_paths()
+            .any(|k| k as usize != i && !self.paths[k as usize].cfg.backup)
     }
 
     /// Change the static weight of the path named `name` (`weight` at
