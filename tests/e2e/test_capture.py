@@ -75,7 +75,9 @@ def test_capture_writes_pcapng_that_tshark_reads(workdir: Path) -> None:
         replies = [r for r in tun if r[1] == "0"]
         assert len(requests) >= 9 and len(replies) >= 9, tun
         assert all(r[2].startswith("out path=link") and "tunnel_seq=" in r[2] for r in requests)
-        owds = [float(r[2].split("owd_ms=")[1]) for r in replies if "owd_ms=" in r[2]]
+        inbound = [r for r in rows if r[0] == "0" and r[2].startswith("in ")]
+        assert all("path=link" in r[2] and "owd_ms=" in r[2] for r in inbound), inbound
+        owds = [float(r[2].split("owd_ms=")[1].split()[0]) for r in replies]
         assert owds and all(1.5 < o < 50 for o in owds), owds
         # Nanosecond timestamps: not all on whole microseconds.
         assert any(not r[3].endswith("000") for r in tun), [r[3] for r in tun[:5]]

@@ -8,9 +8,9 @@
 //!   TUN, each with a comment naming its direction, path, tunnel sequence,
 //!   the sender's timestamp and, inbound, the one-way delay (arrival minus
 //!   the peer's timestamp: exact between hosts with one clock, as in the
-//!   lab; otherwise it includes their clock offset). Packets the reorder
-//!   buffer held are delivered later, without their datagram: their
-//!   comment says so;
+//!   lab; otherwise it includes their clock offset). Inbound packets are
+//!   recorded when their datagram arrives; one that the reorder buffer
+//!   holds (and delivers later) says `held_for_reordering`;
 //! * each requested path's socket (linktype USER0: the UDP payload, i.e.
 //!   mpt's datagram as on the wire: its 24-byte header in clear, the body
 //!   encrypted), both directions, with the header's fields as a comment.
@@ -253,7 +253,15 @@ impl Tap {
     /// An inner packet in `dgram[HEADER_LEN..HEADER_LEN + len]`, sent on
     /// or arrived on our path `path` with the datagram's header in
     /// `dgram[..HEADER_LEN]`.
-    pub fn inner(&mut self, dir: Dir, path: u8, wall_ns: u64, dgram: &[u8], len: usize) {
+    pub fn inner(
+        &mut self,
+        dir: Dir,
+        path: u8,
+        wall_ns: u64,
+        dgram: &[u8],
+        len: usize,
+        held: bool,
+    ) {
         let Some(iface) = self.tun_iface else {
             return;
         };
@@ -278,19 +286,10 @@ impl Tap {
             let owd_us = now_us.wrapping_sub(f.timestamp_us) as i32;
             comment.push_str(&format!(" owd_ms={:.3}", f64::from(owd_us) / 1000.0));
         }
-        self.push(iface, wall_ns, pkt, comment);
-    }
-
-    /// An inner packet the reorder buffer released (no datagram at hand).
-    pub fn released(&mut self, wall_ns: u64, pkt: &[u8]) {
-        if let Some(iface) = self.tun_iface {
-            self.push(
-                iface,
-                wall_ns,
-                pkt,
-                "in released from the reorder buffer".into(),
-            );
+        if held {
+            comment.push_str(" held_for_reordering");
         }
+        self.push(iface, wall_ns, pkt, comment);
     }
 
     /// The capture's state for `capture status`.

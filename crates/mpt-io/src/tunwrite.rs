@@ -131,19 +131,7 @@ impl TunWriter {
 
     /// Write every packet the reorder buffer releases, in order.
     pub fn drain<T: TunDevice>(&mut self, tun: &mut T, tunnel: &mut Tunnel) {
-        self.drain_with(tun, tunnel, |_| {});
-    }
-
-    /// [`TunWriter::drain`], showing each packet to `seen` first (a
-    /// capture).
-    pub fn drain_with<T: TunDevice>(
-        &mut self,
-        tun: &mut T,
-        tunnel: &mut Tunnel,
-        mut seen: impl FnMut(&[u8]),
-    ) {
         tunnel.deliver_ready(|p| {
-            seen(p);
             if self.write(tun, p) {
                 Ok(())
             } else {

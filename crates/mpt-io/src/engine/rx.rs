@@ -15,13 +15,14 @@
 
 use std::io;
 
+use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{OpenTicket, Received, RecvStart, Tunnel};
+use mpt_core::tunnel::{OpenTicket, Received, RecvStart};
+use mpt_core::wire::{Header, PacketType, HEADER_LEN};
 
 use super::{normalize, Engine, BATCH_PACKETS};
 use crate::capture::{Dir, Tap};
 use crate::seam::{Clock, PathIo, TunDevice};
-use crate::tunwrite::TunWriter;
 
 impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// Receive a batch from socket `i`, then decapsulate it in three steps:
@@ -77,15 +78,16 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                         open.from.push(from);
                         open.tickets.push(t);
                     }
-                    RecvStart::Done(Received::Deliver { offset, len }) => {
+                    RecvStart::Done(r) => {
                         if let Some(t) = tap.as_mut() {
                             // Plaintext: the path is the peer's id here.
-                            t.inner(Dir::In, u8::MAX, wall, data, len);
+                            capture_inbound(t, &r, u8::MAX, wall, data);
                         }
-                        writer.deliver(tun, tunnel, &data[offset..offset + len]);
-                        drain(writer, tun, tunnel, &mut tap, wall);
+                        if let Received::Deliver { offset, len } = r {
+                            writer.deliver(tun, tunnel, &data[offset..offset + len]);
+                        }
+                        writer.drain(tun, tunnel);
                     }
-                    RecvStart::Done(_) => drain(writer, tun, tunnel, &mut tap, wall),
                 }
             }
         }
@@ -104,15 +106,14 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             for (j, span) in open.spans.iter().enumerate() {
                 let data = recv_batch.slice_mut(*span);
                 let t = &open.tickets[j];
-                if let Received::Deliver { offset, len } =
-                    tunnel.recv_finish(now, open.from[j], data, t, open.results[j])
-                {
-                    if let Some(c) = tap.as_mut() {
-                        c.inner(Dir::In, t.fields.path, wall, data, len);
-                    }
+                let r = tunnel.recv_finish(now, open.from[j], data, t, open.results[j]);
+                if let Some(c) = tap.as_mut() {
+                    capture_inbound(c, &r, t.fields.path, wall, data);
+                }
+                if let Received::Deliver { offset, len } = r {
                     writer.deliver(tun, tunnel, &data[offset..offset + len]);
                 }
-                drain(writer, tun, tunnel, &mut tap, wall);
+                writer.drain(tun, tunnel);
             }
         }
         self.flush_writer();
@@ -120,15 +121,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 
     pub(super) fn deliver_ready(&mut self) {
-        let wall = self.wall(self.clock.now());
-        let mut tap = self.capture.as_mut().filter(|t| t.active_now());
-        drain(
-            &mut self.writer,
-            &mut self.tun,
-            &mut self.tunnel,
-            &mut tap,
-            wall,
-        );
+        self.writer.drain(&mut self.tun, &mut self.tunnel);
     }
 
     pub(super) fn flush_writer(&mut self) {
@@ -138,16 +131,29 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 }
 
-/// Write what the reorder buffer releases, showing it to a capture.
-fn drain<T: TunDevice>(
-    writer: &mut TunWriter,
-    tun: &mut T,
-    tunnel: &mut Tunnel,
-    tap: &mut Option<&mut Tap>,
-    wall: u64,
-) {
-    match tap.as_mut() {
-        Some(t) => writer.drain_with(tun, tunnel, |p| t.released(wall, p)),
-        None => writer.drain(tun, tunnel),
+/// Show an inbound data packet to a capture when its datagram arrived:
+/// delivered at once, or held for reordering (`Consumed`); its header is
+/// still in `data`.
+fn capture_inbound(tap: &mut Tap, r: &Received, path: u8, wall: u64, data: &[u8]) {
+    let is_data = Header::new_checked(data).is_ok_and(|h| h.packet_type() == PacketType::Data);
+    match *r {
+        Received::Deliver { len, .. } => tap.inner(Dir::In, path, wall, data, len, false),
+        Received::Consumed if is_data => {
+            let rest = data.len().saturating_sub(HEADER_LEN + TAG_LEN);
+            let len = inner_len(data).unwrap_or(rest);
+            tap.inner(Dir::In, path, wall, data, len, true);
+        }
+        _ => {}
+    }
+}
+
+/// The inner packet's length from its own IP header (the datagram may
+/// carry a tag after it).
+fn inner_len(data: &[u8]) -> Option<usize> {
+    let ip = data.get(HEADER_LEN..)?;
+    match ip.first()? >> 4 {
+        4 => Some(usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]))),
+        6 => Some(40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]))),
+        _ => None,
     }
 }

@@ -77,7 +77,7 @@ impl<P: PathIo> Flush<'_, P> {
             for (m, d) in self.tx.committed() {
                 let tag = if m.seal.is_some() { TAG_LEN } else { 0 };
                 let len = m.len.saturating_sub(HEADER_LEN + tag);
-                tap.inner(Dir::Out, m.path, wall, d, len);
+                tap.inner(Dir::Out, m.path, wall, d, len, false);
             }
         }
         let sealer = tunnel.sealer();
