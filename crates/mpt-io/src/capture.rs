@@ -45,6 +45,9 @@ use serde::Serialize;
 /// full-size packets, about 6 MiB).
 pub const CAPTURE_QUEUE_RECORDS: usize = 4096;
 
+/// Longest capture by time, seconds (tuning knob: a day).
+pub const MAX_CAPTURE_S: f64 = 86_400.0;
+
 /// What to capture, as the control request carries it.
 #[derive(Debug, Clone)]
 pub struct CaptureSpec {
@@ -160,8 +163,12 @@ impl Tap {
             tun_iface,
             socket_iface,
             left: spec.count,
+            // Any number a control client sends is a duration: negative or
+            // not a number is none, too large is a day.
             until: spec.seconds.map(|s| {
-                now.saturating_add(Duration::from_secs_f64(s.max(0.0)).as_nanos() as Nanos)
+                let d = Duration::try_from_secs_f64(s.clamp(0.0, MAX_CAPTURE_S))
+                    .unwrap_or(Duration::ZERO);
+                now.saturating_add(d.as_nanos() as Nanos)
             }),
             stats,
             file: spec.file.clone(),
@@ -376,4 +383,56 @@ fn write_all(
     }
     stats.done.store(true, Ordering::Release);
     stats.closed.store(true, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A capture of `seconds` and `count` in a scratch file.
+    fn tap(name: &str, seconds: Option<f64>, count: Option<u64>) -> Tap {
+        let dir = std::env::temp_dir().join(format!("mpt-cap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = CaptureSpec {
+            file: dir.join(name),
+            tun: true,
+            sockets: vec![(0, "path p".into())],
+            count,
+            seconds,
+        };
+        Tap::start(&spec, "t", 1_000, vec!["p".into()]).unwrap()
+    }
+
+    #[test]
+    fn hostile_durations_neither_panic_nor_run_forever() {
+        // Not a number and negative: no time at all; huge: a day.
+        assert!(!tap("nan.pcapng", Some(f64::NAN), None).active(1_000));
+        assert!(!tap("neg.pcapng", Some(-5.0), None).active(1_000));
+        let mut t = tap("huge.pcapng", Some(1e300), None);
+        assert!(t.active(1_000 + 86_000 * 1_000_000_000));
+        assert!(!t.active(1_000 + 86_401 * 1_000_000_000));
+    }
+
+    #[test]
+    fn a_count_ends_the_capture_and_the_file_is_closed() {
+        let mut t = tap("count.pcapng", None, Some(2));
+        let mut d = vec![0u8; HEADER_LEN + 20];
+        let f = mpt_core::wire::HeaderFields::default();
+        mpt_core::wire::write_header(&mut d, PacketType::Data, &f);
+        d[HEADER_LEN] = 0x45;
+        t.inner(Dir::In, 0, 5, &d, 20, false);
+        assert!(t.active(2_000));
+        t.datagram(Dir::Out, 0, 6, &d);
+        assert!(!t.active_now());
+        let st = Arc::clone(&t.stats);
+        drop(t);
+        for _ in 0..200 {
+            if st.closed.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(st.written.load(Ordering::Relaxed), 2);
+        assert_eq!(st.dropped.load(Ordering::Relaxed), 0);
+    }
 }
