@@ -17,6 +17,7 @@ Invariant: every subcommand tears down what it created, also on Ctrl-C
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import bench, plot, results, runner, scenario
+from . import bench, measure, plot, results, runner, scenario
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from .netns import Shape, Topology
 from .traffic import iperf3, ping
@@ -112,6 +113,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         else Path("results") / (f"{sc.name}-{started.strftime('%Y%m%d-%H%M%S')}")
     )
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    command = "mptlab run " + " ".join([args.scenario, *args.overrides])
+    if sc.measure is not None:
+        say(f"scenario {sc.name}: the instruments' accuracy -> {out}")
+        missed = measure.run(sc.measure, out, command, say)
+        if args.json:
+            print(json.dumps({"scenario": sc.name, "out": str(out), "targets_missed": missed}))
+        return 1 if missed else 0
     r = runner.Runner(sc, out, progress=say)
     say(f"scenario {sc.name}: {r.total} measurements -> {out}")
     t0 = time.monotonic()
@@ -120,7 +128,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         say("interrupted; writing what was measured")
         points = r.points
-    command = "mptlab run " + " ".join([args.scenario, *args.overrides])
     setup = {
         "seconds": sc.seconds,
         "link_rates_mbit": sc.link_rates(max(sc.link_counts)),

@@ -69,6 +69,10 @@ class Shape:
     `reverse`, if given, describes the B-to-A direction; otherwise both
     directions are alike. `loss` is a fraction (0.02 = 2%); `loss_burst` the
     mean number of packets per loss burst (1 = independent losses).
+    `serialize` makes mpt-netem carry the rate instead of tbf: an exact
+    per-frame serialiser without a burst, as a measured link should be
+    (tbf lets a bucket's worth of frames through at line rate, which
+    defeats dispersion measurements of capacity).
     """
 
     rate_mbit: float | None = None
@@ -80,10 +84,18 @@ class Shape:
     limit: int = 10_000
     duplicate: float = 0.0
     corrupt: float = 0.0
+    serialize: bool = False
     reverse: Shape | None = None
 
     def impaired(self) -> bool:
-        own = bool(self.delay_ms or self.jitter_ms or self.loss or self.duplicate or self.corrupt)
+        own = bool(
+            self.delay_ms
+            or self.jitter_ms
+            or self.loss
+            or self.duplicate
+            or self.corrupt
+            or self.serialize
+        )
         return own or bool(self.reverse and self.reverse.impaired())
 
     def back(self) -> Shape:
@@ -98,6 +110,7 @@ class Shape:
             "limit": self.limit,
             "duplicate": self.duplicate,
             "corrupt": self.corrupt,
+            "rate_mbit": (self.rate_mbit or 0.0) if self.serialize else 0.0,
         }
 
     def tbf_args(self) -> list[str]:
@@ -147,8 +160,13 @@ def link_addr(i: int, side: str, v: int) -> str:
     return f"10.77.{i}.{host}" if v == 4 else f"fd77:0:{i}::{host}"
 
 
-def _veth(a: str, ns_a: str, b: str, ns_b: str) -> None:
-    run(["ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b])
+def _veth(a: str, ns_a: str, b: str, ns_b: str, mtu: int = 1500) -> None:
+    run(
+        [
+            *["ip", "link", "add", a, "netns", ns_a, "mtu", str(mtu), "type", "veth"],
+            *["peer", "name", b, "netns", ns_b, "mtu", str(mtu)],
+        ]
+    )
 
 
 def _no_offloads(ns: str, dev: str) -> None:
@@ -196,7 +214,7 @@ def _qdisc(ns: str, dev: str, s: Shape, netem: bool) -> None:
                 ["tc", "qdisc", "add", "dev", dev, "parent", "1:", "handle", "2:", *s.tbf_args()],
                 ns=ns,
             )
-    elif s.rate_mbit:
+    elif s.rate_mbit and not (s.serialize and not netem):
         run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
 
 
@@ -209,12 +227,30 @@ class Topology:
         shape: Shape | list[Shape] | None = None,
         prefix: str = "mpt",
         cc: str = "cubic",
+        spin_us: int = 0,
+        mtu: int = 1500,
+        emulator_cpu: int | None = None,
+        busy_poll: bool = False,
     ):
+        """`spin_us`: mpt-netem busy-polls when a release is due within that
+        many µs, so frames leave on time to about a microsecond (measurement
+        scenarios; it costs a core while traffic flows). `mtu`: of every
+        link (9000 for jumbo frames). `emulator_cpu`: pin mpt-netem to
+        that CPU (a measurement keeps the sender off it, so that the
+        sender's bursts do not delay the emulator's releases). `busy_poll`:
+        mpt-netem never sleeps, so a frame reaching it idle is read at once
+        (a whole core for the topology's lifetime)."""
+        self.emulator_cpu = emulator_cpu
+        self.busy_poll = busy_poll
+        if not 576 <= mtu <= 65_535:
+            raise ValueError("mtu must be within 576..65535")
+        self.mtu = mtu
         if not 1 <= n <= 64:
             raise ValueError("1 to 64 links")
         uid = f"{os.getpid()}x{next(_counter)}"
         self.n = n
         self.cc = cc
+        self.spin_us = spin_us
         self.a = f"{prefix}{uid}a"
         self.b = f"{prefix}{uid}b"
         self.r: str | None = None
@@ -250,6 +286,7 @@ class Topology:
             raise ValueError(f"{len(shapes)} link shapes for {self.n} links")
         self.shapes = shapes
         emulate = any(s.impaired() for s in shapes) and not kernel_has_netem()
+        emulate = emulate or any(s.serialize for s in shapes)
         if emulate:
             self.r = self.a[:-1] + "r"
             run(["ip", "netns", "add", self.r])
@@ -260,13 +297,13 @@ class Topology:
             if emulate:
                 assert self.r is not None
                 ra, rb = f"r{i}a", f"r{i}b"
-                _veth(la, self.a, ra, self.r)
-                _veth(lb, self.b, rb, self.r)
+                _veth(la, self.a, ra, self.r, self.mtu)
+                _veth(lb, self.b, rb, self.r, self.mtu)
                 for dev in (ra, rb):
                     run(["ip", "link", "set", dev, "up"], ns=self.r)
                     _no_offloads(self.r, dev)
             else:
-                _veth(la, self.a, lb, self.b)
+                _veth(la, self.a, lb, self.b, self.mtu)
             s = shapes[i - 1]
             for ns, dev, side, d in ((self.a, la, "a", s), (self.b, lb, "b", s.back())):
                 run(["ip", "addr", "add", f"{link_addr(i, side, 4)}/24", "dev", dev], ns=ns)
@@ -292,15 +329,22 @@ class Topology:
             )
         path = Path(tempfile.gettempdir()) / f"{self.r}-netem.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"links": links}))
+        cfg = {"links": links, "spin_us": self.spin_us, "busy_poll": self.busy_poll}
+        tmp.write_text(json.dumps(cfg))
         tmp.replace(path)
         return path
 
     def _start_emulator(self, shapes: list[Shape]) -> None:
         assert self.r is not None
         path = self._emulator_config(shapes)
+        cpu = self.emulator_cpu
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
         self.emulator = subprocess.Popen(
-            ["ip", "netns", "exec", self.r, str(netem_binary()), str(path)],
+            [
+                *["ip", "netns", "exec", self.r],
+                *pin,
+                *[str(netem_binary()), str(path)],
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -336,9 +380,11 @@ class Topology:
         new = replace(old, **changes, reverse=back)
         self.shapes = [*self.shapes[: i - 1], new, *self.shapes[i:]]
         impairs = {"delay_ms", "jitter_ms", "loss"} & set(changes)
+        if new.serialize:
+            impairs |= {"rate_mbit"} & set(changes)
         ends = ((self.a, self.dev(i, "a"), new), (self.b, self.dev(i, "b"), new.back()))
         if self.emulator is not None:
-            if "rate_mbit" in changes:
+            if "rate_mbit" in changes and not new.serialize:
                 for ns, dev, s in ends:
                     run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
             if impairs:

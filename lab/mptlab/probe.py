@@ -30,9 +30,16 @@ def stream(
     port: int = 7000,
     src_side: str = "a",
     dscp: int = 0,
+    link_overhead: int = 14,
+    idle_ms: int = 1500,
+    user_stamps: bool = False,
+    sender_cpu: int | None = None,
 ) -> dict[str, Any]:
     """Send `count` probes from `src_side` to `dst_addr` (on the other side)
-    and return the receiver's summary (see mpt_probe::Summary)."""
+    and return the receiver's summary (see mpt_probe::Summary). With
+    `train` ≥ 2 the receiver also estimates the bottleneck capacity from
+    the trains' dispersion, counting `link_overhead` bytes per packet beyond
+    IP (14: Ethernet)."""
     dst_side = "b" if src_side == "a" else "a"
     bind = "[::]" if ":" in dst_addr else "0.0.0.0"
     recv = topo.spawn(
@@ -45,7 +52,13 @@ def stream(
             "--count",
             str(count),
             "--idle-ms",
-            "1500",
+            str(idle_ms),
+            "--train",
+            str(train),
+            "--link-overhead",
+            str(link_overhead),
+            "--json",
+            *(["--user-stamps"] if user_stamps else []),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -53,7 +66,9 @@ def stream(
     assert recv.stdout is not None
     if recv.stdout.readline().strip() != "ready":
         raise RuntimeError("mpt-probe receiver did not start")
+    pin = ["taskset", "-c", str(sender_cpu)] if sender_cpu is not None else []
     args = [
+        *pin,
         str(probe_binary()),
         "send",
         "--to",
@@ -66,6 +81,7 @@ def stream(
         str(train),
         "--dscp",
         str(dscp),
+        "--json",
     ]
     if pps:
         args += ["--pps", str(pps)]

@@ -195,6 +195,11 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
         "",
     ]
     for d, doc in docs:
+        if "rows" in doc:  # the measure scenario
+            from .measure import table
+
+            out += [*run_header(doc), table(doc["rows"])]
+            continue
         if "benchmarks" in doc:
             from .bench import markdown as bench_markdown
 

@@ -40,6 +40,10 @@ A scenario file::
                               # directions; delay/jitter/loss need a link that
                               # starts with some delay, so it is emulated)
 
+    [measure]                 # optional: this run checks the measuring
+    delay_ms = 10             # instruments' accuracy instead of comparing
+                              # systems (lab/mptlab/measure.py has the keys)
+
     [hook]                    # optional: any other tunnel, for "hook"
     up = "/path/up.sh"        # prints the address to send to (example: tests/e2e/tools/vxlan-up.sh)
     down = "/path/down.sh"    # both get MPTLAB_* variables: namespaces, link addresses,
@@ -90,7 +94,7 @@ LINK_KEYS = {
     "duplicate",
     "corrupt",
 }
-TOP_KEYS = {"name", "description", "topology", "run", "event", "hook", "mpt"}
+TOP_KEYS = {"name", "description", "topology", "run", "event", "hook", "mpt", "measure"}
 TOPO_KEYS = LINK_KEYS | {"links", "link"}
 RUN_KEYS = {
     "systems",
@@ -149,6 +153,9 @@ class Scenario:
     hook_processes: list[str] = field(default_factory=list)  # its processes' names
     mpt_extra: str = ""
     source: str = ""
+    # The `measure` scenario's settings (lab/mptlab/measure.py): present,
+    # the run checks the instruments' accuracy instead of comparing systems.
+    measure: dict[str, Any] | None = None
 
     def shapes_for(self, n: int) -> list[Shape]:
         return self.shapes if self.shapes is not None else [self.shape] * n
@@ -287,7 +294,15 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         hook_processes=hook_processes,
         mpt_extra=str(data.get("mpt", {}).get("extra", "")),
         source=source,
+        measure=data.get("measure"),
     )
+    if sc.measure is not None:
+        from .measure import Settings
+
+        try:
+            Settings.from_dict(sc.measure)
+        except (ValueError, TypeError) as e:
+            raise ScenarioError(f"{source}: {e}") from e
     if "hook" in sc.systems and not (sc.hook_up and sc.hook_down):
         raise ScenarioError(f"{source}: system 'hook' needs [hook] up and down scripts")
     if sc.seconds <= 0 or sc.repeats < 1:

@@ -27,6 +27,7 @@ def test_every_shipped_scenario_loads_and_has_a_drawing() -> None:
         "three-unequal",
         "capacity-drop",
         "voip-wifi-lte",
+        "measure",
     }
     assert expected <= names
     for sc in scenario.available():
@@ -154,3 +155,17 @@ def test_mpt_has_no_weights_but_mpt_wrr_has_the_lab_s() -> None:
     assert inspect.signature(systems.mpt).parameters["weights"].default is False
     assert MPT_VARIANTS["mpt-wrr"] == {"weights": True}
     assert [k for k, v in MPT_VARIANTS.items() if v.get("weights")] == ["mpt-wrr"]
+
+
+def test_the_measure_scenario_has_settings_and_rejects_unknown_keys() -> None:
+    sc = scenario.load("measure", ["measure.owd_packets=2000", "measure.pps=1000"])
+    assert sc.measure is not None
+    assert sc.measure["owd_packets"] == 2000
+    from mptlab.measure import Settings
+
+    s = Settings.from_dict(sc.measure)
+    assert (s.owd_packets, s.pps, s.rates_mbit) == (2000, [1000], [100.0, 1000.0])
+    with pytest.raises(scenario.ScenarioError, match="unknown key 'bogus'"):
+        scenario.load("measure", ["measure.bogus=1"])
+    with pytest.raises(scenario.ScenarioError, match="loss must be a fraction"):
+        scenario.load("measure", ["measure.loss=2"])

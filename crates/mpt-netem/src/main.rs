@@ -3,7 +3,8 @@
 //! It runs in a router namespace between two hosts and forwards Ethernet
 //! frames between interface pairs like a transparent bridge, applying delay,
 //! jitter, random or bursty loss and a queue limit per direction (see
-//! `model`). Rate is left to tbf/htb on the hosts' interfaces.
+//! `model`). Rate is left to tbf/htb on the hosts' interfaces, or set per
+//! direction with `rate_mbit` (an exact per-frame serialiser, no burst).
 //!
 //! ```text
 //!  host A  l1a ──── r1a [ mpt-netem ] r1b ──── l1b  host B
@@ -13,7 +14,12 @@
 //! Usage: `mpt-netem CONFIG.json`, where the file holds
 //! `{"links": [{"a": "r1a", "b": "r1b", "a_to_b": {...}, "b_to_a": {...}}]}`
 //! with direction fields `delay_ms`, `jitter_ms`, `loss`, `loss_burst`,
-//! `limit`, `reorder`. It prints `ready` on stdout once forwarding, and on
+//! `limit`, `reorder`, `rate_mbit`, and at the top `spin_us`: when a
+//! release is due within that many µs, busy-poll instead of sleeping, so
+//! frames leave within about a microsecond of their time (for measurement
+//! scenarios; it costs a core while traffic flows), and `busy_poll`: never
+//! sleep, so that a frame reaching an idle emulator is read at once (a
+//! whole core for the emulator's lifetime). It prints `ready` on stdout once forwarding, and on
 //! SIGINT/SIGTERM prints per-direction counters as one JSON line and exits.
 //! SIGHUP re-reads the file: the same links with new settings take effect
 //! for frames arriving from then on (lab events that change a link).
@@ -31,6 +37,7 @@ use std::sync::Arc;
 
 use model::{DirSpec, Direction};
 use mpt_sys::packet::{monotonic_ns, set_timer_slack_ns, wait_readable, PacketSocket};
+use mpt_sys::stamp;
 use serde::Deserialize;
 use std::os::fd::AsRawFd;
 
@@ -51,6 +58,14 @@ struct Cfg {
     links: Vec<LinkCfg>,
     #[serde(default)]
     seed: u64,
+    /// Busy-poll when the next release is closer than this (µs); 0 sleeps.
+    #[serde(default)]
+    spin_us: u64,
+    /// Never sleep: a frame arriving at an idle emulator is read at once
+    /// rather than after the process wakes up (measurement of short
+    /// transmission times; costs a whole core).
+    #[serde(default)]
+    busy_poll: bool,
 }
 
 struct Dir {
@@ -64,6 +79,9 @@ struct Dir {
 fn load(path: &str) -> Result<Cfg, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: cannot read: {e}"))?;
     let cfg: Cfg = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    if cfg.spin_us > 1_000_000 {
+        return Err(format!("{path}: spin_us must be at most 1000000"));
+    }
     if cfg.links.is_empty() {
         return Err(format!("{path}: links: at least one link is needed"));
     }
@@ -125,6 +143,35 @@ fn reload(path: &str, cfg: &Cfg, dirs: &mut [Dir]) {
     eprintln!("reloaded {path}");
 }
 
+/// When a frame arrived, on the monotonic clock: the kernel's receive stamp
+/// (real-time clock) moved to the monotonic clock, so that the time the
+/// frame waited for this process to wake up counts as part of its delay,
+/// as on a real link; now if the kernel gave no stamp.
+fn arrival_ns(kernel_realtime: Option<u64>) -> u64 {
+    let mono = monotonic_ns();
+    let Some(k) = kernel_realtime else {
+        return mono;
+    };
+    let waited = stamp::realtime_ns().saturating_sub(k);
+    // A stamp from the future or from long ago (clock stepped) is ignored.
+    if waited > 1_000_000_000 {
+        return mono;
+    }
+    mono.saturating_sub(waited)
+}
+
+/// Send every frame whose release time has come.
+fn release_due(dirs: &mut [Dir], socks: &[PacketSocket]) {
+    let now = monotonic_ns();
+    for d in dirs.iter_mut() {
+        while let Some(f) = d.model.poll_release(now) {
+            if socks[d.to].send(&f).is_err() {
+                d.send_errors += 1;
+            }
+        }
+    }
+}
+
 fn run(cfg: Cfg, path: &str) -> std::io::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -139,6 +186,9 @@ fn run(cfg: Cfg, path: &str) -> std::io::Result<()> {
         let a = socks.len();
         socks.push(PacketSocket::open(&l.a)?);
         socks.push(PacketSocket::open(&l.b)?);
+        for s in &socks[a..] {
+            stamp::enable_rx_timestamps(s)?;
+        }
         let seed = cfg.seed.wrapping_add(2 * i as u64);
         dirs.push(Dir {
             from: a,
@@ -168,31 +218,33 @@ fn run(cfg: Cfg, path: &str) -> std::io::Result<()> {
         }
         let now = monotonic_ns();
         let next = dirs.iter().filter_map(|d| d.model.next_release()).min();
-        let timeout = next.map(|t| t.saturating_sub(now));
+        // Wake `spin_us` early and busy-poll the rest of the way.
+        let timeout = if cfg.busy_poll {
+            Some(0)
+        } else {
+            next.map(|t| t.saturating_sub(now).saturating_sub(cfg.spin_us * 1_000))
+        };
         let ready = wait_readable(&fds, timeout.or(Some(200_000_000)))?;
         for (k, r) in ready.iter().enumerate() {
             if !r {
                 continue;
             }
             loop {
-                match socks[k].recv(&mut buf) {
-                    Ok(n) => dirs[reader[k]]
-                        .model
-                        .on_frame(monotonic_ns(), buf[..n].to_vec()),
+                match stamp::try_recv_stamped(&socks[k], &mut buf) {
+                    Ok((n, kernel)) => {
+                        let arrival = arrival_ns(kernel);
+                        dirs[reader[k]].model.on_frame(arrival, buf[..n].to_vec());
+                        // Frames falling due while a burst is read leave
+                        // on time, not after the burst.
+                        release_due(&mut dirs, &socks);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 }
             }
         }
-        let now = monotonic_ns();
-        for d in dirs.iter_mut() {
-            while let Some(f) = d.model.poll_release(now) {
-                if socks[d.to].send(&f).is_err() {
-                    d.send_errors += 1;
-                }
-            }
-        }
+        release_due(&mut dirs, &socks);
     }
     let stats: Vec<_> = dirs
         .iter()

@@ -8,6 +8,13 @@
 //! rate p/(p+r) equals π). Jitter is normal with standard deviation
 //! `jitter_ms`, truncated so that no frame leaves before it arrived.
 //!
+//! `rate_mbit` serialises frames like a link of that capacity: each frame
+//! starts when the previous one has left and takes `bytes · 8 / rate`
+//! (its Ethernet frame's bytes, header included, no preamble or FCS), then
+//! the delay and jitter apply. Unlike tbf there is no burst: back-to-back
+//! frames leave exactly one transmission time apart, which is what
+//! dispersion measurements of capacity need.
+//!
 //! `duplicate` sends an exact second copy of a frame (a replay, as far as
 //! the receiver can tell); `corrupt` flips one random bit in the UDP payload
 //! of an IPv4/UDP frame and clears its UDP checksum, so the damaged datagram
@@ -45,6 +52,8 @@ pub struct DirSpec {
     pub duplicate: f64,
     /// Probability of flipping one bit of an IPv4/UDP frame's payload.
     pub corrupt: f64,
+    /// Link capacity in Mbit/s (0: unlimited; rate is then left to tbf).
+    pub rate_mbit: f64,
 }
 
 impl Default for DirSpec {
@@ -58,6 +67,7 @@ impl Default for DirSpec {
             reorder: false,
             duplicate: 0.0,
             corrupt: 0.0,
+            rate_mbit: 0.0,
         }
     }
 }
@@ -76,6 +86,10 @@ impl DirSpec {
         finite(self.jitter_ms, "jitter_ms")?;
         finite(self.loss, "loss")?;
         finite(self.loss_burst, "loss_burst")?;
+        finite(self.rate_mbit, "rate_mbit")?;
+        if !(0.0..=100_000.0).contains(&self.rate_mbit) {
+            return Err("rate_mbit must be within 0..100000 (0: unlimited)".into());
+        }
         if !(0.0..=60_000.0).contains(&self.delay_ms) {
             return Err("delay_ms must be within 0..60000".into());
         }
@@ -112,6 +126,10 @@ pub struct DirStats {
     pub corrupted: u64,
     /// Sum of scheduled added delay of passed frames, ns.
     pub added_delay_ns_sum: u64,
+    /// How late frames left after their release time (the emulator's own
+    /// imprecision, from the `now` it polled with): sum and largest, ns.
+    pub late_ns_sum: u64,
+    pub late_ns_max: u64,
 }
 
 #[derive(Debug)]
@@ -171,6 +189,8 @@ pub struct Direction {
     fifo: VecDeque<Held>,
     heap: BinaryHeap<Held>,
     last_release: u64,
+    /// When the emulated link finishes sending the last frame (rate), ns.
+    link_free: u64,
     order: u64,
     pub stats: DirStats,
 }
@@ -205,6 +225,7 @@ impl Direction {
             fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
             last_release: 0,
+            link_free: 0,
             order: 0,
             stats: DirStats::default(),
         }
@@ -261,7 +282,14 @@ impl Direction {
         if self.spec.jitter_ms > 0.0 {
             delay += self.rng.normal() * self.spec.jitter_ms * 1e6;
         }
-        let mut release = now + delay.max(0.0) as u64;
+        let mut sent = now;
+        if self.spec.rate_mbit > 0.0 {
+            // Transmission time in ns: bits / (Mbit/s · 1e6) · 1e9.
+            let tx_ns = (frame.len() as f64 * 8.0 * 1e3 / self.spec.rate_mbit).round() as u64;
+            sent = now.max(self.link_free) + tx_ns;
+            self.link_free = sent;
+        }
+        let mut release = sent + delay.max(0.0) as u64;
         self.order += 1;
         if self.spec.reorder {
             self.heap.push(Held {
@@ -302,6 +330,9 @@ impl Direction {
             None
         }?;
         self.stats.passed += 1;
+        let late = now - h.release;
+        self.stats.late_ns_sum += late;
+        self.stats.late_ns_max = self.stats.late_ns_max.max(late);
         Some(h.frame)
     }
 }
@@ -327,6 +358,31 @@ mod tests {
             }
         }
         (d, out)
+    }
+
+    #[test]
+    fn rate_spaces_back_to_back_frames_by_their_transmission_time() {
+        let spec = DirSpec {
+            delay_ms: 1.0,
+            rate_mbit: 100.0,
+            ..Default::default()
+        };
+        let mut d = Direction::new(spec, 1);
+        // Ten 1250-byte frames at once: 100 µs each on a 100 Mbit/s link.
+        for _ in 0..10 {
+            d.on_frame(5_000, vec![0u8; 1250]);
+        }
+        let mut times = vec![];
+        while let Some(t) = d.next_release() {
+            while d.poll_release(t).is_some() {
+                times.push(t);
+            }
+        }
+        let want: Vec<u64> = (1..=10).map(|k| 5_000 + k * 100_000 + 1_000_000).collect();
+        assert_eq!(times, want);
+        // An idle link sends a later frame as soon as it arrives.
+        d.on_frame(10_000_000, vec![0u8; 125]);
+        assert_eq!(d.next_release(), Some(10_000_000 + 10_000 + 1_000_000));
     }
 
     #[test]

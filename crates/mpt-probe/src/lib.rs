@@ -25,9 +25,12 @@ use serde::Serialize;
 
 pub mod dispersion;
 pub mod reorder;
+pub mod report;
+pub mod selftest;
 
 pub use dispersion::{Capacity, Dispersion};
 pub use reorder::{ReorderMeter, Reordering};
+pub use selftest::{StampReport, Stamps};
 
 pub const MAGIC: &[u8; 4] = b"MPTP";
 pub const PROBE_HEADER_LEN: usize = 20;

@@ -9,7 +9,9 @@
 //! * [`packet`] — raw link-layer sockets, precise waits and timer slack for
 //!   the lab's link emulator;
 //! * [`alloc`] — a counting allocator for no-allocation tests;
-//! * [`fs`] — a Unix socket bound with a private mode from the first byte.
+//! * [`fs`] — a Unix socket bound with a private mode from the first byte;
+//! * [`stamp`] — kernel receive timestamps and the clock's resolution, for
+//!   the measuring instruments.
 //!
 //! Invariant: the API is safe; no function here hands out a raw pointer or
 //! requires its caller to uphold anything beyond Rust's own rules.
@@ -18,4 +20,5 @@ pub mod alloc;
 pub mod fs;
 pub mod mmsg;
 pub mod packet;
+pub mod stamp;
 pub mod tun;

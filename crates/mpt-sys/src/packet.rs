@@ -140,6 +140,12 @@ impl PacketSocket {
     }
 }
 
+impl std::os::fd::AsFd for PacketSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl AsRawFd for PacketSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
