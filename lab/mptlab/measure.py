@@ -252,9 +252,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{THESIS['throughput_error']:.0%}.",
         "",
         "The hosts are namespaces of one machine and share its clock, so one-way delay is "
-        "absolute here. Across machines it needs synchronised clocks: `mpt status` then "
-        "reads the delay above each path's minimum (differences are exact whatever the "
-        "offset) and RTT/2 as a bound.",
+        "absolute here. Across machines it needs synchronised clocks: `mpt status` says "
+        "whether each path's minimum lies within 0..RTT_min (`owd_clocks`: `consistent`, "
+        "else `offset`); with an offset, read the delay above each path's minimum "
+        "(differences are exact whatever the offset) and RTT/2 as a bound.",
     ]
     return "\n".join(out) + "\n"
 

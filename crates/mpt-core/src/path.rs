@@ -389,6 +389,14 @@ impl PathState {
                 percentiles: self.owd_above_min.percentiles(),
                 samples: self.owd_above_min.total(),
             }),
+            owd_clocks: match (self.owd_min, self.rtt_min) {
+                (Some(o), Some(r)) => Some(if (0..=r as i64).contains(&o) {
+                    "consistent"
+                } else {
+                    "offset"
+                }),
+                _ => None,
+            },
             jitter_ms: self.meters.jitter.jitter_ns().map(ms),
             rx_lost: self.rx_lost(),
             rx_loss: if rx_expected > 0 {
@@ -463,6 +471,11 @@ pub struct PathStatus {
     /// between the peers (add `owd_min_ms` for absolute delays when the
     /// clocks agree, as in the lab).
     pub owd_above_min: Option<OwdAboveMin>,
+    /// Whether the one-way delays can be taken as absolute: "consistent"
+    /// when the minimum lies within 0..RTT_min (true of any synchronised
+    /// clocks, as in the lab), "offset" when it does not (the clocks
+    /// differ: only `owd_above_min` and the bound RTT/2 hold).
+    pub owd_clocks: Option<&'static str>,
     /// RFC 3550 interarrival jitter peer → us.
     pub jitter_ms: Option<f64>,
     /// Packets lost peer → us (per-path sequence gaps).
@@ -570,6 +583,20 @@ mod tests {
         assert_eq!(p.rx_out_of_order, 0);
         // Reported extended: 65 534 + 3.
         assert_eq!(p.report().1, 65_537);
+    }
+
+    #[test]
+    fn one_way_delay_outside_zero_to_rtt_means_the_clocks_differ() {
+        let mut p = path();
+        assert_eq!(p.status(0).owd_clocks, None);
+        p.on_rtt_sample(20 * NANOS_PER_MS);
+        p.on_receive(NANOS_PER_MS, 100, 0, 10 * NANOS_PER_MS as i64);
+        assert_eq!(p.status(NANOS_PER_MS).owd_clocks, Some("consistent"));
+        // A peer whose clock is 50 ms behind: transit reads 60 ms > RTT.
+        let mut q = path();
+        q.on_rtt_sample(20 * NANOS_PER_MS);
+        q.on_receive(NANOS_PER_MS, 100, 0, 60 * NANOS_PER_MS as i64);
+        assert_eq!(q.status(NANOS_PER_MS).owd_clocks, Some("offset"));
     }
 
     #[test]

@@ -92,6 +92,23 @@ pub fn show(sock: &Path, json: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// How to read a path's one-way delay: absolute when the clocks are
+/// consistent with the RTT, else only as a bound (RTT/2) and differences.
+fn owd_note(p: &Value) -> String {
+    let f = |k: &str| p.get(k).and_then(Value::as_f64);
+    match (
+        p.get("owd_clocks").and_then(Value::as_str),
+        f("owd_min_ms"),
+        f("rtt_min_ms"),
+    ) {
+        (Some("consistent"), Some(m), _) => format!("min {m:.3} ms"),
+        (Some(_), _, Some(r)) => format!(
+            "clocks differ: only its changes count; one-way about RTT/2 = {:.3} ms",
+            r / 2.0
+        ),
+        _ => "no samples yet".into(),
+    }
+}
 /// "tx 12.3 Mbit/s 1050 pkt/s, rx ..." from a rates object.
 pub(crate) fn rates(r: Option<&Value>) -> String {
     let Some(r) = r.filter(|r| r.is_object()) else {
@@ -213,7 +230,7 @@ pub fn render(v: &Value) -> String {
     for p in &paths {
         let _ = writeln!(
             o,
-            "  {}{}: {} -> {}  {}owd {} ms  rtt min {} ms  up/down {}/{}",
+            "  {}{}: {} -> {}  {}owd {} ms ({})  rtt min {} ms  up/down {}/{}",
             p.get("name").and_then(Value::as_str).unwrap_or("-"),
             if p.get("backup").and_then(Value::as_bool) == Some(true) {
                 " (backup: data only while no other path is up)"
@@ -224,6 +241,7 @@ pub fn render(v: &Value) -> String {
             p.get("remote").and_then(Value::as_str).unwrap_or("-"),
             share(p),
             ms(p, "owd_ms"),
+            owd_note(p),
             ms(p, "rtt_min_ms"),
             num(p, "ups"),
             num(p, "downs"),
@@ -590,5 +608,15 @@ mod tests {
             share(&json!({"weight": 1, "sending": {"cap_mbps": 5.0}})),
             "cap 5 Mbit/s  "
         );
+    }
+
+    #[test]
+    fn one_way_delay_is_absolute_only_when_the_clocks_are_consistent() {
+        let ok = json!({"owd_clocks": "consistent", "owd_min_ms": 10.0021, "rtt_min_ms": 20.1});
+        assert_eq!(owd_note(&ok), "min 10.002 ms");
+        let off = json!({"owd_clocks": "offset", "owd_min_ms": -3.0, "rtt_min_ms": 20.0});
+        assert!(owd_note(&off).contains("clocks differ"));
+        assert!(owd_note(&off).contains("RTT/2 = 10.000 ms"));
+        assert_eq!(owd_note(&json!({})), "no samples yet");
     }
 }
