@@ -22,7 +22,9 @@
 //! * sequence numbers at or above [`SEQ_LIMIT`] are refused, so no sum of a
 //!   sequence number and the capacity can overflow;
 //! * held buffers come from and return to a bounded pool; memory is bounded
-//!   by `capacity × MTU`.
+//!   by `capacity × MTU`;
+//! * nothing of the window is allocated before the first packet arrives
+//!   (a concentrator holds many idle peers).
 
 use std::collections::VecDeque;
 
@@ -107,11 +109,11 @@ impl ReorderBuffer {
             max_delay,
             next: 0,
             started: false,
-            slots: (0..capacity).map(|_| Slot::Empty).collect(),
-            delivered: vec![0; (capacity as usize).div_ceil(64)],
+            slots: Vec::new(),
+            delivered: Vec::new(),
             held_count: 0,
-            arrivals: VecDeque::with_capacity(capacity as usize),
-            ready: VecDeque::with_capacity(capacity as usize),
+            arrivals: VecDeque::new(),
+            ready: VecDeque::new(),
             pool: Vec::new(),
             stats: ReorderStats::default(),
         }
@@ -119,6 +121,22 @@ impl ReorderBuffer {
 
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Allocate the window (once, at the first packet or restart).
+    fn allocate(&mut self) {
+        if self.slots.is_empty() {
+            let n = self.capacity as usize;
+            self.slots = (0..n).map(|_| Slot::Empty).collect();
+            self.delivered = vec![0; n.div_ceil(64)];
+            self.arrivals.reserve(n);
+            self.ready.reserve(n);
+        }
+    }
+
+    /// Whether the window has been allocated (memory tests).
+    pub fn is_allocated(&self) -> bool {
+        !self.slots.is_empty()
     }
     /// The next sequence number to be delivered.
     pub fn next_seq(&self) -> u64 {
@@ -143,7 +161,8 @@ impl ReorderBuffer {
         let to = to.min(self.next.saturating_add(self.capacity));
         let mut seq = from;
         while seq < to && out.len() < max {
-            let held = matches!(&self.slots[self.idx(seq)], Slot::Held { seq: s, .. } if *s == seq);
+            let held = !self.slots.is_empty()
+                && matches!(&self.slots[self.idx(seq)], Slot::Held { seq: s, .. } if *s == seq);
             if !held {
                 out.push(seq);
             }
@@ -171,6 +190,7 @@ impl ReorderBuffer {
         if seq >= SEQ_LIMIT {
             return Accept::Late;
         }
+        self.allocate();
         if !self.started {
             self.started = true;
             self.next = seq;
@@ -276,6 +296,7 @@ impl ReorderBuffer {
     /// flush what is held, in order, and continue at `seq`.
     pub fn restart_at(&mut self, seq: u64) {
         if self.started {
+            self.allocate();
             self.resync(seq);
         } else {
             self.started = true;

@@ -245,3 +245,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_window_is_allocated_at_the_first_packet_not_before() {
+    let mut rb = ReorderBuffer::new(4096, 100);
+    rb.restart_at(5);
+    let mut out = vec![];
+    rb.missing(0, 10, 10, &mut out);
+    assert!(!rb.is_allocated(), "an idle peer holds no window");
+    assert_eq!(out, (5..10).collect::<Vec<_>>());
+    out.clear();
+    assert_eq!(deliver(&mut rb, 5, 0, &mut out), Accept::DeliverNow);
+    assert!(rb.is_allocated());
+    assert_eq!(out, vec![5]);
+}
