@@ -124,5 +124,46 @@ fn qos(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, header, aead, reorder, scheduler, qos);
+/// A concentrator's per-packet peer lookup (longest prefix match of the
+/// destination) with 10 and 10,000 peers, each holding a v4 /24 and a v6
+/// /64, looked up at addresses spread over all peers.
+fn peer_lookup(c: &mut Criterion) {
+    use mpt_core::concentrator::AllowedIps;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let mut g = c.benchmark_group("concentrator/lookup");
+    for peers in [10u32, 10_000] {
+        let mut t = AllowedIps::new();
+        for p in 0..peers {
+            let [_, _, b, cc] = p.to_be_bytes();
+            t.insert(format!("10.{b}.{cc}.0/24").parse().unwrap(), p)
+                .unwrap();
+            t.insert(format!("fd00:{p:x}::/64").parse().unwrap(), p)
+                .unwrap();
+        }
+        let v4: Vec<IpAddr> = (0..1024u32)
+            .map(|i| {
+                let [_, _, b, cc] = (i * 7919 % peers).to_be_bytes();
+                IpAddr::V4(Ipv4Addr::new(10, b, cc, 9))
+            })
+            .collect();
+        let v6: Vec<IpAddr> = (0..1024u32)
+            .map(|i| {
+                let p = i * 7919 % peers;
+                IpAddr::V6(Ipv6Addr::new(0xfd00, p as u16, 0, 0, 0, 0, 0, 9))
+            })
+            .collect();
+        for (fam, addrs) in [("v4", &v4), ("v6", &v6)] {
+            let mut i = 0usize;
+            g.bench_function(BenchmarkId::new(fam, peers), |b| {
+                b.iter(|| {
+                    i = (i + 1) & 1023;
+                    black_box(t.lookup(black_box(addrs[i])))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, header, aead, reorder, scheduler, qos, peer_lookup);
 criterion_main!(benches);

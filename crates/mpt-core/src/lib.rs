@@ -20,6 +20,8 @@
 //!   smooth weighted round-robin;
 //! * [`reorder`] — the receive-side reorder buffer and its release policies;
 //! * [`crypto`] — keys, the Noise handshake, cookies, sessions and AEAD;
+//! * [`concentrator`] — many peers in one server: allowed IPs (longest
+//!   prefix match);
 //! * [`stats`] — drop reasons and their counters;
 //! * [`tunnel`] — the state machine that ties them together;
 //! * `testing` (cargo feature `testing`) — the one test-configuration
@@ -33,6 +35,7 @@
 //!   and returns an error that the tunnel turns into a counted drop;
 //! * nothing here panics on any input (fuzzed in `fuzz/`).
 
+pub mod concentrator;
 pub mod crypto;
 pub mod estimate;
 pub mod ip;

@@ -73,10 +73,19 @@ pub enum DropReason {
     ClassFull,
     /// Dropped by CoDel (RFC 8289) to end a standing queue in the QoS stage.
     Aqm,
+    /// A concentrator: a handshake from a static key that is no peer's, or
+    /// a datagram whose session index names no peer.
+    UnknownPeer,
+    /// A concentrator: a packet from the TUN whose destination is in no
+    /// peer's allowed IPs.
+    NoRoute,
+    /// A concentrator: an inner packet from a peer whose source address is
+    /// not in that peer's allowed IPs (another peer's, or nobody's).
+    SourceNotAllowed,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 27] = [
+    pub const ALL: [DropReason; 30] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -104,6 +113,9 @@ impl DropReason {
         Self::ClassRate,
         Self::ClassFull,
         Self::Aqm,
+        Self::UnknownPeer,
+        Self::NoRoute,
+        Self::SourceNotAllowed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -135,6 +147,9 @@ impl DropReason {
             Self::ClassRate => "class_rate",
             Self::ClassFull => "class_full",
             Self::Aqm => "aqm",
+            Self::UnknownPeer => "unknown_peer",
+            Self::NoRoute => "no_route",
+            Self::SourceNotAllowed => "source_not_allowed",
         }
     }
 

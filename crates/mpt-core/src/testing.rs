@@ -54,6 +54,7 @@ pub fn security(side: u8, psk_ok: bool) -> SecurityConfig {
         cipher: CipherPref::Auto,
         rekey_after: 120_000 * MS,
         rekey_after_packets: 1 << 40,
+        index_slot: None,
     }
 }
 
@@ -181,5 +182,71 @@ impl TestConfig {
     /// The tunnel, created at time 0.
     pub fn tunnel(self) -> Tunnel {
         Tunnel::new(self.config, 0)
+    }
+}
+
+/// Concentrators: the server side 0 with `paths` sockets (no remotes), its
+/// fixed key, as the template of every peer's tunnel.
+pub fn concentrator_template(paths: usize) -> TunnelConfig {
+    TestConfig::new(0, paths).secure().learning().ecf().config()
+}
+
+/// The static key of concentrator client `c`.
+pub fn client_key(c: u32) -> PrivateKey {
+    let mut s = [0u8; 32];
+    s[..4].copy_from_slice(&c.to_be_bytes());
+    s[4] = 0xc1;
+    PrivateKey::from_random(s)
+}
+
+/// The pre-shared key of concentrator client `c` (each its own).
+pub fn client_psk(c: u32) -> PresharedKey {
+    let mut s = [0x5au8; 32];
+    s[..4].copy_from_slice(&c.to_be_bytes());
+    PresharedKey(s)
+}
+
+/// Client `c`'s inner address: 10.100.0.0/16 + c (its allowed IP, /32).
+pub fn client_inner_addr(c: u32) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(u32::from_be_bytes([10, 100, 0, 0]) + c)
+}
+
+/// Address of client `c`'s path `i` (distinct per client and path).
+pub fn client_addr(c: u32, i: usize) -> SocketAddr {
+    let [_, _, hi, lo] = c.to_be_bytes();
+    SocketAddr::from(([172, 16 + hi, lo, i as u8 + 1], 5000 + i as u16))
+}
+
+/// Concentrator client `c` with `paths` paths (path i to server socket i,
+/// named as the server's), its own keys and a new seed.
+pub fn client_config(c: u32, paths: usize) -> TunnelConfig {
+    let mut seed = [0x33u8; 32];
+    seed[..4].copy_from_slice(&c.to_be_bytes());
+    TestConfig::new(1, paths)
+        .ecf()
+        .security(SecurityConfig {
+            identity: Identity {
+                private: client_key(c),
+                peer_public: private_key(0).public(),
+                psk: client_psk(c),
+            },
+            ..security(1, true)
+        })
+        .seed(seed)
+        .with(|t| {
+            for (i, p) in t.paths.iter_mut().enumerate() {
+                p.local = client_addr(c, i);
+            }
+        })
+        .config()
+}
+
+/// The concentrator's configuration of client `c`.
+pub fn client_peer(c: u32) -> crate::concentrator::PeerConfig {
+    crate::concentrator::PeerConfig {
+        name: format!("client{c}"),
+        public_key: client_key(c).public(),
+        psk: client_psk(c),
+        allowed_ips: vec![std::net::IpAddr::V4(client_inner_addr(c)).into()],
     }
 }

@@ -97,6 +97,7 @@ fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
                 cipher: k.cipher,
                 rekey_after: k.rekey_after_s * 1_000 * NANOS_PER_MS,
                 rekey_after_packets: k.rekey_after_packets,
+                index_slot: None,
             }),
         },
         seed,

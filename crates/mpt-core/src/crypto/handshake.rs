@@ -305,6 +305,31 @@ pub fn respond(
     })
 }
 
+/// The initiator's static public key in an initiation body, read with our
+/// private key alone (message 1 of IKpsk2 mixes no pre-shared key): how a
+/// concentrator finds which of its peers is calling before that peer's own
+/// state answers with [`respond`]. Authentic only in that the sender knows
+/// our public key and holds the private key of the static it claims (the
+/// `ss` step); the timestamp and everything else is checked by `respond`.
+pub fn initiator_static(private: &PrivateKey, body: &[u8]) -> Result<[u8; 32], HandshakeError> {
+    if body.len() != INIT_NOISE_LEN {
+        return Err(HandshakeError::Malformed);
+    }
+    let mut hs = builder([0; 32])
+        .local_private_key(&private.0)
+        .and_then(|b| b.psk(2, &[0; 32]))
+        .and_then(|b| b.prologue(PROLOGUE))
+        .and_then(|b| b.build_responder())
+        .map_err(|_| HandshakeError::Malformed)?;
+    let mut payload = [0u8; 64];
+    hs.read_message(&body[4..], &mut payload)
+        .map_err(|_| HandshakeError::Decrypt)?;
+    let k = hs.get_remote_static().ok_or(HandshakeError::Malformed)?;
+    let mut key = [0u8; 32];
+    key.copy_from_slice(k.get(..32).ok_or(HandshakeError::Malformed)?);
+    Ok(key)
+}
+
 /// The receiver index a response body names (to find the initiation).
 pub fn response_receiver_index(body: &[u8]) -> Option<u32> {
     (body.len() == RESPONSE_NOISE_LEN)

@@ -190,3 +190,32 @@ fn hex_prefix(b: &[u8]) -> String {
 
 /// First 8 bytes of the initiator's ephemeral public key for seed [5; 32].
 const EPHEMERAL_PREFIX: &str = "e2f7ef50c811d6e6";
+
+#[test]
+fn a_concentrator_reads_the_caller_s_static_key_whatever_its_psk() {
+    let (a, b) = ids();
+    let mut m1 = [0u8; INIT_NOISE_LEN];
+    // The initiator's psk differs from anything the responder knows:
+    // message 1 does not depend on it.
+    let mut a2 = a.clone();
+    a2.psk = PresharedKey([9u8; 32]);
+    initiate(
+        &a2,
+        [5u8; 32],
+        77,
+        ts(1),
+        Cipher::Aes256Gcm,
+        ann(1),
+        &mut m1,
+    )
+    .unwrap();
+    let key = initiator_static(&b.private, &m1).unwrap();
+    assert_eq!(key, a.private.public().0);
+    // Sent to another server: not readable.
+    let other = PrivateKey::from_random([4u8; 32]);
+    assert_eq!(initiator_static(&other, &m1), Err(HandshakeError::Decrypt));
+    assert_eq!(
+        initiator_static(&b.private, &m1[..10]),
+        Err(HandshakeError::Malformed)
+    );
+}

@@ -61,6 +61,21 @@ pub struct SecurityConfig {
     pub cipher: CipherPref,
     pub rekey_after: Nanos,
     pub rekey_after_packets: u64,
+    /// A concentrator's peer slot, written into the top
+    /// [`INDEX_SLOT_BITS`] bits of every session index this side hands out,
+    /// so that a datagram finds its peer in O(1); `None` for a lone tunnel
+    /// (fully random indices).
+    pub index_slot: Option<u32>,
+}
+
+/// Bits of a session index that name a concentrator's peer slot: 2^20
+/// peers (WireGuard's bound), 2^12 random values per peer (tuning knob).
+pub const INDEX_SLOT_BITS: u32 = 20;
+
+/// The concentrator slot a session index names (see
+/// [`SecurityConfig::index_slot`]).
+pub fn index_slot(index: u32) -> u32 {
+    index >> (32 - INDEX_SLOT_BITS)
 }
 
 /// Counters shown in `mpt status`.
@@ -291,7 +306,11 @@ impl CryptoState {
 
     fn new_index(&mut self) -> u32 {
         loop {
-            let i = self.rng.next_u32();
+            let mut i = self.rng.next_u32();
+            if let Some(slot) = self.cfg.index_slot {
+                let random_bits = 32 - INDEX_SLOT_BITS;
+                i = (slot << random_bits) | (i & ((1 << random_bits) - 1));
+            }
             let taken = [
                 self.current.as_ref(),
                 self.previous.as_ref().map(|p| &p.0),

@@ -1,0 +1,464 @@
+//! A concentrator: one server, many peers, one set of path sockets (see
+//! `docs/deploy.md`).
+//!
+//! Each peer has a [`Tunnel`] of its own (session, paths learned through
+//! NAT, reorder buffer, scheduler, counters), made at its first valid
+//! handshake ([`peer`]). The concentrator only finds the peer:
+//!
+//! * a datagram: a handshake initiation by the static key it carries
+//!   (after its mac1, which costs one keyed hash, so a flood without our
+//!   public key never reaches a Diffie-Hellman), anything else by the peer
+//!   slot in the top bits of the session index it names — O(1) both;
+//! * an inner packet from the TUN: by the longest prefix of the peers'
+//!   allowed IPs that contains its destination ([`table`]).
+//!
+//! Inner packets a peer delivers must come from its allowed IPs, as in
+//! WireGuard, so that no client can speak with another's addresses.
+//!
+//! The I/O layer drives it like a tunnel, with the peer named in every
+//! result: [`Concentrator::recv`], [`Concentrator::send`],
+//! [`Concentrator::deliver_ready`], [`Concentrator::poll_transmit`],
+//! [`Concentrator::poll_timeout`] / [`Concentrator::handle_timeout`].
+//!
+//! Invariants:
+//! * every datagram or packet not handed to a peer is counted under one
+//!   [`DropReason`] (`unknown_peer`, `no_route`, `source_not_allowed`, or
+//!   the header's);
+//! * an idle peer costs its configuration and its prefixes, nothing else;
+//! * work is proportional to the peers that have something to do: peers
+//!   with output wait in a work list, deadlines in a heap (stale entries
+//!   are skipped), never a scan of all peers;
+//! * a peer's packets stay in its own tunnel, in its order.
+
+pub mod peer;
+pub mod table;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use blake2::{Blake2s256, Digest};
+
+pub use peer::{Peer, PeerConfig};
+pub use table::{AllowedIps, PeerId};
+
+use crate::crypto::cookie::MacKeys;
+use crate::crypto::handshake::{initiator_static, INIT_NOISE_LEN};
+use crate::crypto::keys::PrivateKey;
+use crate::crypto::state::{index_slot, CryptoEvent, INDEX_SLOT_BITS};
+use crate::ip::Ip;
+use crate::stats::{DropCounters, DropReason};
+use crate::tunnel::{Event, Received, Transmit, Tunnel, TunnelConfig};
+use crate::wire::{Header, PacketType, HEADER_LEN};
+use crate::Nanos;
+
+/// Most peers one concentrator holds: the slots a session index can name.
+pub const MAX_PEERS: usize = 1 << INDEX_SLOT_BITS;
+
+/// See the module documentation.
+pub struct Concentrator {
+    template: TunnelConfig,
+    private: PrivateKey,
+    /// mac1 of initiations to us (keyed by our public key).
+    macs: MacKeys,
+    peers: Vec<Option<Peer>>,
+    free: Vec<PeerId>,
+    by_key: HashMap<[u8; 32], PeerId>,
+    allowed: AllowedIps,
+    /// Peers that may have output (transmits, events, ready packets).
+    work: VecDeque<PeerId>,
+    timers: BinaryHeap<Reverse<(Nanos, PeerId)>>,
+    drops: DropCounters,
+    /// Incarnations of peer tunnels made so far (seed derivation).
+    made: u64,
+    wall_offset: i64,
+    events: VecDeque<(Option<PeerId>, Event)>,
+    unknown_keys: u64,
+}
+
+/// Why a peer could not be added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerError {
+    /// Another peer has this public key.
+    DuplicateKey(PeerId),
+    /// Another peer holds this prefix.
+    PrefixTaken(ipnet::IpNet, PeerId),
+    Full,
+}
+
+impl std::fmt::Display for PeerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DuplicateKey(p) => write!(f, "peer {p} has the same public key"),
+            Self::PrefixTaken(n, p) => write!(f, "allowed IP {n} belongs to peer {p} already"),
+            Self::Full => write!(f, "{MAX_PEERS} peers are configured; at most {MAX_PEERS}"),
+        }
+    }
+}
+
+fn src_addr(pkt: &[u8]) -> Option<IpAddr> {
+    addr_at(pkt, true)
+}
+
+fn dst_addr(pkt: &[u8]) -> Option<IpAddr> {
+    addr_at(pkt, false)
+}
+
+fn addr_at(pkt: &[u8], src: bool) -> Option<IpAddr> {
+    let ip = Ip::parse(pkt)?;
+    let (s, d) = ip.addresses(pkt);
+    let b = if src { s } else { d };
+    Some(match b.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(b).ok()?),
+        _ => IpAddr::from(<[u8; 16]>::try_from(b).ok()?),
+    })
+}
+
+impl Concentrator {
+    /// A concentrator whose peers' tunnels follow `template` (paths are
+    /// the server's sockets; security names the server's private key and
+    /// is required: sessions are how datagrams find their peer).
+    pub fn new(template: TunnelConfig) -> Result<Self, String> {
+        let sec = template
+            .security
+            .as_ref()
+            .ok_or("a concentrator needs security: session indices name the peers")?;
+        let private = sec.identity.private.clone();
+        let macs = MacKeys::new(&private.public());
+        Ok(Self {
+            template,
+            private,
+            macs,
+            peers: Vec::new(),
+            free: Vec::new(),
+            by_key: HashMap::new(),
+            allowed: AllowedIps::new(),
+            work: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            drops: DropCounters::default(),
+            made: 0,
+            wall_offset: 0,
+            events: VecDeque::new(),
+            unknown_keys: 0,
+        })
+    }
+
+    /// Wire timestamps are `now + offset` (see [`Tunnel::set_wall_offset`]).
+    pub fn set_wall_offset(&mut self, offset: i64) {
+        self.wall_offset = offset;
+        for t in self
+            .peers
+            .iter_mut()
+            .flatten()
+            .filter_map(|p| p.tunnel.as_mut())
+        {
+            t.set_wall_offset(offset);
+        }
+    }
+
+    /// Add a peer; its prefixes take effect at once.
+    pub fn add_peer(&mut self, cfg: PeerConfig) -> Result<PeerId, PeerError> {
+        if let Some(&p) = self.by_key.get(&cfg.public_key.0) {
+            return Err(PeerError::DuplicateKey(p));
+        }
+        let id = match self.free.last() {
+            Some(&id) => id,
+            None if self.peers.len() < MAX_PEERS => self.peers.len() as PeerId,
+            None => return Err(PeerError::Full),
+        };
+        for (i, net) in cfg.allowed_ips.iter().enumerate() {
+            if let Err(holder) = self.allowed.insert(*net, id) {
+                for n in &cfg.allowed_ips[..i] {
+                    self.allowed.remove(*n, id);
+                }
+                return Err(PeerError::PrefixTaken(*net, holder));
+            }
+        }
+        if self.free.last() == Some(&id) {
+            self.free.pop();
+        } else {
+            self.peers.push(None);
+        }
+        self.by_key.insert(cfg.public_key.0, id);
+        self.peers[id as usize] = Some(Peer::new(cfg));
+        Ok(id)
+    }
+
+    /// Remove a peer: its prefixes, its tunnel and its sessions go; the
+    /// other peers are not touched. Its slot is reused later (a datagram
+    /// still naming it then fails to authenticate, a counted drop).
+    pub fn remove_peer(&mut self, id: PeerId) -> Option<PeerConfig> {
+        let peer = self.peers.get_mut(id as usize)?.take()?;
+        for n in &peer.cfg.allowed_ips {
+            self.allowed.remove(*n, id);
+        }
+        self.by_key.remove(&peer.cfg.public_key.0);
+        self.free.push(id);
+        Some(peer.cfg)
+    }
+
+    pub fn peer(&self, id: PeerId) -> Option<&Peer> {
+        self.peers.get(id as usize)?.as_ref()
+    }
+
+    /// Ids of the configured peers, ascending.
+    pub fn peer_ids(&self) -> impl Iterator<Item = PeerId> + '_ {
+        (0..self.peers.len() as PeerId).filter(|i| self.peers[*i as usize].is_some())
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.peers.len() - self.free.len()
+    }
+
+    /// The peer whose allowed IPs hold `addr`.
+    pub fn route(&self, addr: IpAddr) -> Option<PeerId> {
+        self.allowed.lookup(addr)
+    }
+
+    /// Drops that belong to no peer.
+    pub fn drops(&self) -> &DropCounters {
+        &self.drops
+    }
+
+    /// Queue a peer in the work list and re-arm its timer.
+    fn touch(&mut self, id: PeerId) {
+        if let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) {
+            if !p.touched {
+                p.touched = true;
+                self.work.push_back(id);
+            }
+        }
+        self.rearm(id);
+    }
+
+    fn seed_for(&mut self, id: PeerId) -> [u8; 32] {
+        self.made += 1;
+        let mut h = Blake2s256::new();
+        h.update(b"mpt concentrator peer seed");
+        h.update(self.template.seed);
+        h.update(id.to_be_bytes());
+        h.update(self.made.to_be_bytes());
+        h.finalize().into()
+    }
+
+    /// Which peer a datagram is for: `Err` is the drop.
+    fn peer_of(&mut self, buf: &[u8]) -> Result<(PeerId, bool), DropReason> {
+        let h = Header::new_checked(buf).map_err(|_| DropReason::Truncated)?;
+        if h.packet_type() != PacketType::HandshakeInit {
+            let id = index_slot(h.session());
+            let has_tunnel = self
+                .peers
+                .get(id as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.tunnel.is_some());
+            return if has_tunnel {
+                Ok((id, false))
+            } else {
+                Err(DropReason::UnknownPeer)
+            };
+        }
+        let body = buf
+            .get(HEADER_LEN..HEADER_LEN + INIT_NOISE_LEN)
+            .ok_or(DropReason::Truncated)?;
+        if !self.macs.check_mac1(buf) {
+            return Err(DropReason::HandshakeBadMac);
+        }
+        let key = initiator_static(&self.private, body).map_err(|_| DropReason::HandshakeFailed)?;
+        match self.by_key.get(&key) {
+            Some(&id) => Ok((id, true)),
+            None => {
+                self.unknown_keys += 1;
+                if self.unknown_keys.is_power_of_two() {
+                    self.events.push_back((
+                        None,
+                        Event::Security(CryptoEvent::Failed {
+                            reason: "initiation from a static key that is no peer's",
+                            unknown_key: Some(key),
+                        }),
+                    ));
+                }
+                Err(DropReason::UnknownPeer)
+            }
+        }
+    }
+
+    /// A datagram arrived on socket `local_key` from `from`: the peer it
+    /// belongs to (if found) and what its tunnel made of it. A delivered
+    /// inner packet has a source in that peer's allowed IPs.
+    pub fn recv(
+        &mut self,
+        now: Nanos,
+        local_key: usize,
+        from: SocketAddr,
+        buf: &mut [u8],
+    ) -> (Option<PeerId>, Received) {
+        let (id, init) = match self.peer_of(buf) {
+            Ok(x) => x,
+            Err(r) => {
+                self.drops.add(r);
+                return (None, Received::Dropped(r));
+            }
+        };
+        if init {
+            let seed = self.seed_for(id);
+            let (template, offset) = (&self.template, self.wall_offset);
+            if let Some(p) = self.peers[id as usize].as_mut() {
+                if p.tunnel.is_none() {
+                    p.ensure_tunnel(template, id, seed, now);
+                    if let Some(t) = p.tunnel.as_mut() {
+                        t.set_wall_offset(offset);
+                    }
+                }
+            }
+        }
+        let Some(peer) = self.peers[id as usize].as_mut() else {
+            self.drops.add(DropReason::UnknownPeer);
+            return (None, Received::Dropped(DropReason::UnknownPeer));
+        };
+        let Some(t) = peer.tunnel.as_mut() else {
+            self.drops.add(DropReason::UnknownPeer);
+            return (None, Received::Dropped(DropReason::UnknownPeer));
+        };
+        let mut r = t.recv(now, local_key, from, buf);
+        if let Received::Deliver { offset, len } = r {
+            let src = src_addr(&buf[offset..offset + len]);
+            if !src.is_some_and(|a| self.allowed.allows(id, a)) {
+                peer.source_not_allowed += 1;
+                t.count_drop(DropReason::SourceNotAllowed);
+                r = Received::Dropped(DropReason::SourceNotAllowed);
+            }
+        }
+        self.touch(id);
+        (Some(id), r)
+    }
+
+    /// Send the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]` to the
+    /// peer that holds its destination (see [`Tunnel::send`]).
+    pub fn send(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<(PeerId, Transmit)> {
+        let dst = buf.get(HEADER_LEN..HEADER_LEN + len).and_then(dst_addr);
+        let Some(id) = dst.and_then(|a| self.allowed.lookup(a)) else {
+            self.drops.add(DropReason::NoRoute);
+            return None;
+        };
+        let t = self.peers[id as usize]
+            .as_mut()
+            .and_then(|p| p.tunnel.as_mut());
+        let Some(t) = t else {
+            // The peer has never connected: nowhere to send.
+            self.drops.add(DropReason::NoSession);
+            return None;
+        };
+        let tx = t.send(now, buf, len);
+        self.touch(id);
+        tx.map(|tx| (id, tx))
+    }
+
+    /// Hand every inner packet that a peer's reorder buffer releases to
+    /// `write`, with its peer; sources outside the peer's allowed IPs are
+    /// dropped and counted.
+    pub fn deliver_ready(
+        &mut self,
+        id: PeerId,
+        mut write: impl FnMut(&[u8]) -> Result<(), DropReason>,
+    ) -> usize {
+        let allowed = &self.allowed;
+        let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) else {
+            return 0;
+        };
+        let Some(t) = p.tunnel.as_mut() else {
+            return 0;
+        };
+        let mut refused = 0;
+        let n = t.deliver_ready(|pkt| {
+            if src_addr(pkt).is_some_and(|a| allowed.allows(id, a)) {
+                write(pkt)
+            } else {
+                refused += 1;
+                Err(DropReason::SourceNotAllowed)
+            }
+        });
+        p.source_not_allowed += refused;
+        n
+    }
+
+    /// The next peer that may have output, to drain with
+    /// [`Concentrator::tunnel_mut`] (`poll_transmit`, `poll_queued`,
+    /// `deliver_ready`, `poll_event`); `None` when no peer has any.
+    pub fn next_busy(&mut self) -> Option<PeerId> {
+        while let Some(id) = self.work.pop_front() {
+            if let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) {
+                p.touched = false;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// A peer's tunnel (made at its first handshake).
+    pub fn tunnel_mut(&mut self, id: PeerId) -> Option<&mut Tunnel> {
+        self.peers
+            .get_mut(id as usize)?
+            .as_mut()?
+            .tunnel
+            .as_deref_mut()
+    }
+
+    pub fn tunnel(&self, id: PeerId) -> Option<&Tunnel> {
+        self.peers.get(id as usize)?.as_ref()?.tunnel.as_deref()
+    }
+
+    /// Events that belong to no peer (an unknown key called).
+    pub fn poll_event(&mut self) -> Option<(Option<PeerId>, Event)> {
+        self.events.pop_front()
+    }
+
+    /// Earliest deadline of any peer.
+    pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            let live = self
+                .peers
+                .get(id as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.deadline == Some(t));
+            if live {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Run the timers of every peer due at `now`; those peers join the
+    /// work list.
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if p.deadline != Some(t) {
+                continue;
+            }
+            p.deadline = None;
+            if let Some(tun) = p.tunnel.as_mut() {
+                tun.handle_timeout(now);
+            }
+            self.touch(id);
+        }
+    }
+
+    /// Re-arm a peer's timer after driving its tunnel (also after polling
+    /// it through [`Concentrator::tunnel_mut`]).
+    pub fn rearm(&mut self, id: PeerId) {
+        if let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) {
+            let d = p.tunnel.as_mut().and_then(|t| t.poll_timeout());
+            if let Some(t) = d.filter(|_| d != p.deadline) {
+                self.timers.push(Reverse((t, id)));
+            }
+            p.deadline = d;
+        }
+    }
+}

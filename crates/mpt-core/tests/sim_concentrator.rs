@@ -1,0 +1,359 @@
+//! A concentrator in virtual time: 1,000 clients, each with 2 to 4 paths
+//! of their own delays and their own traffic, against one server.
+//!
+//! Checked: every client's packets reach the server in order, exactly
+//! once, attributed to that client; every packet the server sends reaches
+//! the right client in order; a client that sends with another client's
+//! address is dropped (`source_not_allowed`) and nothing it spoofed is
+//! delivered; a key that is no peer's gets no session (`unknown_peer`).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
+
+use mpt_core::concentrator::Concentrator;
+use mpt_core::stats::DropReason;
+use mpt_core::testing::{
+    addr, client_addr, client_config, client_inner_addr, client_peer, concentrator_template,
+};
+use mpt_core::tunnel::{Received, Transmit, Tunnel};
+use mpt_core::wire::HEADER_LEN;
+use mpt_core::{Nanos, NANOS_PER_MS};
+
+const MS: Nanos = NANOS_PER_MS;
+const CLIENTS: u32 = 1_000;
+const SERVER_PATHS: usize = 4;
+const SERVER_ADDR: [u8; 4] = [10, 99, 0, 1];
+/// The client configured nowhere (its handshakes must fail).
+const STRANGER: u32 = CLIENTS;
+
+/// An IPv4 packet from `src` to `dst` carrying (client, index).
+fn inner(src: Ipv4Addr, dst: Ipv4Addr, client: u32, idx: u64) -> Vec<u8> {
+    let mut p = vec![0u8; 40];
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&40u16.to_be_bytes());
+    p[8] = 64;
+    p[9] = 17;
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    p[20..24].copy_from_slice(&client.to_be_bytes());
+    p[24..32].copy_from_slice(&idx.to_be_bytes());
+    p
+}
+
+fn read(p: &[u8]) -> (u32, u64) {
+    (
+        u32::from_be_bytes(p[20..24].try_into().unwrap()),
+        u64::from_be_bytes(p[24..32].try_into().unwrap()),
+    )
+}
+
+/// Where a datagram goes: the server (`None`) or a client.
+type To = Option<u32>;
+/// A datagram in flight: (arrival, tiebreak, to, path, from, bytes).
+type InFlight = Reverse<(Nanos, u64, To, usize, SocketAddr, Vec<u8>)>;
+
+struct World {
+    server: Concentrator,
+    clients: Vec<Tunnel>,
+    flight: BinaryHeap<InFlight>,
+    tiebreak: u64,
+    timers: BinaryHeap<Reverse<(Nanos, u32)>>,
+    deadline: Vec<Option<Nanos>>,
+    /// Client address of each (client, path) for the server's replies.
+    owner: HashMap<SocketAddr, (u32, usize)>,
+    /// What the server delivered, per peer: (client in the payload, index).
+    at_server: Vec<Vec<(u32, u64)>>,
+    /// What each client delivered: indices.
+    at_client: Vec<Vec<u64>>,
+    dirty: Vec<u32>,
+}
+
+fn delay(c: u32, path: usize) -> Nanos {
+    (2 + 3 * path as u64 + u64::from(c % 7)) * MS
+}
+
+impl World {
+    /// `clients` clients, all configured but the last (the stranger).
+    fn new(clients_n: u32) -> Self {
+        let mut server = Concentrator::new(concentrator_template(SERVER_PATHS)).unwrap();
+        let mut clients = vec![];
+        let mut owner = HashMap::new();
+        for c in 0..=clients_n {
+            let n = 2 + (c as usize % 3);
+            clients.push(Tunnel::new(client_config(c, n), 0));
+            for i in 0..n {
+                owner.insert(client_addr(c, i), (c, i));
+            }
+            if c != clients_n {
+                assert_eq!(server.add_peer(client_peer(c)), Ok(c));
+            }
+        }
+        let n = clients.len();
+        Self {
+            server,
+            clients,
+            flight: BinaryHeap::new(),
+            tiebreak: 0,
+            timers: BinaryHeap::new(),
+            deadline: vec![None; n],
+            owner,
+            at_server: vec![vec![]; clients_n as usize + 1],
+            at_client: vec![vec![]; n],
+            dirty: (0..n as u32).collect(),
+        }
+    }
+
+    fn emit(&mut self, now: Nanos, to: To, path: usize, from: SocketAddr, d: Vec<u8>) {
+        let c = match to {
+            Some(c) => c,
+            None => self.owner[&from].0,
+        };
+        self.tiebreak += 1;
+        let at = now + delay(c, path);
+        self.flight
+            .push(Reverse((at, self.tiebreak, to, path, from, d)));
+    }
+
+    fn client_out(&mut self, now: Nanos, c: u32, tx: Transmit, d: Vec<u8>) {
+        let from = client_addr(c, tx.path as usize);
+        self.emit(now, None, tx.local_key, from, d);
+    }
+
+    fn server_out(&mut self, now: Nanos, tx: Transmit, d: Vec<u8>) {
+        let (c, path) = self.owner[&tx.dst];
+        self.emit(now, Some(c), path, addr(0, tx.local_key), d);
+    }
+
+    /// Poll the clients that were driven and every busy peer of the server.
+    fn pump(&mut self, now: Nanos) {
+        let mut buf = vec![0u8; 2048];
+        for c in std::mem::take(&mut self.dirty) {
+            let t = &mut self.clients[c as usize];
+            let mut out = vec![];
+            while let Some(tx) = t.poll_transmit(now, &mut buf) {
+                out.push((tx, buf[..tx.len].to_vec()));
+            }
+            while let Some(tx) = t.poll_queued(now, &mut buf) {
+                let mut d = buf[..tx.len].to_vec();
+                if t.sealer().seal(tx.seal, &mut d) {
+                    out.push((tx, d));
+                }
+            }
+            let got = &mut self.at_client[c as usize];
+            t.deliver_ready(|p| {
+                got.push(read(p).1);
+                Ok(())
+            });
+            while t.poll_event().is_some() {}
+            let d = t.poll_timeout();
+            if let Some(x) = d.filter(|_| d != self.deadline[c as usize]) {
+                self.timers.push(Reverse((x, c)));
+            }
+            self.deadline[c as usize] = d;
+            for (tx, d) in out {
+                self.client_out(now, c, tx, d);
+            }
+        }
+        while let Some(id) = self.server.next_busy() {
+            let mut out = vec![];
+            if let Some(t) = self.server.tunnel_mut(id) {
+                while let Some(tx) = t.poll_transmit(now, &mut buf) {
+                    out.push((tx, buf[..tx.len].to_vec()));
+                }
+                while let Some(tx) = t.poll_queued(now, &mut buf) {
+                    let mut d = buf[..tx.len].to_vec();
+                    if t.sealer().seal(tx.seal, &mut d) {
+                        out.push((tx, d));
+                    }
+                }
+                while t.poll_event().is_some() {}
+            }
+            let got = &mut self.at_server[id as usize];
+            self.server.deliver_ready(id, |p| {
+                got.push(read(p));
+                Ok(())
+            });
+            self.server.rearm(id);
+            for (tx, d) in out {
+                self.server_out(now, tx, d);
+            }
+        }
+        while self.server.poll_event().is_some() {}
+    }
+
+    fn client_deadline(&mut self) -> Option<Nanos> {
+        while let Some(&Reverse((t, c))) = self.timers.peek() {
+            if self.deadline[c as usize] == Some(t) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    fn run_until(&mut self, until: Nanos) {
+        loop {
+            let pkt = self.flight.peek().map(|Reverse(e)| e.0);
+            let ct = self.client_deadline();
+            let st = self.server.poll_timeout();
+            let Some(now) = [pkt, ct, st].into_iter().flatten().min() else {
+                break;
+            };
+            if now > until {
+                break;
+            }
+            if pkt == Some(now) {
+                let Reverse((_, _, to, path, from, mut d)) = self.flight.pop().unwrap();
+                match to {
+                    None => {
+                        let (peer, r) = self.server.recv(now, path, from, &mut d);
+                        if let Received::Deliver { offset, len } = r {
+                            let p = peer.expect("a delivery names its peer");
+                            self.at_server[p as usize].push(read(&d[offset..offset + len]));
+                        }
+                    }
+                    Some(c) => {
+                        let r = self.clients[c as usize].recv(now, path, from, &mut d);
+                        if let Received::Deliver { offset, len } = r {
+                            self.at_client[c as usize].push(read(&d[offset..offset + len]).1);
+                        }
+                        self.dirty.push(c);
+                    }
+                }
+            } else if ct == Some(now) {
+                let Reverse((_, c)) = self.timers.pop().unwrap();
+                self.deadline[c as usize] = None;
+                self.clients[c as usize].handle_timeout(now);
+                self.dirty.push(c);
+            } else {
+                self.server.handle_timeout(now);
+            }
+            self.pump(now);
+        }
+    }
+
+    fn client_send(&mut self, now: Nanos, c: u32, src: Ipv4Addr, idx: u64) {
+        let p = inner(src, Ipv4Addr::from(SERVER_ADDR), c, idx);
+        let mut buf = vec![0u8; HEADER_LEN + p.len() + 16];
+        buf[HEADER_LEN..HEADER_LEN + p.len()].copy_from_slice(&p);
+        if let Some(tx) = self.clients[c as usize].send(now, &mut buf, p.len()) {
+            buf.truncate(tx.len);
+            self.client_out(now, c, tx, buf);
+        }
+        self.dirty.push(c);
+    }
+
+    fn server_send(&mut self, now: Nanos, c: u32, idx: u64) {
+        let p = inner(
+            Ipv4Addr::from(SERVER_ADDR),
+            client_inner_addr(c),
+            u32::MAX,
+            idx,
+        );
+        let mut buf = vec![0u8; HEADER_LEN + p.len() + 16];
+        buf[HEADER_LEN..HEADER_LEN + p.len()].copy_from_slice(&p);
+        if let Some((peer, tx)) = self.server.send(now, &mut buf, p.len()) {
+            assert_eq!(peer, c, "the longest prefix names the client");
+            buf.truncate(tx.len);
+            self.server_out(now, tx, buf);
+        }
+    }
+}
+
+#[test]
+fn a_thousand_clients_each_get_their_own_traffic_in_order() {
+    let mut w = World::new(CLIENTS);
+    w.pump(0);
+    // Handshakes and path probes.
+    w.run_until(1_000 * MS);
+    let connected = (0..CLIENTS)
+        .filter(|c| w.clients[*c as usize].has_session())
+        .count();
+    assert_eq!(connected, CLIENTS as usize, "every client has a session");
+    assert!(!w.clients[STRANGER as usize].has_session());
+    assert!(w.server.drops().get(DropReason::UnknownPeer) > 0);
+    assert_eq!(w.server.peer_count(), CLIENTS as usize);
+
+    const PACKETS: u64 = 30;
+    let mut now = 1_000 * MS;
+    for k in 0..PACKETS {
+        for c in 0..CLIENTS {
+            w.client_send(now, c, client_inner_addr(c), k);
+            w.server_send(now, c, k);
+        }
+        // Client 0 also tries to speak as client 1.
+        w.client_send(now, 0, client_inner_addr(1), 1_000 + k);
+        w.pump(now);
+        now += 10 * MS;
+        w.run_until(now);
+    }
+    w.run_until(now + 1_000 * MS);
+
+    let want: Vec<u64> = (0..PACKETS).collect();
+    for c in 0..CLIENTS {
+        let got = &w.at_server[c as usize];
+        assert!(
+            got.iter().all(|(from, _)| *from == c),
+            "peer {c} delivered another client's packet"
+        );
+        let idx: Vec<u64> = got.iter().map(|(_, i)| *i).collect();
+        assert_eq!(
+            idx, want,
+            "client {c} to the server: in order, exactly once"
+        );
+        assert_eq!(
+            w.at_client[c as usize], want,
+            "the server to client {c}: in order, exactly once"
+        );
+    }
+    let spoofed = w.server.peer(0).unwrap().source_not_allowed;
+    assert_eq!(spoofed, PACKETS, "every spoofed packet was dropped");
+    assert!(w.at_client[STRANGER as usize].is_empty());
+}
+
+#[test]
+fn peers_come_and_go_at_runtime_without_disturbing_the_others() {
+    const N: u32 = 12;
+    let mut w = World::new(N);
+    w.pump(0);
+    w.run_until(1_000 * MS);
+    let mut now = 1_000 * MS;
+    let mut sent = vec![0u64; N as usize + 1];
+    for round in 0..40u64 {
+        if round == 10 {
+            // Client 3 leaves: its prefixes and sessions go.
+            assert!(w.server.remove_peer(3).is_some());
+            assert_eq!(w.server.route(client_inner_addr(3).into()), None);
+        }
+        if round == 15 {
+            // The stranger (client N) is added, into the freed slot.
+            assert_eq!(w.server.add_peer(mpt_core::testing::client_peer(N)), Ok(3));
+        }
+        for c in 0..=N {
+            if c == 3 && round >= 10 {
+                continue;
+            }
+            w.client_send(now, c, client_inner_addr(c), sent[c as usize]);
+            sent[c as usize] += 1;
+        }
+        w.pump(now);
+        now += 20 * MS;
+        w.run_until(now);
+    }
+    w.run_until(now + 2_000 * MS);
+    for c in (0..N).filter(|c| *c != 3) {
+        let idx: Vec<u64> = w.at_server[c as usize].iter().map(|(_, i)| *i).collect();
+        assert_eq!(idx, (0..40).collect::<Vec<_>>(), "client {c} undisturbed");
+    }
+    // The newcomer in slot 3 got through after it was added (what it sent
+    // before, while it was no peer, was dropped or staged).
+    let newcomer: Vec<(u32, u64)> = w.at_server[3]
+        .iter()
+        .copied()
+        .filter(|(from, _)| *from == N)
+        .collect();
+    assert!(!newcomer.is_empty(), "the added peer connects");
+    assert!(newcomer.windows(2).all(|x| x[0].1 < x[1].1), "in order");
+    assert!(w.clients[N as usize].has_session());
+}
