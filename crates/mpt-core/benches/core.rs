@@ -165,5 +165,48 @@ fn peer_lookup(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, header, aead, reorder, scheduler, qos, peer_lookup);
+/// Handshakes a concentrator completes per second on one core: each
+/// iteration is one client's initiation, from a new peer, answered (the
+/// initiations are made beforehand, untimed).
+fn concentrator_handshake(c: &mut Criterion) {
+    use mpt_core::concentrator::Concentrator;
+    use mpt_core::testing::{client_addr, client_config, client_peer, concentrator_template};
+    use mpt_core::tunnel::Tunnel;
+    c.bench_function("concentrator/handshake", |b| {
+        b.iter_custom(|iters| {
+            let mut conc = Concentrator::new(concentrator_template(2)).unwrap();
+            let mut inits = Vec::with_capacity(iters as usize);
+            for i in 0..iters as u32 {
+                conc.add_peer(client_peer(i)).unwrap();
+                let mut t = Tunnel::new(client_config(i, 2), 0);
+                let mut buf = [0u8; 512];
+                let tx = t.poll_transmit(0, &mut buf).unwrap();
+                inits.push((
+                    tx.local_key,
+                    client_addr(i, tx.path as usize),
+                    buf[..tx.len].to_vec(),
+                ));
+            }
+            let mut buf = [0u8; 512];
+            let start = std::time::Instant::now();
+            for (key, from, mut d) in inits {
+                let (peer, _) = conc.recv(0, key, from, &mut d);
+                let t = conc.tunnel_mut(peer.unwrap()).unwrap();
+                black_box(t.poll_transmit(0, &mut buf).unwrap());
+            }
+            start.elapsed()
+        })
+    });
+}
+
+criterion_group!(
+    benches,
+    header,
+    aead,
+    reorder,
+    scheduler,
+    qos,
+    peer_lookup,
+    concentrator_handshake
+);
 criterion_main!(benches);

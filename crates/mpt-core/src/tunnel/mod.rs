@@ -433,6 +433,10 @@ impl Tunnel {
     pub fn reorder_stats(&self) -> &ReorderStats {
         self.reorder.stats()
     }
+    /// Whether the reorder window is allocated (not before data arrives).
+    pub fn reorder_allocated(&self) -> bool {
+        self.reorder.is_allocated()
+    }
     /// Whether this side is the server of a secure tunnel.
     fn is_responder(&self) -> bool {
         self.crypto
