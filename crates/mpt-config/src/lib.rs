@@ -16,6 +16,7 @@
 
 pub mod files;
 mod path;
+pub mod peers;
 mod qos;
 mod reader;
 mod remote;
@@ -31,6 +32,7 @@ use mpt_core::wire::{
 };
 pub use mpt_core::MAX_PATHS;
 use path::{read_path, PATH_KEYS};
+pub use peers::PeerSection;
 pub use reader::ConfigError;
 use reader::{suggest, Ctx, TableReader};
 pub use security::{check_private_mode, Keys, Security};
@@ -161,6 +163,18 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Traffic classes (`[qos]`); `None` when QoS is off.
     pub qos: Option<mpt_core::qos::QosConfig>,
+    /// A concentrator (`[[peer]]` blocks or `tunnel.peers_dir`): its peers,
+    /// those of the blocks first, then those of the directory's files.
+    pub peers: Vec<PeerSection>,
+    /// `tunnel.peers_dir`, resolved against the file's directory.
+    pub peers_dir: Option<PathBuf>,
+}
+
+impl Config {
+    /// Whether this is a concentrator (many peers) rather than one peer.
+    pub fn is_concentrator(&self) -> bool {
+        !self.peers.is_empty() || self.peers_dir.is_some()
+    }
 }
 
 /// Bytes that encapsulation adds on a path of the given IP family.
@@ -194,6 +208,7 @@ const TUNNEL_KEYS: &[&str] = &[
     "offload",
     "workers",
     "parallel",
+    "peers_dir",
 ];
 /// Upper bound for `tunnel.workers` (a typo guard, not a hardware limit).
 const MAX_WORKERS: i64 = 256;
@@ -378,6 +393,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
     let offload = tr.boolean(ctx, "offload").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
+    let tr_peers_dir = tr.string(ctx, "peers_dir");
     let parallel_always = match tr.string(ctx, "parallel").as_deref() {
         None | Some("auto") => false,
         Some("always") => true,
@@ -392,29 +408,59 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     };
     tr.finish(ctx);
 
-    // [peer]
-    let p = table(ctx, root, "peer");
-    if p.is_none() && !root.contains_key("peer") {
-        ctx.error(
-            None,
-            "peer",
-            "missing section [peer] (with role = \"server\" or \"client\")",
-        );
-    }
-    let pr = TableReader::new(p.unwrap_or(&empty), "peer", PEER_KEYS);
-    let role = pr.choice(ctx, "role", &["server", "client"]);
-    let role = pr.required(ctx, "role", role).map(|r| {
-        if r == "server" {
-            Role::Server
-        } else {
-            Role::Client
+    // [peer], or a concentrator's [[peer]] blocks and peers_dir
+    let tr_peers_dir_text = tr_peers_dir.clone();
+    let peers_dir = tr_peers_dir.map(|d| file.parent().unwrap_or(Path::new(".")).join(d));
+    let blocks = matches!(root.get("peer"), Some(Item::ArrayOfTables(_)));
+    let concentrator = blocks || peers_dir.is_some();
+    let mut peers = vec![];
+    let role = if concentrator {
+        if let Some(Item::Table(_)) = root.get("peer") {
+            ctx.error(
+                root.get("peer").and_then(|i| i.span()),
+                "peer",
+                "a concentrator (tunnel.peers_dir) lists its clients as [[peer]] blocks; remove the [peer] table (the role is server)",
+            );
         }
-    });
-    pr.finish(ctx);
+        for (i, t) in tables(ctx, root, "peer").iter().enumerate() {
+            let key = format!("peer[{}]", i + 1);
+            if let Some(p) = peers::read_peer(ctx, t, key.clone(), &key, file) {
+                peers.push(p);
+            }
+        }
+        Some(Role::Server)
+    } else {
+        let p = table(ctx, root, "peer");
+        if p.is_none() && !root.contains_key("peer") {
+            ctx.error(
+                None,
+                "peer",
+                "missing section [peer] (with role = \"server\" or \"client\"), or [[peer]] blocks for a concentrator",
+            );
+        }
+        let pr = TableReader::new(p.unwrap_or(&empty), "peer", PEER_KEYS);
+        let role = pr.choice(ctx, "role", &["server", "client"]);
+        let role = pr.required(ctx, "role", role).map(|r| {
+            if r == "server" {
+                Role::Server
+            } else {
+                Role::Client
+            }
+        });
+        pr.finish(ctx);
+        role
+    };
 
     // [security]
     let sec_table = table(ctx, root, "security");
-    let security = security::read(ctx, sec_table, file);
+    let security = security::read(ctx, sec_table, file, concentrator);
+    if concentrator && security == Some(Security::InsecurePlaintext) {
+        ctx.error(
+            None,
+            "security.insecure_no_encryption",
+            "a concentrator needs encryption: its session indices tell the peers apart",
+        );
+    }
     let learns = role == Some(Role::Server) && matches!(security, Some(Security::Encrypted(_)));
 
     // [[path]]
@@ -639,6 +685,26 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let name = name?;
     let control_socket = control_socket
         .unwrap_or_else(|| PathBuf::from(format!("{}/{}.sock", defaults::CONTROL_DIR, name)));
+    if concentrator {
+        if let Some(d) = &tr_peers_dir_text {
+            match peers::read_dir(file, d) {
+                Ok(more) => peers.extend(more),
+                Err(errs) => ctx.errors.extend(errs),
+            }
+        }
+        for m in peers::cross_check(&peers) {
+            ctx.error(None, "peer", m);
+        }
+        for (i, p) in paths.iter().enumerate() {
+            if p.remote.is_some() || p.remote_host.is_some() {
+                ctx.error(
+                    None,
+                    &format!("path[{}].remote", i + 1),
+                    "a concentrator's paths are its sockets; each client's addresses are learned, so leave remote out",
+                );
+            }
+        }
+    }
     Some(Config {
         file: file.to_path_buf(),
         tunnel: TunnelSection {
@@ -667,10 +733,14 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         routes,
         metrics_listen,
         qos,
+        peers,
+        peers_dir,
     })
 }
 
 pub use remote::{parse_remote, pick as pick_remote, RemoteSpec};
 
+#[cfg(test)]
+mod peers_tests;
 #[cfg(test)]
 mod tests;

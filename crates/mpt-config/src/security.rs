@@ -43,6 +43,8 @@ pub const SECURITY_KEYS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq)]
 pub struct Keys {
     pub private: PrivateKey,
+    /// The peer's key (all zero and unused in a concentrator, whose peers
+    /// carry their own).
     pub peer_public: PublicKey,
     pub psk: Option<PresharedKey>,
     pub cipher: CipherPref,
@@ -67,7 +69,7 @@ pub fn check_private_mode(path: &Path, what: &str) -> Result<(), String> {
     files::check_private(path, &meta, what)
 }
 
-fn read_key_file(base: &Path, file: &str, what: &str) -> Result<[u8; 32], String> {
+pub(crate) fn read_key_file(base: &Path, file: &str, what: &str) -> Result<[u8; 32], String> {
     let p = base.parent().unwrap_or(Path::new(".")).join(file);
     let (text, meta) = files::read_text(&p, files::MAX_KEY_FILE_BYTES)?;
     files::check_private(&p, &meta, what)?;
@@ -76,7 +78,15 @@ fn read_key_file(base: &Path, file: &str, what: &str) -> Result<[u8; 32], String
 
 /// Read `[security]`; `file` is the configuration file (key files are
 /// relative to its directory).
-pub fn read(ctx: &mut Ctx<'_>, t: Option<&Table>, file: &Path) -> Option<Security> {
+/// `concentrator`: the peers' keys are in `[[peer]]` blocks, so
+/// `peer_public_key` must not be given (and [`Keys::peer_public`] is
+/// unused).
+pub fn read(
+    ctx: &mut Ctx<'_>,
+    t: Option<&Table>,
+    file: &Path,
+    concentrator: bool,
+) -> Option<Security> {
     let Some(t) = t else {
         ctx.error(
             None,
@@ -170,7 +180,25 @@ pub fn read(ctx: &mut Ctx<'_>, t: Option<&Table>, file: &Path) -> Option<Securit
         false,
     );
     let peer = r.string(ctx, "peer_public_key");
-    let peer =
+    if concentrator {
+        if peer.is_some() {
+            ctx.error(
+                r.span("peer_public_key"),
+                "security.peer_public_key",
+                "a concentrator has no single peer: give each client's key as public_key in its [[peer]] block (or file in tunnel.peers_dir)",
+            );
+        }
+        if psk.is_some() {
+            ctx.error(
+                r.span("preshared_key_file").or(r.span("preshared_key")),
+                "security.preshared_key_file",
+                "a concentrator's pre-shared keys are per peer: give preshared_key_file in each [[peer]] block",
+            );
+        }
+    }
+    let peer = if concentrator {
+        Some(PublicKey([0; 32]))
+    } else {
         r.required(ctx, "peer_public_key", peer)
             .and_then(|text| match keys::decode(&text) {
                 Ok(k) => Some(PublicKey(k)),
@@ -182,7 +210,8 @@ pub fn read(ctx: &mut Ctx<'_>, t: Option<&Table>, file: &Path) -> Option<Securit
                     );
                     None
                 }
-            });
+            })
+    };
     let cipher = match r.choice(ctx, "cipher", &["auto", "chacha20-poly1305", "aes-256-gcm"]) {
         Some("chacha20-poly1305") => CipherPref::Only(Cipher::ChaCha20Poly1305),
         Some("aes-256-gcm") => CipherPref::Only(Cipher::Aes256Gcm),
@@ -196,7 +225,7 @@ pub fn read(ctx: &mut Ctx<'_>, t: Option<&Table>, file: &Path) -> Option<Securit
         .map_or(1 << 40, |v| v as u64);
     r.finish(ctx);
     let private = PrivateKey(private?);
-    if let Some(p) = peer {
+    if let Some(p) = peer.filter(|_| !concentrator) {
         if p == private.public() {
             ctx.error(r.span("peer_public_key"), "security.peer_public_key", "is this peer's own public key; use the other peer's (`mpt pubkey` on its private key)");
         }

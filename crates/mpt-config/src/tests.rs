@@ -10,14 +10,14 @@ use mpt_core::crypto::keys;
 
 use super::*;
 
-fn tmpdir(name: &str) -> PathBuf {
+pub(crate) fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mpt-config-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
-fn write_private(p: &Path, text: &str) {
+pub(crate) fn write_private(p: &Path, text: &str) {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -379,6 +379,13 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            if cfg.is_concentrator() {
+                eprintln!(
+                    "error: {}: a concentrator ([[peer]] blocks or tunnel.peers_dir) is checked by `mpt check` but cannot run yet: this build's daemon serves one peer per configuration",
+                    config.display()
+                );
+                return ExitCode::from(2);
+            }
             match daemon::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

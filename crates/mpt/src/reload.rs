@@ -79,6 +79,12 @@ impl Reloader {
                 list.join("\n")
             )
         })?;
+        if new.is_concentrator() {
+            return Err(format!(
+                "{} now lists [[peer]] blocks or a peers_dir (a concentrator), which this daemon cannot become by a reload; nothing changed",
+                self.running.file.display()
+            ));
+        }
         let mut out = Outcome::default();
         self.restart_keys(&new, &mut out);
         let scheduler_same = !out.needs_restart.iter().any(|k| k == "scheduler");

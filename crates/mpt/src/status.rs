@@ -572,6 +572,43 @@ pub fn describe_config(c: &Config) -> String {
         ),
         Security::InsecurePlaintext => writeln!(o, "  security: NONE (insecure_no_encryption = true) — lab use only"),
     };
+    if c.is_concentrator() {
+        let _ = writeln!(
+            o,
+            "  concentrator: {} peer(s){}",
+            c.peers.len(),
+            c.peers_dir
+                .as_ref()
+                .map(|d| format!(" (with the files of {})", d.display()))
+                .unwrap_or_default()
+        );
+        for p in &c.peers {
+            let _ = writeln!(
+                o,
+                "  peer {}: key {}, allowed {}{}, pre-shared key {}",
+                p.name,
+                mpt_core::crypto::keys::encode(&p.public_key.0),
+                p.allowed_ips
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                if p.routes.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", routes {}",
+                        p.routes
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                },
+                if p.psk.is_some() { "yes" } else { "no" },
+            );
+        }
+    }
     let _ = match &c.qos {
         None => writeln!(o, "  qos: off"),
         Some(q) => writeln!(

@@ -1,0 +1,206 @@
+//! Tests of a concentrator's configuration: `[[peer]]` blocks, a
+//! `peers_dir`, and the mistakes between peers.
+
+use std::path::Path;
+
+use mpt_core::crypto::keys::{self, PrivateKey};
+
+use super::tests::{tmpdir, write_private};
+use super::*;
+
+fn key(n: u8) -> String {
+    keys::encode(&PrivateKey::from_random([n; 32]).public().0)
+}
+
+fn server(extra: &str) -> String {
+    let private = keys::encode(&[9u8; 32]);
+    format!(
+        r#"
+[tunnel]
+name = "mpt0"
+addresses = ["10.200.0.1/16"]
+{extra}
+[security]
+private_key = "{private}"
+[[path]]
+name = "a"
+local = "192.0.2.1:5000"
+[[path]]
+name = "b"
+local = "192.0.2.1:5001"
+"#
+    )
+}
+
+fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    Config::parse(text, Path::new("s.toml"))
+}
+
+fn errors(text: &str) -> String {
+    parse(text)
+        .expect_err("should fail")
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn peer_blocks_make_a_concentrator() {
+    let text = server("")
+        + &format!(
+            r#"
+[[peer]]
+name = "site-1"
+public_key = "{}"
+allowed_ips = ["10.200.1.2/32", "fd00:200::1"]
+routes = ["192.168.1.0/24"]
+[[peer]]
+public_key = "{}"
+allowed_ips = ["10.200.2.2/32"]
+"#,
+            key(1),
+            key(2)
+        );
+    let c = parse(&text).unwrap();
+    assert!(c.is_concentrator());
+    assert_eq!(c.role, Role::Server);
+    assert_eq!(c.peers.len(), 2);
+    assert_eq!(c.peers[0].name, "site-1");
+    assert_eq!(c.peers[1].name, "peer[2]");
+    assert_eq!(c.peers[0].allowed_ips.len(), 2);
+    assert_eq!(c.peers[0].routes, vec!["192.168.1.0/24".parse().unwrap()]);
+    assert_eq!(c.peers[0].prefixes().count(), 3);
+    assert!(c.peers[0].source.starts_with("s.toml:"));
+}
+
+#[test]
+fn mistakes_between_peers_name_both() {
+    let text = server("")
+        + &format!(
+            r#"
+[[peer]]
+name = "x"
+public_key = "{k1}"
+allowed_ips = ["10.200.1.0/24"]
+[[peer]]
+name = "x"
+public_key = "{k1}"
+allowed_ips = ["10.200.1.7/24"]
+[[peer]]
+public_key = "not a key"
+allowed_ips = ["nonsense"]
+[[peer]]
+public_key = "{k2}"
+"#,
+            k1 = key(1),
+            k2 = key(2)
+        );
+    let e = errors(&text);
+    assert!(e.contains("peer name 'x' is also the name"), "{e}");
+    assert!(e.contains("same public_key as peer 'x'"), "{e}");
+    assert!(e.contains("prefix 10.200.1.0/24 of peer 'x'"), "{e}");
+    assert!(e.contains("peer[3].public_key: the key"), "{e}");
+    assert!(e.contains("peer[3].allowed_ips[1]: 'nonsense'"), "{e}");
+    assert!(e.contains("peer[4].allowed_ips: missing"), "{e}");
+}
+
+#[test]
+fn a_concentrator_has_no_single_peer_key_no_remotes_and_encrypts() {
+    let text = server("").replace(
+        "[security]\n",
+        &format!("[security]\npeer_public_key = \"{}\"\n", key(1)),
+    ) + &format!(
+        "[[peer]]\npublic_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n",
+        key(2)
+    );
+    let text = text.replace(
+        "local = \"192.0.2.1:5001\"",
+        "local = \"192.0.2.1:5001\"\nremote = \"198.51.100.1:5001\"",
+    );
+    let e = errors(&text);
+    assert!(
+        e.contains("security.peer_public_key: a concentrator has no single peer"),
+        "{e}"
+    );
+    assert!(
+        e.contains("path[2].remote: a concentrator's paths are its sockets"),
+        "{e}"
+    );
+}
+
+#[test]
+fn peers_dir_holds_one_file_per_peer_and_errors_name_the_file() {
+    let d = tmpdir("peers-dir");
+    std::fs::create_dir_all(d.join("peers.d")).unwrap();
+    std::fs::write(
+        d.join("peers.d/site-a.toml"),
+        format!(
+            "public_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n",
+            key(1)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("peers.d/site-b.toml"),
+        format!(
+            "public_key = \"{}\"\nallowed_ips = [\"10.200.2.2/32\"]\npreshared_key_file = \"../psk\"\n",
+            key(2)
+        ),
+    )
+    .unwrap();
+    std::fs::write(d.join("peers.d/README"), "not a peer").unwrap();
+    write_private(&d.join("psk"), &keys::encode(&[5u8; 32]));
+    let conf = d.join("s.toml");
+    write_private(&conf, &server("peers_dir = \"peers.d\""));
+    let c = Config::load(&conf).unwrap();
+    assert!(c.is_concentrator());
+    let names: Vec<&str> = c.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["site-a", "site-b"]);
+    assert!(c.peers[1].psk.is_some());
+    // A broken file is named, with its line.
+    std::fs::write(
+        d.join("peers.d/site-c.toml"),
+        format!(
+            "public_key = \"{}\"\nallowed_ips = [\"10.200.3.2/32\"]\nrate = 5\n",
+            key(3)
+        ),
+    )
+    .unwrap();
+    let e: Vec<String> = Config::load(&conf)
+        .unwrap_err()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        e.iter()
+            .any(|m| m.contains("site-c.toml:3: rate: unknown key")),
+        "{e:?}"
+    );
+    // A missing directory is an error naming it.
+    write_private(&conf, &server("peers_dir = \"nowhere\""));
+    let e = Config::load(&conf).unwrap_err();
+    assert!(
+        e[0].to_string().contains("tunnel.peers_dir: cannot read"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn the_concentrator_example_loads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let d = tmpdir("conc-example");
+    let key = d.join("server.key");
+    write_private(&key, &keys::encode(&[9u8; 32]));
+    let text = std::fs::read_to_string(root.join("concentrator.toml"))
+        .unwrap()
+        .replace("/etc/mpt/server.key", key.to_str().unwrap())
+        .replace("\"peers.d\"", &format!("\"{}\"", root.join("peers.d").display()));
+    let conf = d.join("concentrator.toml");
+    std::fs::write(&conf, text).unwrap();
+    let c = Config::load(&conf).unwrap_or_else(|e| panic!("{e:?}"));
+    let names: Vec<&str> = c.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["site-1", "site-2"]);
+    assert_eq!(c.paths.len(), 3);
+    assert!(c.paths.iter().all(|p| p.remote.is_none()));
+}
