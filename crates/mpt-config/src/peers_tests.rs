@@ -195,7 +195,10 @@ fn the_concentrator_example_loads() {
     let text = std::fs::read_to_string(root.join("concentrator.toml"))
         .unwrap()
         .replace("/etc/mpt/server.key", key.to_str().unwrap())
-        .replace("\"peers.d\"", &format!("\"{}\"", root.join("peers.d").display()));
+        .replace(
+            "\"peers.d\"",
+            &format!("\"{}\"", root.join("peers.d").display()),
+        );
     let conf = d.join("concentrator.toml");
     std::fs::write(&conf, text).unwrap();
     let c = Config::load(&conf).unwrap_or_else(|e| panic!("{e:?}"));

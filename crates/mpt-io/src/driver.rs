@@ -36,11 +36,11 @@ use crate::seam::Clock;
 use crate::udp::{PathBind, PathSocket};
 use crate::workers::{Engage, Workers};
 
-const TOKEN_TUN: Token = Token(0);
-const TOKEN_SIGNAL: Token = Token(1);
-const TOKEN_HANGUP: Token = Token(4);
-const TOKEN_WAKER: Token = Token(2);
-const TOKEN_SOCKET_BASE: usize = 16;
+pub(crate) const TOKEN_TUN: Token = Token(0);
+pub(crate) const TOKEN_SIGNAL: Token = Token(1);
+pub(crate) const TOKEN_HANGUP: Token = Token(4);
+pub(crate) const TOKEN_WAKER: Token = Token(2);
+pub(crate) const TOKEN_SOCKET_BASE: usize = 16;
 
 /// Static facts about the daemon for status output.
 pub struct Identity {
@@ -125,6 +125,48 @@ impl ReloadCtx<'_> {
     }
 }
 
+/// What every loop waits on besides packets: SIGINT/SIGTERM (stop),
+/// SIGHUP (reload) and the control thread's waker, registered with
+/// [`TOKEN_SIGNAL`], [`TOKEN_HANGUP`] and [`TOKEN_WAKER`].
+pub(crate) struct LoopSources {
+    pub signal_rx: MioUnixStream,
+    pub hangup_rx: MioUnixStream,
+    pub control_rx: mpsc::Receiver<Request>,
+    pub hook: ControlHook,
+}
+
+impl LoopSources {
+    pub(crate) fn register(reg: &mio::Registry) -> io::Result<Self> {
+        let (sig_rx, sig_tx) = std::os::unix::net::UnixStream::pair()?;
+        sig_rx.set_nonblocking(true)?;
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?)?;
+        }
+        let mut signal_rx = MioUnixStream::from_std(sig_rx);
+        reg.register(&mut signal_rx, TOKEN_SIGNAL, Interest::READABLE)?;
+        // SIGHUP (`systemctl reload`) must not end the tunnel.
+        let (hup_rx, hup_tx) = std::os::unix::net::UnixStream::pair()?;
+        hup_rx.set_nonblocking(true)?;
+        signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_tx)?;
+        let mut hangup_rx = MioUnixStream::from_std(hup_rx);
+        reg.register(&mut hangup_rx, TOKEN_HANGUP, Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(reg, TOKEN_WAKER)?);
+        let (tx, control_rx) = mpsc::channel();
+        let hook = ControlHook {
+            tx,
+            wake: Arc::new(move || {
+                let _ = waker.wake();
+            }),
+        };
+        Ok(Self {
+            signal_rx,
+            hangup_rx,
+            control_rx,
+            hook,
+        })
+    }
+}
+
 /// What the control thread needs to hand requests to the loop.
 pub struct ControlHook {
     pub tx: mpsc::Sender<Request>,
@@ -159,27 +201,12 @@ impl Driver {
                 Interest::READABLE,
             )?;
         }
-        let (sig_rx, sig_tx) = std::os::unix::net::UnixStream::pair()?;
-        sig_rx.set_nonblocking(true)?;
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?)?;
-        }
-        let mut signal_rx = MioUnixStream::from_std(sig_rx);
-        reg.register(&mut signal_rx, TOKEN_SIGNAL, Interest::READABLE)?;
-        // SIGHUP (`systemctl reload`) must not end the tunnel.
-        let (hup_rx, hup_tx) = std::os::unix::net::UnixStream::pair()?;
-        hup_rx.set_nonblocking(true)?;
-        signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_tx)?;
-        let mut hangup_rx = MioUnixStream::from_std(hup_rx);
-        reg.register(&mut hangup_rx, TOKEN_HANGUP, Interest::READABLE)?;
-        let waker = Arc::new(Waker::new(reg, TOKEN_WAKER)?);
-        let (tx, control_rx) = mpsc::channel();
-        let hook = ControlHook {
-            tx,
-            wake: Arc::new(move || {
-                let _ = waker.wake();
-            }),
-        };
+        let LoopSources {
+            signal_rx,
+            hangup_rx,
+            control_rx,
+            hook,
+        } = LoopSources::register(reg)?;
         let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
         let gro = paths.gro();
         let mut engine = Engine::new(tun, paths, clock, tunnel, &identity.name, workers);

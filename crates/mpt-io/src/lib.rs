@@ -32,6 +32,8 @@ pub mod control;
 pub mod driver;
 pub mod engine;
 pub mod events;
+pub mod hub;
+pub mod hub_driver;
 pub mod linux;
 pub mod mem;
 pub mod netcfg;

@@ -57,7 +57,7 @@ pub fn path_config(p: &PathSection, local_key: usize) -> PathConfig {
     }
 }
 
-fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
+pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig {
     TunnelConfig {
         paths: cfg
             .paths

@@ -6,10 +6,12 @@
 //! configuration errors); nothing here panics on user input.
 
 mod capturecmd;
+mod concentrator;
 mod daemon;
 mod keys;
 mod metrics;
 mod pathcmd;
+mod peercmd;
 mod reload;
 mod reload_paths;
 mod resolve;
@@ -109,6 +111,32 @@ enum Cmd {
         /// Stop --watch after this many redraws.
         #[arg(long, requires = "watch")]
         count: Option<u64>,
+        /// A concentrator: this peer (its public key or name) in full.
+        #[arg(long, conflicts_with = "watch")]
+        peer: Option<String>,
+    },
+    /// A running concentrator's peers: `mpt peer add --public-key KEY
+    /// --allowed-ips 10.200.9.2/32 [--name N] [--routes NET,...]
+    /// [--preshared-key-file F]`, or `mpt peer remove KEY|NAME`. The other
+    /// peers are not disturbed; add the peer to the configuration too, or
+    /// it is gone at the next restart (and `mpt reload` removes it).
+    Peer {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+        #[arg(value_parser = ["add", "remove"])]
+        action: String,
+        /// With `remove`: the peer's public key or name.
+        who: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        public_key: Option<String>,
+        #[arg(long, value_delimiter = ',')]
+        allowed_ips: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        routes: Vec<String>,
+        #[arg(long)]
+        preshared_key_file: Option<PathBuf>,
     },
     /// List the paths of a running tunnel (`mpt path list`), or take one
     /// out of use and back (`mpt path NAME down`, `mpt path NAME up`): a
@@ -379,18 +407,56 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            if cfg.is_concentrator() {
-                eprintln!(
-                    "error: {}: a concentrator ([[peer]] blocks or tunnel.peers_dir) is checked by `mpt check` but cannot run yet: this build's daemon serves one peer per configuration",
-                    config.display()
-                );
-                return ExitCode::from(2);
-            }
-            match daemon::run(cfg) {
+            let run = if cfg.is_concentrator() {
+                concentrator::run
+            } else {
+                daemon::run
+            };
+            match run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");
                     ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Peer {
+            daemon:
+                DaemonArgs {
+                    config,
+                    socket,
+                    json,
+                },
+            action,
+            who,
+            name,
+            public_key,
+            allowed_ips,
+            routes,
+            preshared_key_file,
+        } => {
+            let sock = match control_socket(socket, config) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            match (action.as_str(), who, public_key) {
+                ("remove", Some(w), _) => done(peercmd::remove(&sock, &w, json)),
+                ("add", None, Some(k)) if !allowed_ips.is_empty() => done(peercmd::add(
+                    &sock,
+                    name.as_deref(),
+                    &k,
+                    &allowed_ips,
+                    &routes,
+                    preshared_key_file.as_deref(),
+                    json,
+                )),
+                ("remove", None, _) => {
+                    eprintln!("error: mpt peer remove needs the peer's public key or name");
+                    ExitCode::from(2)
+                }
+                _ => {
+                    eprintln!("error: mpt peer add needs --public-key and --allowed-ips (and no positional argument)");
+                    ExitCode::from(2)
                 }
             }
         }
@@ -445,12 +511,15 @@ fn main() -> ExitCode {
             watch,
             interval,
             count,
+            peer,
         } => {
             let sock = match control_socket(socket, config) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
-            let shown = if watch {
+            let shown = if let Some(p) = peer {
+                peercmd::show_peer(&sock, &p, json)
+            } else if watch {
                 if !(0.1..=3600.0).contains(&interval) {
                     eprintln!("error: --interval must be within 0.1..3600 seconds");
                     return ExitCode::from(2);

@@ -134,7 +134,7 @@ pub(crate) fn ms(v: &Value, k: &str) -> String {
         .map_or("-".into(), |x| format!("{x:.2}"))
 }
 
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut x = n as f64;
     let mut u = 0;
@@ -151,6 +151,9 @@ fn bytes(n: u64) -> String {
 
 /// Render the status document as text.
 pub fn render(v: &Value) -> String {
+    if v.get("role").and_then(Value::as_str) == Some("concentrator") {
+        return crate::peercmd::render(v);
+    }
     let mut o = String::new();
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
     let paths = v

@@ -284,7 +284,7 @@ pub fn is_hard(e: &io::Error) -> bool {
 
 /// Turn an IPv4-mapped IPv6 source back into IPv4 (not expected with
 /// V6ONLY sockets, but harmless).
-fn normalize(a: SocketAddr) -> SocketAddr {
+pub(crate) fn normalize(a: SocketAddr) -> SocketAddr {
     match a {
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
             Some(v4) => SocketAddr::new(v4.into(), v6.port()),

@@ -1,0 +1,260 @@
+//! The event loop's work for a concentrator (many peers, one TUN, one set
+//! of path sockets), generic over the seam like [`crate::engine::Engine`].
+//!
+//! Each turn drains the ready sources by one batch: TUN packets go to the
+//! peer that holds their destination ([`Concentrator::send`]); datagrams go
+//! to the peer their session index or handshake names
+//! ([`Concentrator::recv`]) and what that peer delivers is written to the
+//! TUN. Then due timers run and every peer with output is polled
+//! (handshake answers, probes, queued packets, released packets, events).
+//!
+//! Invariants:
+//! * a turn never blocks; each source gives at most one batch per turn;
+//! * every I/O error on a packet is a counted drop in the peer's tunnel
+//!   (or the concentrator's own counters), and the loop continues;
+//! * work per turn follows the peers that have something to do, not the
+//!   number of peers configured;
+//! * the TUN carries plain packets (no offload header): a concentrator
+//!   sends each peer its own datagrams, so there is no batch to coalesce.
+
+use std::io;
+
+use mpt_core::concentrator::{Concentrator, PeerId};
+use mpt_core::crypto::TAG_LEN;
+use mpt_core::stats::DropReason;
+use mpt_core::wire::HEADER_LEN;
+use mpt_core::Nanos;
+
+use crate::batch::RecvBatch;
+use crate::engine::{is_hard, IoStats, Ready, BATCH_PACKETS, BUF_BYTES, WALL_REFRESH_NS};
+use crate::events::EventLog;
+use crate::seam::{Clock, PathIo, Slots, TunDevice};
+
+/// See the module documentation.
+pub struct Hub<T, P, C> {
+    pub tun: T,
+    pub paths: P,
+    pub clock: C,
+    conc: Concentrator,
+    name: String,
+    event_log: EventLog,
+    recv_batch: RecvBatch,
+    /// TUN reads: one slot per packet, header room in front, tag room after.
+    tun_slots: Vec<u8>,
+    stride: usize,
+    tun_lens: Vec<usize>,
+    scratch: Vec<u8>,
+    io: IoStats,
+    tun_write_failures: u64,
+    last_wall: Option<Nanos>,
+}
+
+impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
+    pub fn new(tun: T, paths: P, clock: C, conc: Concentrator, mtu: usize, name: &str) -> Self {
+        let stride = HEADER_LEN + mtu + 1 + TAG_LEN;
+        Self {
+            tun,
+            paths,
+            clock,
+            conc,
+            name: name.to_string(),
+            event_log: EventLog::default(),
+            recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
+            tun_slots: vec![0u8; stride * BATCH_PACKETS],
+            stride,
+            tun_lens: vec![0; BATCH_PACKETS],
+            scratch: vec![0u8; BUF_BYTES],
+            io: IoStats::default(),
+            tun_write_failures: 0,
+            last_wall: None,
+        }
+    }
+
+    pub fn concentrator(&self) -> &Concentrator {
+        &self.conc
+    }
+    pub fn concentrator_mut(&mut self) -> &mut Concentrator {
+        &mut self.conc
+    }
+    pub fn io_stats(&self) -> &IoStats {
+        &self.io
+    }
+    pub fn tun_write_failures(&self) -> u64 {
+        self.tun_write_failures
+    }
+
+    /// When the loop must run again without input.
+    pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        self.conc.poll_timeout()
+    }
+
+    /// One turn: drain each ready source by one batch, run due timers,
+    /// poll the peers that have output.
+    pub fn turn(&mut self, ready: &mut Ready) {
+        let now = self.clock.now();
+        if self
+            .last_wall
+            .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
+        {
+            self.last_wall = Some(now);
+            self.conc.set_wall_offset(self.clock.wall_offset());
+        }
+        if ready.tun {
+            ready.tun = self.pump_tun();
+        }
+        for i in 0..ready.sockets.len() {
+            if ready.sockets[i] {
+                ready.sockets[i] = self.pump_socket(i);
+            }
+        }
+        let now = self.clock.now();
+        if self.conc.poll_timeout().is_some_and(|t| t <= now) {
+            self.conc.handle_timeout(now);
+        }
+        self.drain_busy(now);
+    }
+
+    /// Read a batch from the TUN and send each packet to its peer.
+    fn pump_tun(&mut self) -> bool {
+        let slots = Slots {
+            buf: &mut self.tun_slots,
+            stride: self.stride,
+            head: HEADER_LEN,
+            tail: 0,
+        };
+        let n = match self.tun.read_batch(slots, &mut self.tun_lens) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(_) => return false,
+        };
+        self.io.tun_reads += 1;
+        let now = self.clock.now();
+        for k in 0..n {
+            let len = self.tun_lens[k];
+            let slot = &mut self.tun_slots[k * self.stride..(k + 1) * self.stride];
+            if let Some((peer, tx)) = self.conc.send(now, slot, len) {
+                self.io.udp_send_calls += 1;
+                match self.paths.send_to(tx.local_key, &slot[..tx.len], tx.dst) {
+                    Ok(()) => self.io.udp_datagrams_sent += 1,
+                    Err(e) => {
+                        if let Some(t) = self.conc.tunnel_mut(peer) {
+                            t.on_send_error(tx.path, is_hard(&e), now);
+                        }
+                    }
+                }
+            }
+        }
+        self.drain_busy(now);
+        n == self.tun_lens.len()
+    }
+
+    /// Receive a batch from socket `i` and hand each datagram to its peer.
+    fn pump_socket(&mut self, i: usize) -> bool {
+        let (bufs, meta) = self.recv_batch.parts_mut();
+        let n = match self.paths.recv(i, bufs, meta) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
+            Err(_) => return true,
+        };
+        self.io.udp_recv_calls += 1;
+        self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
+        let now = self.clock.now();
+        for k in 0..n {
+            let m = self.recv_batch.meta(k);
+            let Some(from) = m.from.map(crate::engine::normalize) else {
+                continue;
+            };
+            let spans: Vec<_> = self.recv_batch.datagrams(k).collect();
+            for span in spans {
+                self.io.udp_datagrams_received += 1;
+                let data = self.recv_batch.slice_mut(span);
+                let (peer, r) = self.conc.recv(now, i, from, data);
+                if let mpt_core::tunnel::Received::Deliver { offset, len } = r {
+                    if self.tun.write(&[], &data[offset..offset + len]).is_err() {
+                        self.tun_write_failures += 1;
+                        if let Some(t) = peer.and_then(|p| self.conc.tunnel_mut(p)) {
+                            t.count_drop(DropReason::TunWriteFailed);
+                        }
+                    }
+                }
+            }
+        }
+        self.drain_busy(now);
+        n == BATCH_PACKETS
+    }
+
+    /// Poll every peer that may have output.
+    fn drain_busy(&mut self, now: Nanos) {
+        while let Some(id) = self.conc.next_busy() {
+            self.drain_peer(id, now);
+        }
+        while let Some((_, e)) = self.conc.poll_event() {
+            if let mpt_core::tunnel::Event::Security(
+                mpt_core::crypto::state::CryptoEvent::Failed {
+                    unknown_key: Some(k),
+                    ..
+                },
+            ) = e
+            {
+                tracing::warn!(
+                    tunnel = %self.name,
+                    key = %mpt_core::crypto::keys::encode(&k),
+                    "handshake from a static key that is no peer's (add it as a [[peer]] if it is a client)"
+                );
+            }
+        }
+    }
+
+    fn drain_peer(&mut self, id: PeerId, now: Nanos) {
+        let Hub {
+            conc,
+            paths,
+            tun,
+            scratch,
+            event_log,
+            name,
+            io,
+            tun_write_failures,
+            ..
+        } = self;
+        let peer_name = conc
+            .peer(id)
+            .map_or_else(String::new, |p| p.cfg.name.clone());
+        if let Some(t) = conc.tunnel_mut(id) {
+            let mut failed = vec![];
+            while let Some(tx) = t.poll_transmit(now, scratch) {
+                io.udp_send_calls += 1;
+                if let Err(e) = paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
+                    failed.push((tx.path, is_hard(&e)));
+                }
+            }
+            while let Some(tx) = t.poll_queued(now, scratch) {
+                if !t.sealer().seal(tx.seal, &mut scratch[..tx.len]) {
+                    t.count_drop(DropReason::NoSession);
+                    continue;
+                }
+                io.udp_send_calls += 1;
+                match paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
+                    Ok(()) => io.udp_datagrams_sent += 1,
+                    Err(e) => failed.push((tx.path, is_hard(&e))),
+                }
+            }
+            for (path, hard) in failed {
+                t.on_send_error(path, hard, now);
+            }
+            let label = format!("{name}/{peer_name}");
+            while let Some(e) = t.poll_event() {
+                event_log.log(&label, t, e);
+            }
+        }
+        conc.deliver_ready(id, |p| {
+            tun.write(&[], p).map_err(|_| {
+                *tun_write_failures += 1;
+                DropReason::TunWriteFailed
+            })
+        });
+        conc.rearm(id);
+    }
+}

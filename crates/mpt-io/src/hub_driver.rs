@@ -1,0 +1,387 @@
+//! The Linux event loop of a concentrator: mio readiness around a
+//! [`Hub`], signals, and control requests.
+//!
+//! Control requests (one line each, answered with one JSON line):
+//! * `status` — the concentrator and one entry per peer;
+//! * `status peer KEY|NAME` — one peer in full (its tunnel's status);
+//! * `peer add {json}` — a peer (`name`, `public_key`, `preshared_key`,
+//!   `allowed_ips`, `routes`), at once;
+//! * `peer remove KEY|NAME` — a peer, its sessions and prefixes;
+//! * `reload` — the configuration file again (its peers added, removed).
+//!
+//! Invariants: the loop blocks only in `poll`; requests are answered
+//! between turns, so a peer is added or removed between packets, never
+//! in the middle of one; the other peers' state is never touched.
+
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use mio::net::UnixStream as MioUnixStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use mpt_core::concentrator::{Concentrator, PeerConfig, PeerId};
+use mpt_core::crypto::keys::{self, PresharedKey, PublicKey};
+use mpt_sys::tun::Tun;
+use serde_json::{json, Value};
+use tracing::info;
+
+use crate::control::Request;
+use crate::driver::{
+    ControlHook, LoopSources, STATUS_SCHEMA, TOKEN_HANGUP, TOKEN_SIGNAL, TOKEN_SOCKET_BASE,
+    TOKEN_TUN, TOKEN_WAKER,
+};
+use crate::engine::{Ready, BATCH_PACKETS};
+use crate::hub::Hub;
+use crate::linux::{SystemClock, UdpPaths};
+use crate::seam::Clock;
+use crate::udp::PathSocket;
+
+/// Changes a reload or a request makes beyond the concentrator (routes).
+pub trait PeerHooks {
+    /// A peer was added: install what it needs (its routes).
+    fn added(&mut self, cfg: &PeerConfig, routes: &[ipnet::IpNet]);
+    /// A peer was removed.
+    fn removed(&mut self, cfg: &PeerConfig, routes: &[ipnet::IpNet]);
+    /// The configuration's peers now (for `reload`), or an error.
+    fn reread(&mut self) -> Result<Vec<(PeerConfig, Vec<ipnet::IpNet>)>, String>;
+}
+
+/// See the module documentation.
+pub struct HubDriver {
+    poll: Poll,
+    hub: Hub<Tun, UdpPaths, SystemClock>,
+    name: String,
+    addresses: Vec<String>,
+    control_socket: String,
+    _signal_rx: MioUnixStream,
+    hangup_rx: MioUnixStream,
+    control_rx: mpsc::Receiver<Request>,
+    started: Instant,
+    ready: Ready,
+    /// Each peer's routes (beyond its allowed IPs), by id.
+    routes: Vec<Vec<ipnet::IpNet>>,
+    hooks: Option<Box<dyn PeerHooks>>,
+}
+
+fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
+    let Some(p) = c.peer(id) else {
+        return Value::Null;
+    };
+    let t = c.tunnel(id);
+    let st = t.map(|t| t.status(now));
+    json!({
+        "id": id,
+        "name": p.cfg.name,
+        "public_key": keys::encode(&p.cfg.public_key.0),
+        "allowed_ips": p.cfg.allowed_ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "connected": t.is_some_and(|t| t.has_session()),
+        "paths_up": st.as_ref().map_or(0, |s| s.paths.iter().filter(|p| p.state == "up").count()),
+        "paths": st.as_ref().map_or(0, |s| s.paths.len()),
+        "tx_packets": t.map_or(0, |t| t.counters().tx_packets),
+        "rx_packets": t.map_or(0, |t| t.counters().rx_packets),
+        "tx_bytes": t.map_or(0, |t| t.counters().tx_bytes),
+        "rx_bytes": t.map_or(0, |t| t.counters().rx_bytes),
+        "drops": t.map_or(0, |t| t.drops().total()),
+        "source_not_allowed": p.source_not_allowed,
+    })
+}
+
+/// Parse `peer add`'s JSON into a peer and its routes.
+fn parse_peer(spec: &str) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
+    let v: Value = serde_json::from_str(spec).map_err(|e| format!("peer add: not JSON: {e}"))?;
+    let key = v
+        .get("public_key")
+        .and_then(Value::as_str)
+        .ok_or("peer add: public_key is missing")?;
+    let key =
+        PublicKey(keys::decode(key).map_err(|e| format!("peer add: public_key: the key {e}"))?);
+    let psk = match v.get("preshared_key").and_then(Value::as_str) {
+        Some(s) => PresharedKey(
+            keys::decode(s).map_err(|e| format!("peer add: preshared_key: the key {e}"))?,
+        ),
+        None => PresharedKey([0; 32]),
+    };
+    let nets = |k: &str| -> Result<Vec<ipnet::IpNet>, String> {
+        let list = v
+            .get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        list.iter()
+            .map(|x| {
+                let s = x.as_str().unwrap_or_default();
+                s.parse::<ipnet::IpNet>()
+                    .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| format!("peer add: {k}: '{s}' is not an address or prefix"))
+            })
+            .collect()
+    };
+    let mut allowed = nets("allowed_ips")?;
+    if allowed.is_empty() {
+        return Err("peer add: allowed_ips is missing or empty".into());
+    }
+    let routes = nets("routes")?;
+    allowed.extend(routes.iter().copied());
+    let name = v
+        .get("name")
+        .and_then(Value::as_str)
+        .map_or_else(|| keys::encode(&key.0)[..8].to_string(), str::to_string);
+    Ok((
+        PeerConfig {
+            name,
+            public_key: key,
+            psk,
+            allowed_ips: allowed,
+        },
+        routes,
+    ))
+}
+
+impl HubDriver {
+    /// Build the loop. `routes[i]` are the routes of the `i`-th peer added
+    /// to `conc` (in id order).
+    #[allow(clippy::too_many_arguments)] // the daemon's parts, as they are
+    pub fn new(
+        tun: Tun,
+        sockets: Vec<PathSocket>,
+        conc: Concentrator,
+        mtu: usize,
+        clock: SystemClock,
+        name: &str,
+        addresses: Vec<String>,
+        control_socket: String,
+        routes: Vec<Vec<ipnet::IpNet>>,
+    ) -> io::Result<(HubDriver, ControlHook)> {
+        let poll = Poll::new()?;
+        let reg = poll.registry();
+        reg.register(
+            &mut SourceFd(&tun.as_raw_fd()),
+            TOKEN_TUN,
+            Interest::READABLE,
+        )?;
+        for (i, s) in sockets.iter().enumerate() {
+            reg.register(
+                &mut SourceFd(&s.socket.as_raw_fd()),
+                Token(TOKEN_SOCKET_BASE + i),
+                Interest::READABLE,
+            )?;
+        }
+        let src = LoopSources::register(reg)?;
+        let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
+        let hub = Hub::new(tun, paths, clock, conc, mtu, name);
+        Ok((
+            HubDriver {
+                poll,
+                hub,
+                name: name.to_string(),
+                addresses,
+                control_socket,
+                _signal_rx: src.signal_rx,
+                hangup_rx: src.hangup_rx,
+                control_rx: src.control_rx,
+                started: Instant::now(),
+                ready: Ready::all(0),
+                routes,
+                hooks: None,
+            },
+            src.hook,
+        ))
+    }
+
+    pub fn set_hooks(&mut self, hooks: Box<dyn PeerHooks>) {
+        self.hooks = Some(hooks);
+    }
+
+    /// Run until SIGINT or SIGTERM.
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        self.ready = Ready::all(self.hub.paths.sockets.len());
+        loop {
+            let timeout = if self.ready.any() {
+                Some(Duration::ZERO)
+            } else {
+                let now = self.hub.clock.now();
+                self.hub
+                    .poll_timeout()
+                    .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    TOKEN_TUN => self.ready.tun = true,
+                    TOKEN_SIGNAL => {
+                        info!(tunnel = %self.name, "signal received, stopping");
+                        return Ok(());
+                    }
+                    TOKEN_HANGUP => {
+                        let mut buf = [0u8; 64];
+                        while matches!(self.hangup_rx.read(&mut buf), Ok(n) if n > 0) {}
+                        info!(tunnel = %self.name, "SIGHUP received: reloading the peers");
+                        let r = self.reload("SIGHUP");
+                        info!(tunnel = %self.name, result = %r, "reload");
+                    }
+                    TOKEN_WAKER => self.answer_control(),
+                    Token(t) if t >= TOKEN_SOCKET_BASE => {
+                        if let Some(r) = self.ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
+                            *r = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.hub.turn(&mut self.ready);
+        }
+    }
+
+    fn find(&self, who: &str) -> Option<PeerId> {
+        let c = self.hub.concentrator();
+        c.peer_ids().find(|&id| {
+            c.peer(id)
+                .is_some_and(|p| p.cfg.name == who || keys::encode(&p.cfg.public_key.0) == who)
+        })
+    }
+
+    fn answer_control(&mut self) {
+        while let Ok(req) = self.control_rx.try_recv() {
+            let words: Vec<&str> = req.command.split_whitespace().collect();
+            let answer = match words.as_slice() {
+                ["status"] => self.status_json(),
+                ["status", "peer", who] => match self.find(who) {
+                    Some(id) => self.peer_detail(id),
+                    None => json!({ "error": format!("no peer named or keyed '{who}'") }),
+                },
+                ["peer", "add", ..] => {
+                    let spec = req.command.find('{').map_or("", |i| &req.command[i..]);
+                    match parse_peer(spec) {
+                        Ok((cfg, routes)) => self.add(cfg, routes, &req.who),
+                        Err(e) => json!({ "error": e }),
+                    }
+                }
+                ["peer", "remove", who] => match self.find(who) {
+                    Some(id) => self.remove(id, &req.who),
+                    None => json!({ "error": format!("no peer named or keyed '{who}'") }),
+                },
+                ["reload"] => self.reload(&req.who),
+                _ => json!({ "error": format!("unknown request '{}'", req.command) }),
+            };
+            let _ = req.reply.send(answer.to_string());
+        }
+    }
+
+    fn add(&mut self, cfg: PeerConfig, routes: Vec<ipnet::IpNet>, who: &str) -> Value {
+        match self.hub.concentrator_mut().add_peer(cfg.clone()) {
+            Ok(id) => {
+                if self.routes.len() <= id as usize {
+                    self.routes.resize(id as usize + 1, vec![]);
+                }
+                if let Some(h) = self.hooks.as_mut() {
+                    h.added(&cfg, &routes);
+                }
+                self.routes[id as usize] = routes;
+                info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer added");
+                json!({ "ok": true, "id": id, "name": cfg.name })
+            }
+            Err(e) => json!({ "error": format!("peer {}: {e}", cfg.name) }),
+        }
+    }
+
+    fn remove(&mut self, id: PeerId, who: &str) -> Value {
+        match self.hub.concentrator_mut().remove_peer(id) {
+            Some(cfg) => {
+                let routes = self
+                    .routes
+                    .get_mut(id as usize)
+                    .map(std::mem::take)
+                    .unwrap_or_default();
+                if let Some(h) = self.hooks.as_mut() {
+                    h.removed(&cfg, &routes);
+                }
+                info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer removed");
+                json!({ "ok": true, "removed": cfg.name })
+            }
+            None => json!({ "error": format!("no peer {id}") }),
+        }
+    }
+
+    /// Re-read the configuration's peers: add the new, remove the gone,
+    /// leave the others (and their sessions) alone.
+    fn reload(&mut self, who: &str) -> Value {
+        let Some(h) = self.hooks.as_mut() else {
+            return json!({ "error": "this daemon cannot reload" });
+        };
+        let want = match h.reread() {
+            Ok(w) => w,
+            Err(e) => return json!({ "error": e }),
+        };
+        let have: Vec<(PeerId, [u8; 32])> = {
+            let c = self.hub.concentrator();
+            c.peer_ids()
+                .filter_map(|id| c.peer(id).map(|p| (id, p.cfg.public_key.0)))
+                .collect()
+        };
+        let mut removed = vec![];
+        for (id, key) in &have {
+            if !want.iter().any(|(w, _)| w.public_key.0 == *key) {
+                if let Some(v) = self.remove(*id, who).get("removed") {
+                    removed.push(v.clone());
+                }
+            }
+        }
+        let mut added = vec![];
+        let mut errors = vec![];
+        for (cfg, routes) in want {
+            if have.iter().any(|(_, k)| *k == cfg.public_key.0) {
+                continue;
+            }
+            let r = self.add(cfg, routes, who);
+            match r.get("error") {
+                Some(e) => errors.push(e.clone()),
+                None => added.push(r["name"].clone()),
+            }
+        }
+        json!({ "ok": errors.is_empty(), "added": added, "removed": removed, "errors": errors })
+    }
+
+    fn peer_detail(&mut self, id: PeerId) -> Value {
+        let now = self.hub.clock.now();
+        let c = self.hub.concentrator();
+        let mut v = peer_json(c, id, now);
+        if let Some(t) = c.tunnel(id) {
+            v["tunnel"] = serde_json::to_value(t.status(now)).unwrap_or(Value::Null);
+        }
+        v
+    }
+
+    fn status_json(&mut self) -> Value {
+        let now = self.hub.clock.now();
+        let c = self.hub.concentrator();
+        let peers: Vec<Value> = c.peer_ids().map(|id| peer_json(c, id, now)).collect();
+        let drops: serde_json::Map<String, Value> = c
+            .drops()
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect();
+        json!({
+            "schema": STATUS_SCHEMA,
+            "name": self.name,
+            "role": "concentrator",
+            "addresses": self.addresses,
+            "control_socket": self.control_socket,
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "peers_configured": c.peer_count(),
+            "peers_connected": peers.iter().filter(|p| p["connected"] == json!(true)).count(),
+            "peers": peers,
+            "drops": drops,
+            "tun_write_failures": self.hub.tun_write_failures(),
+            "io": self.hub.io_stats(),
+        })
+    }
+}

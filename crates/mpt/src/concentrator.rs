@@ -1,0 +1,170 @@
+//! `mpt up` for a concentrator: one TUN and one set of path sockets for
+//! every peer of the configuration (`[[peer]]` blocks and `peers_dir`).
+//!
+//! Each peer's `routes` are routed into the TUN (its `allowed_ips` are
+//! reached through the tunnel's own addresses, or routed the same way when
+//! they lie outside them). Peers come and go at runtime through the
+//! control socket (`mpt peer add|remove`) and `mpt reload`, which re-reads
+//! the file and its directory.
+//!
+//! Invariants: the daemon starts only with every peer valid (the
+//! configuration was checked as a whole); a failed reload changes nothing;
+//! routes go when the daemon stops (the `Routes` guard).
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use mpt_config::{Config, PeerSection};
+use mpt_core::concentrator::{Concentrator, PeerConfig};
+use mpt_core::crypto::keys::PresharedKey;
+use mpt_io::control::ControlSocket;
+use mpt_io::hub_driver::{HubDriver, PeerHooks};
+use mpt_io::linux::SystemClock;
+use mpt_io::netcfg::{self, Routes};
+use mpt_io::tun::Tun;
+use mpt_io::udp::{bind_path_sockets, PathBind};
+use tracing::{info, warn};
+
+/// The core's view of a configured peer, and the routes to install.
+pub fn peer_config(p: &PeerSection) -> (PeerConfig, Vec<IpNet>) {
+    (
+        PeerConfig {
+            name: p.name.clone(),
+            public_key: p.public_key,
+            psk: p.psk.clone().unwrap_or(PresharedKey([0; 32])),
+            allowed_ips: p.prefixes().collect(),
+        },
+        p.routes.clone(),
+    )
+}
+
+/// Routes a peer needs in the kernel: its routes, and its allowed IPs
+/// that the tunnel's own addresses do not cover.
+fn kernel_routes(cfg: &PeerConfig, routes: &[IpNet], own: &[IpNet]) -> Vec<IpNet> {
+    let mut out: Vec<IpNet> = routes.to_vec();
+    for n in &cfg.allowed_ips {
+        let covered = own.iter().any(|o| o.trunc().contains(n));
+        if !covered && !out.contains(n) {
+            out.push(*n);
+        }
+    }
+    out
+}
+
+struct Hooks {
+    file: PathBuf,
+    tunnel: String,
+    own: Vec<IpNet>,
+    routes: Routes,
+}
+
+impl PeerHooks for Hooks {
+    fn added(&mut self, cfg: &PeerConfig, routes: &[IpNet]) {
+        for n in kernel_routes(cfg, routes, &self.own) {
+            if let Err(e) = self.routes.add(n, None, &format!("peer {}", cfg.name)) {
+                warn!(tunnel = %self.tunnel, peer = %cfg.name, "route {n}: {e}");
+            }
+        }
+    }
+
+    fn removed(&mut self, cfg: &PeerConfig, routes: &[IpNet]) {
+        for n in kernel_routes(cfg, routes, &self.own) {
+            if let Err(e) = self.routes.remove(n, None) {
+                warn!(tunnel = %self.tunnel, peer = %cfg.name, "route {n}: {e}");
+            }
+        }
+    }
+
+    fn reread(&mut self) -> Result<Vec<(PeerConfig, Vec<IpNet>)>, String> {
+        let c = Config::load(&self.file).map_err(|errs| {
+            let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            format!(
+                "{} error(s); nothing changed:\n{}",
+                list.len(),
+                list.join("\n")
+            )
+        })?;
+        if !c.is_concentrator() {
+            return Err(format!(
+                "{} no longer describes a concentrator; nothing changed",
+                self.file.display()
+            ));
+        }
+        Ok(c.peers.iter().map(peer_config).collect())
+    }
+}
+
+/// Run the concentrator until SIGINT/SIGTERM.
+pub fn run(cfg: Config) -> io::Result<()> {
+    let binds: Vec<PathBind<'_>> = cfg
+        .paths
+        .iter()
+        .map(|p| PathBind {
+            name: &p.name,
+            local: p.local,
+            interface: p.interface.as_deref(),
+        })
+        .collect();
+    let (sockets, keys) = bind_path_sockets(&binds)?;
+    let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
+    let tun = Tun::create(&cfg.tunnel.name, false)?;
+    netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
+    let seed = crate::keys::random32()?;
+    let template = crate::daemon::core_config(&cfg, &keys, seed);
+    let mut conc = Concentrator::new(template).map_err(io::Error::other)?;
+    let own = cfg.tunnel.addresses.clone();
+    let mut routes = Routes::install(&cfg.tunnel.name, &[])?;
+    let mut peer_routes = vec![];
+    for p in &cfg.peers {
+        let (pc, r) = peer_config(p);
+        conc.add_peer(pc.clone())
+            .map_err(|e| io::Error::other(format!("{}: peer {}: {e}", p.source, p.name)))?;
+        for n in kernel_routes(&pc, &r, &own) {
+            routes.add(n, None, &format!("{}: peer {}", p.source, p.name))?;
+        }
+        peer_routes.push(r);
+    }
+    let clock = SystemClock::new();
+    let (mut driver, hook) = HubDriver::new(
+        tun,
+        sockets,
+        conc,
+        cfg.tunnel.mtu as usize,
+        clock,
+        &cfg.tunnel.name,
+        cfg.tunnel
+            .addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        cfg.tunnel.control_socket.display().to_string(),
+        peer_routes,
+    )?;
+    driver.set_hooks(Box::new(Hooks {
+        file: cfg.file.clone(),
+        tunnel: cfg.tunnel.name.clone(),
+        own,
+        routes,
+    }));
+    control.serve(hook.tx, Arc::clone(&hook.wake))?;
+    info!(
+        tunnel = %cfg.tunnel.name,
+        peers = cfg.peers.len(),
+        paths = cfg.paths.len(),
+        mtu = cfg.tunnel.mtu,
+        control = %cfg.tunnel.control_socket.display(),
+        "concentrator up"
+    );
+    let res = driver.run();
+    drop(driver);
+    drop(control);
+    match &res {
+        Ok(()) => {
+            info!(tunnel = %cfg.tunnel.name, "concentrator down, interface and routes removed")
+        }
+        Err(e) => warn!(tunnel = %cfg.tunnel.name, "event loop failed: {e}"),
+    }
+    res
+}

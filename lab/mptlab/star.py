@@ -1,0 +1,232 @@
+"""A concentrator's lab: one server namespace S and many client
+namespaces, each client joined to S by `links` links.
+
+    client 0  e0 ----+                     +---- br0 172.16.0.1/16
+              e1 --+ |   S: one bridge per |
+    client 1  e0 --|-+-- link, one mpt     +---- br1 172.17.0.1/16
+              e1 --+     concentrator
+    ...              (link l of client i: 172.(16+l).(i//250).(i%250+2)/16)
+
+Each client link may be shaped with tbf (both directions). The server's
+mpt is a concentrator with one [[peer]] per client; each client runs an
+ordinary client configuration. Tunnel addresses: the server 10.201.0.1/16,
+client i 10.201.(1 + i//250).(i%250 + 2)/16 (its allowed IP, /32).
+
+Invariants: namespaces are uniquely named and always deleted (context
+manager, atexit); every daemon has its own directory of files; processes
+are stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .daemon import Peer
+from .netns import _counter, _live
+from .util import CommandError, mpt_binary, run
+
+SERVER_TUNNEL = "10.201.0.1"
+PORT = 6100
+
+
+def client_tunnel(i: int) -> str:
+    return f"10.201.{1 + i // 250}.{i % 250 + 2}"
+
+
+def server_link(link: int) -> str:
+    return f"172.{16 + link}.0.1"
+
+
+def client_link(i: int, link: int) -> str:
+    return f"172.{16 + link}.{i // 250}.{i % 250 + 2}"
+
+
+class Star:
+    """See the module documentation. Sides are "s" and client indices."""
+
+    def __init__(self, clients: int, links: int = 2, rate_mbit: float | None = None):
+        if not 1 <= clients <= 2000 or not 1 <= links <= 8:
+            raise ValueError("1 to 2000 clients, 1 to 8 links")
+        uid = f"{os.getpid()}x{next(_counter)}"
+        self.s = f"mps{uid}s"
+        self.c = [f"mps{uid}c{i}" for i in range(clients)]
+        self.links = links
+        self.procs: list[subprocess.Popen[Any]] = []
+        self._closed = False
+        _live.append(self)  # type: ignore[arg-type]
+        try:
+            self._build(rate_mbit)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, rate: float | None) -> None:
+        for ns in [self.s, *self.c]:
+            run(["ip", "netns", "add", ns])
+            run(["ip", "link", "set", "lo", "up"], ns=ns)
+            run(["sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"], ns=ns)
+        for link in range(self.links):
+            br = f"br{link}"
+            run(["ip", "link", "add", br, "type", "bridge"], ns=self.s)
+            run(["ip", "addr", "add", f"{server_link(link)}/16", "dev", br], ns=self.s)
+            run(["ip", "link", "set", br, "up"], ns=self.s)
+        for i, ns in enumerate(self.c):
+            for link in range(self.links):
+                a, b = f"e{link}", f"v{i}l{link}"
+                run(
+                    [
+                        *["ip", "link", "add", a, "netns", ns, "type", "veth"],
+                        *["peer", "name", b, "netns", self.s],
+                    ]
+                )
+                run(["ip", "link", "set", b, "master", f"br{link}", "up"], ns=self.s)
+                run(["ip", "addr", "add", f"{client_link(i, link)}/16", "dev", a], ns=ns)
+                run(["ip", "link", "set", a, "up"], ns=ns)
+                if rate:
+                    burst = max(int(rate * 1e6 / 8 / 100), 16_000)
+                    limit = int(rate * 1e6 / 8 * 0.02) + burst
+                    tbf = ["tbf", "rate", f"{rate}mbit", "burst", str(burst), "limit", str(limit)]
+                    run(["tc", "qdisc", "replace", "dev", a, "root", *tbf], ns=ns)
+                    run(["tc", "qdisc", "replace", "dev", b, "root", *tbf], ns=self.s)
+
+    def ns(self, side: str | int) -> str:
+        return self.s if side == "s" else self.c[int(side)]
+
+    def spawn(self, side: str | int, args: list[str], **kw: Any) -> subprocess.Popen[Any]:
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *args], **kw)
+        self.procs.append(p)
+        return p
+
+    def namespaces(self) -> list[str]:
+        return [self.s, *self.c]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
+        for ns in self.namespaces():
+            for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            try:
+                run(["ip", "netns", "del", ns], check=False)
+            except CommandError:
+                pass
+        if self in _live:  # type: ignore[comparison-overlap]
+            _live.remove(self)  # type: ignore[arg-type]
+
+    def __enter__(self) -> Star:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _key(workdir: Path, name: str) -> str:
+    key = workdir / f"{name}.key"
+    if key.exists():
+        key.unlink()
+    run([str(mpt_binary()), "genkey", "-o", str(key)])
+    return run([str(mpt_binary()), "pubkey", "-i", str(key)]).stdout.strip()
+
+
+def peer_block(i: int, pub: str) -> str:
+    return (
+        f'[[peer]]\nname = "client{i}"\npublic_key = "{pub}"\n'
+        f'allowed_ips = ["{client_tunnel(i)}/32"]\n'
+    )
+
+
+def start(star: Star, workdir: Path, peers: list[int] | None = None) -> tuple[Peer, list[Peer]]:
+    """Write the configurations (the concentrator lists `peers`, default
+    all clients), start every daemon; return (server, clients)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    n = len(star.c)
+    spub = _key(workdir, "server")
+    cpubs = [_key(workdir, f"client{i}") for i in range(n)]
+    listed = range(n) if peers is None else peers
+    lines = [
+        "[tunnel]",
+        'name = "mpc0"',
+        f'addresses = ["{SERVER_TUNNEL}/16"]',
+        f'control_socket = "{workdir / "server.sock"}"',
+        "",
+        "[security]",
+        f'private_key_file = "{workdir / "server.key"}"',
+    ]
+    for link in range(star.links):
+        lines += [
+            "",
+            "[[path]]",
+            f'name = "link{link}"',
+            f'local = "{server_link(link)}:{PORT + link}"',
+        ]
+    lines.append("")
+    lines += [peer_block(i, cpubs[i]) for i in listed]
+    (workdir / "server.toml").write_text("\n".join(lines) + "\n")
+    server = Peer(
+        star, "s", workdir / "server.toml", workdir / "server.sock", workdir / "server.log"
+    )  # type: ignore[arg-type]
+    server.start()
+    clients = []
+    for i in range(n):
+        d = workdir / f"client{i}"
+        d.mkdir(exist_ok=True)
+        text = [
+            "[tunnel]",
+            'name = "mpc0"',
+            f'addresses = ["{client_tunnel(i)}/16"]',
+            f'control_socket = "{d / "c.sock"}"',
+            "workers = 1",
+            "",
+            "[peer]",
+            'role = "client"',
+            "",
+            "[security]",
+            f'private_key_file = "{workdir / f"client{i}.key"}"',
+            f'peer_public_key = "{spub}"',
+        ]
+        for link in range(star.links):
+            text += [
+                "",
+                "[[path]]",
+                f'name = "link{link}"',
+                f'local = "{client_link(i, link)}:{PORT + link}"',
+                f'remote = "{server_link(link)}:{PORT + link}"',
+            ]
+        (d / "c.toml").write_text("\n".join(text) + "\n")
+        c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
+        clients.append(c.start())
+    return server, clients
+
+
+def peer_add_args(workdir: Path, i: int) -> list[str]:
+    """`mpt peer add` arguments for client i (its key written by start)."""
+    pub = run([str(mpt_binary()), "pubkey", "-i", str(workdir / f"client{i}.key")]).stdout.strip()
+    return [
+        "peer",
+        "-s",
+        str(workdir / "server.sock"),
+        "add",
+        "--name",
+        f"client{i}",
+        "--public-key",
+        pub,
+        "--allowed-ips",
+        f"{client_tunnel(i)}/32",
+    ]

@@ -1,0 +1,84 @@
+"""A concentrator: one mpt server for several clients, each with two
+paths, in namespaces (issue: the concentrator)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mptlab.star import SERVER_TUNNEL, Star, client_tunnel, peer_add_args, start
+from mptlab.traffic import ping
+from mptlab.util import mpt_binary, run, wait_for
+
+CLIENTS = 3
+
+
+def status(star: Star, workdir: Path, *args: str) -> str:
+    return run(
+        [str(mpt_binary()), "status", "-s", str(workdir / "server.sock"), *args],
+        ns=star.ns("s"),
+        timeout=10,
+    ).stdout
+
+
+def connected(star: Star, workdir: Path) -> int:
+    return json.loads(status(star, workdir, "--json"))["peers_connected"]
+
+
+def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
+    with Star(CLIENTS, links=2) as star:
+        server, clients = start(star, tmp_path)
+        wait_for("every client connected", lambda: connected(star, tmp_path) == CLIENTS, 15)
+        for i, c in enumerate(clients):
+            c.wait_ready(paths_up=2, timeout=15)
+            r = ping(star, i, SERVER_TUNNEL, count=3, interval=0.1)  # type: ignore[arg-type]
+            assert r.received == 3, f"client {i}"
+        # The server reaches each client at its own address.
+        for i in range(CLIENTS):
+            r = ping(star, "s", client_tunnel(i), count=2, interval=0.1)  # type: ignore[arg-type]
+            assert r.received == 2, f"server to client {i}"
+        doc = json.loads(status(star, tmp_path, "--json"))
+        assert doc["role"] == "concentrator"
+        assert [p["paths_up"] for p in doc["peers"]] == [2] * CLIENTS
+        text = status(star, tmp_path)
+        assert f"{CLIENTS} of {CLIENTS} peers connected" in text
+        assert "peer client1 [10.201.1.3/32]: connected, paths 2/2 up" in text
+        detail = status(star, tmp_path, "--peer", "client1")
+        assert "path link0" in detail and "path link1" in detail
+
+        # Client 0 speaks with client 1's address: dropped, counted.
+        run(["ip", "addr", "add", f"{client_tunnel(1)}/32", "dev", "mpc0"], ns=star.ns(0))
+        spoof = run(
+            ["ping", "-c", "3", "-i", "0.1", "-W", "1", "-I", client_tunnel(1), SERVER_TUNNEL],
+            ns=star.ns(0),
+            check=False,
+            timeout=15,
+        )
+        assert " 0 received" in spoof.stdout, spoof.stdout
+        doc = json.loads(status(star, tmp_path, "--json"))
+        assert doc["peers"][0]["source_not_allowed"] >= 3
+
+        # Peers leave and come back at runtime; the others do not notice.
+        sock = ["-s", str(tmp_path / "server.sock")]
+        run([str(mpt_binary()), "peer", *sock, "remove", "client2"], ns=star.ns("s"))
+        assert ping(star, 2, SERVER_TUNNEL, count=2, interval=0.1).received == 0  # type: ignore[arg-type]
+        assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
+        run([str(mpt_binary()), *peer_add_args(tmp_path, 2)], ns=star.ns("s"))
+        wait_for(
+            "client 2 back",
+            lambda: ping(star, 2, SERVER_TUNNEL, count=1).received == 1,  # type: ignore[arg-type]
+            20,
+        )
+        assert server.stop() == 0
+        for c in clients:
+            assert c.stop() == 0
+
+
+def test_a_key_that_is_no_peer_gets_nothing(tmp_path: Path) -> None:
+    with Star(2, links=1) as star:
+        _, clients = start(star, tmp_path, peers=[0])
+        clients[0].wait_ready(paths_up=1, timeout=15)
+        assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.2).received == 0  # type: ignore[arg-type]
+        doc = json.loads(status(star, tmp_path, "--json"))
+        assert doc["peers_configured"] == 1
+        assert doc["drops"].get("unknown_peer", 0) > 0
