@@ -26,7 +26,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import bench, measure, plot, results, runner, scenario
+from . import bench, concentrate, measure, plot, results, runner, scenario
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from .netns import Shape, Topology
 from .traffic import iperf3, ping
@@ -120,6 +120,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"scenario": sc.name, "out": str(out), "targets_missed": missed}))
         return 1 if missed else 0
+    if sc.concentrator is not None:
+        say(f"scenario {sc.name}: many clients, one server -> {out}")
+        return concentrate.run_scenario(sc.concentrator, out, command, say)
     r = runner.Runner(sc, out, progress=say)
     say(f"scenario {sc.name}: {r.total} measurements -> {out}")
     t0 = time.monotonic()

@@ -195,6 +195,11 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
         "",
     ]
     for d, doc in docs:
+        if doc.get("scenario") == "concentrator":
+            from .concentrate import table as conc_table
+
+            out += [*run_header(doc), conc_table(doc)]
+            continue
         if "rows" in doc:  # the measure scenario
             from .measure import table
 

@@ -94,7 +94,17 @@ LINK_KEYS = {
     "duplicate",
     "corrupt",
 }
-TOP_KEYS = {"name", "description", "topology", "run", "event", "hook", "mpt", "measure"}
+TOP_KEYS = {
+    "name",
+    "description",
+    "topology",
+    "run",
+    "event",
+    "hook",
+    "mpt",
+    "measure",
+    "concentrator",
+}
 TOPO_KEYS = LINK_KEYS | {"links", "link"}
 RUN_KEYS = {
     "systems",
@@ -156,6 +166,8 @@ class Scenario:
     # The `measure` scenario's settings (lab/mptlab/measure.py): present,
     # the run checks the instruments' accuracy instead of comparing systems.
     measure: dict[str, Any] | None = None
+    # The `concentrator` scenario's settings (lab/mptlab/concentrate.py).
+    concentrator: dict[str, Any] | None = None
 
     def shapes_for(self, n: int) -> list[Shape]:
         return self.shapes if self.shapes is not None else [self.shape] * n
@@ -295,7 +307,15 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         mpt_extra=str(data.get("mpt", {}).get("extra", "")),
         source=source,
         measure=data.get("measure"),
+        concentrator=data.get("concentrator"),
     )
+    if sc.concentrator is not None:
+        from .concentrate import Settings as ConcSettings
+
+        try:
+            ConcSettings.from_dict(sc.concentrator)
+        except (ValueError, TypeError) as e:
+            raise ScenarioError(f"{source}: {e}") from e
     if sc.measure is not None:
         from .measure import Settings
 

@@ -82,3 +82,34 @@ def test_a_key_that_is_no_peer_gets_nothing(tmp_path: Path) -> None:
         doc = json.loads(status(star, tmp_path, "--json"))
         assert doc["peers_configured"] == 1
         assert doc["drops"].get("unknown_peer", 0) > 0
+
+
+def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
+    """The lab scenario, small (the 50-client figures are in
+    docs/results.md): every figure is there for mpt and MPTCP."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "conc"
+    p = subprocess.run(
+        [
+            *[sys.executable, "-m", "mptlab.cli", "run", "concentrator"],
+            *["concentrator.clients=6", "concentrator.seconds=3", "concentrator.idle_peers=200"],
+            *["--out", str(out)],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    print(p.stdout[-3000:], p.stderr[-2000:])
+    assert p.returncode == 0
+    doc = json.loads((out / "raw.json").read_text())
+    by = {r["system"]: r for r in doc["results"]}
+    assert set(by) == {"mpt", "mptcp"}
+    for r in by.values():
+        assert len(r["mbps"]) == 6 and all(x > 0 for x in r["mbps"]), r
+        assert 0.5 < r["jain"] <= 1.0
+    assert by["mpt"]["connect_s"] < 10
+    assert 0 < doc["idle"]["bytes_per_idle_peer"] < 64_000
+    assert "| mpt |" in (out / "concentrator.md").read_text()

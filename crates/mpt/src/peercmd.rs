@@ -96,7 +96,7 @@ pub fn show_peer(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
 fn peer_line(p: &Value) -> String {
     let n = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
     format!(
-        "peer {} [{}]: {}, paths {}/{} up, tx {} ({} packets), rx {} ({} packets), drops {}, spoofed {}",
+        "peer {} [{}]: {}, paths {}/{} up, tx {} ({} packets), rx {} ({} packets), drops {}, source not allowed {}",
         p["name"].as_str().unwrap_or("-"),
         p["allowed_ips"]
             .as_array()
@@ -173,7 +173,7 @@ mod tests {
             text.contains("peer a [10.200.1.2/32]: connected, paths 2/2 up"),
             "{text}"
         );
-        assert!(text.contains("spoofed 1"), "{text}");
+        assert!(text.contains("source not allowed 1"), "{text}");
         assert!(
             text.contains("peer b [10.200.2.2/32]: not connected, paths 0/0 up"),
             "{text}"

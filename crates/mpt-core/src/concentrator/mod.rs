@@ -74,6 +74,8 @@ pub struct Concentrator {
     wall_offset: i64,
     events: VecDeque<(Option<PeerId>, Event)>,
     unknown_keys: u64,
+    /// Peers due in [`Concentrator::handle_timeout`] (kept for its room).
+    due_scratch: Vec<PeerId>,
 }
 
 /// Why a peer could not be added.
@@ -140,6 +142,7 @@ impl Concentrator {
             wall_offset: 0,
             events: VecDeque::new(),
             unknown_keys: 0,
+            due_scratch: Vec::new(),
         })
     }
 
@@ -428,26 +431,38 @@ impl Concentrator {
         None
     }
 
-    /// Run the timers of every peer due at `now`; those peers join the
-    /// work list.
+    /// Run the timers of every peer due at `now`, each once; those peers
+    /// join the work list. (A peer's next deadline may already be due —
+    /// queued packets wait for `poll_queued`, not for a timer — so the due
+    /// peers are collected first: re-armed ones wait for the next call.)
     pub fn handle_timeout(&mut self, now: Nanos) {
+        let mut due = std::mem::take(&mut self.due_scratch);
+        due.clear();
         while let Some(&Reverse((t, id))) = self.timers.peek() {
             if t > now {
                 break;
             }
             self.timers.pop();
+            let live = self
+                .peers
+                .get(id as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|p| p.deadline == Some(t));
+            if live {
+                due.push(id);
+            }
+        }
+        for &id in &due {
             let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) else {
                 continue;
             };
-            if p.deadline != Some(t) {
-                continue;
-            }
             p.deadline = None;
             if let Some(tun) = p.tunnel.as_mut() {
                 tun.handle_timeout(now);
             }
             self.touch(id);
         }
+        self.due_scratch = due;
     }
 
     /// Re-arm a peer's timer after driving its tunnel (also after polling

@@ -1,0 +1,288 @@
+"""The `concentrator` scenario: many clients, each with two paths, against
+one server, side by side with kernel MPTCP on the same topology.
+
+For mpt: all clients start at once against a running concentrator (time
+until every one has a session), then one TCP flow per client to the
+server for `seconds` (aggregate throughput, Jain's fairness index across
+clients), and the server's memory (RSS) idle and loaded. For MPTCP: the
+same flows under `mptcpize`, the server announcing its second address so
+that each connection gets a subflow per link. Separately, a concentrator
+with `idle_peers` configured peers and no client gives the memory per idle
+peer (RSS difference against an empty one).
+
+Invariant: one Star topology per system, always torn down; every figure
+comes with the other system's, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .results import machine
+from .star import SERVER_TUNNEL, Star, server_link, start
+from .util import mpt_binary, run, wait_for
+
+IPERF_BASE_PORT = 5300
+
+
+@dataclass
+class Settings:
+    clients: int = 50
+    links: int = 2
+    rate_mbit: float = 4.0
+    seconds: float = 10.0
+    idle_peers: int = 1000
+    systems: list[str] = field(default_factory=lambda: ["mpt", "mptcp"])
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Settings:
+        s = Settings()
+        for k, v in d.items():
+            if not hasattr(s, k):
+                raise ValueError(f"[concentrator]: unknown key '{k}'")
+            cur = getattr(s, k)
+            if isinstance(cur, list):
+                items = v if isinstance(v, list) else [v]
+                setattr(s, k, [str(x) for x in items])
+            else:
+                setattr(s, k, type(cur)(v))
+        if not 1 <= s.clients <= 500 or not 1 <= s.links <= 4 or s.seconds <= 0:
+            raise ValueError("[concentrator]: 1-500 clients, 1-4 links, seconds > 0")
+        if not set(s.systems) <= {"mpt", "mptcp"}:
+            raise ValueError("[concentrator]: systems are mpt and mptcp")
+        return s
+
+
+def jain(xs: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes all."""
+    if not xs or not any(xs):
+        return 0.0
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid: int) -> float:
+    """User plus system CPU time of a process, seconds."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _flows(star: Star, dst: str, seconds: float, wrap: list[str]) -> list[float]:
+    """One TCP flow per client to `dst`, all at once; Mbit/s per client."""
+    n = len(star.c)
+    servers = [
+        star.spawn(
+            "s",
+            [*wrap, "iperf3", "-s", "-1", "-p", str(IPERF_BASE_PORT + i)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(n)
+    ]
+    time.sleep(0.5)
+    clients = [
+        star.spawn(
+            i,
+            [*wrap, "iperf3", "-c", dst, "-p", str(IPERF_BASE_PORT + i), "-J", "-t", str(seconds)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for i in range(n)
+    ]
+    out = []
+    for p in clients:
+        try:
+            text, _ = p.communicate(timeout=seconds + 30)
+            doc = json.loads(text)
+            out.append(doc["end"]["sum_received"]["bits_per_second"] / 1e6)
+        except (subprocess.TimeoutExpired, json.JSONDecodeError, KeyError):
+            p.kill()
+            out.append(0.0)
+    for s in servers:
+        if s.poll() is None:
+            s.terminate()
+    return out
+
+
+def _mpt(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    with Star(s.clients, s.links, rate_mbit=s.rate_mbit) as star:
+        t0 = time.monotonic()
+        server, clients = start(star, outdir / "mpt")
+        assert server.proc is not None
+
+        def connected() -> bool:
+            doc = json.loads(server.status_text(json_doc=True))
+            return doc["peers_connected"] == s.clients
+
+        wait_for("every client connected", connected, timeout=60, interval=0.1)
+        connect_s = time.monotonic() - t0
+        for c in clients:
+            c.wait_ready(paths_up=s.links, timeout=30)
+        rss_idle = rss_kib(server.proc.pid)
+        say(f"  mpt: {s.clients} clients connected in {connect_s:.2f} s (from their start)")
+        cpu0, t0 = cpu_s(server.proc.pid), time.monotonic()
+        mbps = _flows(star, SERVER_TUNNEL, s.seconds, [])
+        server_cpu = (cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - t0)
+        rss_loaded = rss_kib(server.proc.pid)
+        doc = json.loads(server.status_text(json_doc=True))
+        for c in clients:
+            c.stop()
+        server.stop()
+    return {
+        "system": "mpt",
+        "connect_s": connect_s,
+        "mbps": mbps,
+        "aggregate_mbps": sum(mbps),
+        "jain": jain(mbps),
+        "server_rss_kib_connected": rss_idle,
+        "server_rss_kib_loaded": rss_loaded,
+        "server_cpu": server_cpu,
+        "drops": doc.get("drops", {}),
+    }
+
+
+def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
+    with Star(s.clients, s.links, rate_mbit=s.rate_mbit) as star:
+        extra = str(s.links - 1)
+        for ns in star.namespaces():
+            run(["sysctl", "-qw", "net.mptcp.enabled=1"], ns=ns)
+            run(
+                ["ip", "mptcp", "limits", "set", "subflow", extra, "add_addr_accepted", extra],
+                ns=ns,
+            )
+        for link in range(1, s.links):
+            run(
+                ["ip", "mptcp", "endpoint", "add", server_link(link), "dev", f"br{link}", "signal"],
+                ns=star.s,
+            )
+        mbps = _flows(star, server_link(0), s.seconds, ["mptcpize", "run"])
+    return {"system": "mptcp", "mbps": mbps, "aggregate_mbps": sum(mbps), "jain": jain(mbps)}
+
+
+def _idle_memory(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """RSS of a concentrator with `idle_peers` peers minus an empty one's."""
+    rss = {}
+    for n in (0, s.idle_peers):
+        d = outdir / f"idle-{n}"
+        d.mkdir(parents=True, exist_ok=True)
+        key = d / "server.key"
+        if key.exists():
+            key.unlink()
+        run([str(mpt_binary()), "genkey", "-o", str(key)])
+        (d / "peers.d").mkdir(exist_ok=True)
+        lines = [
+            "[tunnel]",
+            f'name = "mpi{1 if n else 0}"',
+            'addresses = ["10.202.0.1/16"]',
+            f'control_socket = "{d / "s.sock"}"',
+            'peers_dir = "peers.d"',
+            "[security]",
+            f'private_key_file = "{key}"',
+            "[[path]]",
+            'name = "link0"',
+            'local = "127.0.0.1:6300"',
+        ]
+        for i in range(n):
+            pub = base64.b64encode(os.urandom(32)).decode()
+            ip = f"10.202.{1 + i // 250}.{i % 250 + 2}"
+            lines += ["[[peer]]", f'public_key = "{pub}"', f'allowed_ips = ["{ip}/32"]']
+        (d / "s.toml").write_text("\n".join(lines) + "\n")
+        with Star(1, links=1) as star:
+            p = star.spawn(
+                "s",
+                [str(mpt_binary()), "up", "-c", str(d / "s.toml")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+            wait_for("concentrator up", (d / "s.sock").exists, timeout=30)
+            time.sleep(0.5)
+            rss[n] = rss_kib(p.pid)
+            p.terminate()
+            p.wait(timeout=10)
+    per_peer = (rss[s.idle_peers] - rss[0]) * 1024 / max(s.idle_peers, 1)
+    say(f"  idle peers: {s.idle_peers} peers add {per_peer:.0f} bytes each to the server's RSS")
+    return {"idle_peers": s.idle_peers, "rss_kib": rss, "bytes_per_idle_peer": per_peer}
+
+
+def run_scenario(
+    settings: dict[str, Any], outdir: Path, command: str, say: Callable[[str], None]
+) -> int:
+    s = Settings.from_dict(settings)
+    outdir.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    results = []
+    for system in s.systems:
+        say(f"{system}:")
+        r = _mpt(s, outdir, say) if system == "mpt" else _mptcp(s, say)
+        say(
+            f"  {system}: aggregate {r['aggregate_mbps']:.1f} Mbit/s over {s.clients} clients, "
+            f"Jain {r['jain']:.3f}"
+        )
+        results.append(r)
+    idle = _idle_memory(s, outdir, say) if s.idle_peers else None
+    doc = {
+        "scenario": "concentrator",
+        "command": command,
+        "machine": machine(),
+        "started": started,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "settings": s.__dict__,
+        "results": results,
+        "idle": idle,
+    }
+    (outdir / "raw.json").write_text(json.dumps(doc, indent=1))
+    md = table(doc)
+    (outdir / "concentrator.md").write_text(md)
+    say("")
+    say(md)
+    return 0
+
+
+def table(doc: dict[str, Any]) -> str:
+    s = doc["settings"]
+    capacity = s["clients"] * s["links"] * s["rate_mbit"]
+    out = [
+        f"{s['clients']} clients x {s['links']} links of {s['rate_mbit']:g} Mbit/s "
+        f"({capacity:g} Mbit/s in all), one TCP flow per client for {s['seconds']:g} s.",
+        "",
+        "| system | aggregate Mbit/s | of the links | Jain's index | connect all (s) "
+        "| server RSS | server CPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["results"]:
+        conn = f"{r['connect_s']:.2f}" if "connect_s" in r else "-"
+        rss = (
+            f"{r['server_rss_kib_connected'] / 1024:.1f} MiB connected, "
+            f"{r['server_rss_kib_loaded'] / 1024:.1f} MiB loaded"
+            if "server_rss_kib_loaded" in r
+            else "-"
+        )
+        cpu = f"{r['server_cpu']:.0%} of a core" if "server_cpu" in r else "-"
+        out.append(
+            f"| {r['system']} | {r['aggregate_mbps']:.1f} | {r['aggregate_mbps'] / capacity:.0%} "
+            f"| {r['jain']:.3f} | {conn} | {rss} | {cpu} |"
+        )
+    if doc.get("idle"):
+        i = doc["idle"]
+        out += [
+            "",
+            f"Memory per idle peer: {i['bytes_per_idle_peer']:.0f} bytes of RSS "
+            f"({i['idle_peers']} configured peers, no client).",
+        ]
+    return "\n".join(out) + "\n"
