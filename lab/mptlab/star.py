@@ -37,8 +37,9 @@ def client_tunnel(i: int) -> str:
     return f"10.201.{1 + i // 250}.{i % 250 + 2}"
 
 
-def server_link(link: int) -> str:
-    return f"172.{16 + link}.0.1"
+def server_link(link: int, server: int = 0) -> str:
+    """Server 0 at .0.1; a second server at .255.251 (no client's)."""
+    return f"172.{16 + link}.0.1" if server == 0 else f"172.{16 + link}.255.{250 + server}"
 
 
 def client_link(i: int, link: int) -> str:
@@ -48,12 +49,21 @@ def client_link(i: int, link: int) -> str:
 class Star:
     """See the module documentation. Sides are "s" and client indices."""
 
-    def __init__(self, clients: int, links: int = 2, rate_mbit: float | None = None):
-        if not 1 <= clients <= 2000 or not 1 <= links <= 8:
-            raise ValueError("1 to 2000 clients, 1 to 8 links")
+    def __init__(
+        self, clients: int, links: int = 2, rate_mbit: float | None = None, servers: int = 1
+    ):
+        """With `servers` = 2, the bridges move to a switch namespace and a
+        second server namespace ("s1", link addresses 172.(16+l).255.251)
+        joins them: two concentrators for the same clients."""
+        if not 1 <= clients <= 2000 or not 1 <= links <= 8 or servers not in (1, 2):
+            raise ValueError("1 to 2000 clients, 1 to 8 links, 1 or 2 servers")
         uid = f"{os.getpid()}x{next(_counter)}"
         self.s = f"mps{uid}s"
+        self.servers = [self.s] + ([f"mps{uid}t"] if servers == 2 else [])
+        # Where the bridges are: the server, or a switch between servers.
+        self.w = self.s if servers == 1 else f"mps{uid}w"
         self.c = [f"mps{uid}c{i}" for i in range(clients)]
+        self.second: Peer | None = None
         self.links = links
         self.procs: list[subprocess.Popen[Any]] = []
         self._closed = False
@@ -65,25 +75,38 @@ class Star:
             raise
 
     def _build(self, rate: float | None) -> None:
-        for ns in [self.s, *self.c]:
+        for ns in self.namespaces():
             run(["ip", "netns", "add", ns])
             run(["ip", "link", "set", "lo", "up"], ns=ns)
             run(["sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"], ns=ns)
         for link in range(self.links):
             br = f"br{link}"
-            run(["ip", "link", "add", br, "type", "bridge"], ns=self.s)
-            run(["ip", "addr", "add", f"{server_link(link)}/16", "dev", br], ns=self.s)
-            run(["ip", "link", "set", br, "up"], ns=self.s)
+            run(["ip", "link", "add", br, "type", "bridge"], ns=self.w)
+            run(["ip", "link", "set", br, "up"], ns=self.w)
+            if self.w == self.s:
+                run(["ip", "addr", "add", f"{server_link(link)}/16", "dev", br], ns=self.s)
+                continue
+            for k, sv in enumerate(self.servers):
+                a, b = f"u{link}", f"s{k}l{link}"
+                run(
+                    [
+                        *["ip", "link", "add", a, "netns", sv, "type", "veth"],
+                        *["peer", "name", b, "netns", self.w],
+                    ]
+                )
+                run(["ip", "link", "set", b, "master", br, "up"], ns=self.w)
+                run(["ip", "addr", "add", f"{server_link(link, k)}/16", "dev", a], ns=sv)
+                run(["ip", "link", "set", a, "up"], ns=sv)
         for i, ns in enumerate(self.c):
             for link in range(self.links):
                 a, b = f"e{link}", f"v{i}l{link}"
                 run(
                     [
                         *["ip", "link", "add", a, "netns", ns, "type", "veth"],
-                        *["peer", "name", b, "netns", self.s],
+                        *["peer", "name", b, "netns", self.w],
                     ]
                 )
-                run(["ip", "link", "set", b, "master", f"br{link}", "up"], ns=self.s)
+                run(["ip", "link", "set", b, "master", f"br{link}", "up"], ns=self.w)
                 run(["ip", "addr", "add", f"{client_link(i, link)}/16", "dev", a], ns=ns)
                 run(["ip", "link", "set", a, "up"], ns=ns)
                 if rate:
@@ -91,10 +114,14 @@ class Star:
                     limit = int(rate * 1e6 / 8 * 0.02) + burst
                     tbf = ["tbf", "rate", f"{rate}mbit", "burst", str(burst), "limit", str(limit)]
                     run(["tc", "qdisc", "replace", "dev", a, "root", *tbf], ns=ns)
-                    run(["tc", "qdisc", "replace", "dev", b, "root", *tbf], ns=self.s)
+                    run(["tc", "qdisc", "replace", "dev", b, "root", *tbf], ns=self.w)
 
     def ns(self, side: str | int) -> str:
-        return self.s if side == "s" else self.c[int(side)]
+        if side == "s":
+            return self.s
+        if side == "s1":
+            return self.servers[1]
+        return self.c[int(side)]
 
     def spawn(self, side: str | int, args: list[str], **kw: Any) -> subprocess.Popen[Any]:
         p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *args], **kw)
@@ -102,7 +129,7 @@ class Star:
         return p
 
     def namespaces(self) -> list[str]:
-        return [self.s, *self.c]
+        return list(dict.fromkeys([*self.servers, self.w, *self.c]))
 
     def close(self) -> None:
         if self._closed:
@@ -152,37 +179,53 @@ def peer_block(i: int, pub: str) -> str:
     )
 
 
-def start(star: Star, workdir: Path, peers: list[int] | None = None) -> tuple[Peer, list[Peer]]:
-    """Write the configurations (the concentrator lists `peers`, default
-    all clients), start every daemon; return (server, clients)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    n = len(star.c)
-    spub = _key(workdir, "server")
-    cpubs = [_key(workdir, f"client{i}") for i in range(n)]
-    listed = range(n) if peers is None else peers
+def _server_config(star: Star, workdir: Path, k: int, listed: list[int], cpubs: list[str]) -> Path:
+    """Concentrator k's configuration (server 0 keeps the plain names)."""
+    tag = "server" if k == 0 else f"server{k}"
     lines = [
         "[tunnel]",
         'name = "mpc0"',
         f'addresses = ["{SERVER_TUNNEL}/16"]',
-        f'control_socket = "{workdir / "server.sock"}"',
+        f'control_socket = "{workdir / f"{tag}.sock"}"',
         "",
         "[security]",
-        f'private_key_file = "{workdir / "server.key"}"',
+        f'private_key_file = "{workdir / f"{tag}.key"}"',
     ]
     for link in range(star.links):
         lines += [
             "",
             "[[path]]",
             f'name = "link{link}"',
-            f'local = "{server_link(link)}:{PORT + link}"',
+            f'local = "{server_link(link, k)}:{PORT + link}"',
         ]
     lines.append("")
     lines += [peer_block(i, cpubs[i]) for i in listed]
-    (workdir / "server.toml").write_text("\n".join(lines) + "\n")
-    server = Peer(
-        star, "s", workdir / "server.toml", workdir / "server.sock", workdir / "server.log"
-    )  # type: ignore[arg-type]
-    server.start()
+    path = workdir / f"{tag}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start(
+    star: Star, workdir: Path, peers: list[int] | None = None, failover: str = ""
+) -> tuple[Peer, list[Peer]]:
+    """Write the configurations (the concentrator lists `peers`, default
+    all clients), start every daemon; return (server, clients). With two
+    servers, both run (the second is `star.second`), and each client lists
+    the second as its `[[server]]`; `failover` is extra `[failover]` text."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    n = len(star.c)
+    spubs = [_key(workdir, "server" if k == 0 else f"server{k}") for k in range(len(star.servers))]
+    cpubs = [_key(workdir, f"client{i}") for i in range(n)]
+    listed = list(range(n)) if peers is None else peers
+    running = []
+    for k in range(len(star.servers)):
+        tag = "server" if k == 0 else f"server{k}"
+        cfg = _server_config(star, workdir, k, listed, cpubs)
+        side = "s" if k == 0 else "s1"
+        p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]
+        running.append(p.start())
+    server = running[0]
+    star.second = running[1] if len(running) > 1 else None
     clients = []
     for i in range(n):
         d = workdir / f"client{i}"
@@ -199,7 +242,7 @@ def start(star: Star, workdir: Path, peers: list[int] | None = None) -> tuple[Pe
             "",
             "[security]",
             f'private_key_file = "{workdir / f"client{i}.key"}"',
-            f'peer_public_key = "{spub}"',
+            f'peer_public_key = "{spubs[0]}"',
         ]
         for link in range(star.links):
             text += [
@@ -209,6 +252,14 @@ def start(star: Star, workdir: Path, peers: list[int] | None = None) -> tuple[Pe
                 f'local = "{client_link(i, link)}:{PORT + link}"',
                 f'remote = "{server_link(link)}:{PORT + link}"',
             ]
+        for k in range(1, len(star.servers)):
+            remotes = ", ".join(
+                f'"{server_link(link, k)}:{PORT + link}"' for link in range(star.links)
+            )
+            text += ["", "[[server]]", f'name = "server{k}"', f'public_key = "{spubs[k]}"']
+            text.append(f"remotes = [{remotes}]")
+        if failover:
+            text += ["", "[failover]", failover]
         (d / "c.toml").write_text("\n".join(text) + "\n")
         c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
         clients.append(c.start())

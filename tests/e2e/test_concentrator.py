@@ -113,3 +113,36 @@ def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
     assert by["mpt"]["connect_s"] < 10
     assert 0 < doc["idle"]["bytes_per_idle_peer"] < 64_000
     assert "| mpt |" in (out / "concentrator.md").read_text()
+
+
+def test_a_client_moves_to_the_second_concentrator_within_two_seconds(tmp_path: Path) -> None:
+    """Two concentrators serve the same clients; the first is killed while
+    a client pings through it every 20 ms: replies come back through the
+    second within 2 s."""
+    import subprocess
+    import time
+
+    with Star(1, links=2, servers=2) as star:
+        server, clients = start(star, tmp_path)
+        clients[0].wait_ready(paths_up=2, timeout=15)
+        assert ping(star, 0, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
+        pinger = star.spawn(
+            0,
+            ["ping", "-D", "-i", "0.02", "-W", "1", "-w", "8", SERVER_TUNNEL],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.0)
+        assert server.proc is not None
+        killed = time.time()
+        server.proc.kill()
+        out, _ = pinger.communicate(timeout=20)
+        # `ping -D` prefixes each reply with its UNIX time.
+        replies = [float(ln[1 : ln.index("]")]) for ln in out.splitlines() if ln.startswith("[")]
+        after = [t for t in replies if t > killed]
+        assert after, out[-2000:]
+        gap = after[0] - killed
+        print(f"\nfirst reply through the second concentrator {gap:.2f} s after the kill")
+        assert gap < 2.0
+        log = clients[0].log_text()
+        assert "moving to another server" in log and "server1" in log, log[-2000:]

@@ -20,6 +20,7 @@ pub mod peers;
 mod qos;
 mod reader;
 mod remote;
+pub mod servers;
 pub use remote::resolve_path;
 mod security;
 
@@ -36,6 +37,7 @@ pub use peers::PeerSection;
 pub use reader::ConfigError;
 use reader::{suggest, Ctx, TableReader};
 pub use security::{check_private_mode, Keys, Security};
+pub use servers::{FailoverSection, ServerSection};
 use toml_edit::{Document, Item};
 
 /// Tuning defaults (not spec constants).
@@ -168,6 +170,10 @@ pub struct Config {
     pub peers: Vec<PeerSection>,
     /// `tunnel.peers_dir`, resolved against the file's directory.
     pub peers_dir: Option<PathBuf>,
+    /// A client's further servers, in order of preference (`[[server]]`).
+    pub servers: Vec<ServerSection>,
+    /// When a client moves between its servers (`[failover]`).
+    pub failover: FailoverSection,
 }
 
 impl Config {
@@ -197,6 +203,8 @@ const TOP_KEYS: &[&str] = &[
     "security",
     "metrics",
     "qos",
+    "server",
+    "failover",
 ];
 const METRICS_KEYS: &[&str] = &["listen"];
 const SCHEDULER_KEYS: &[&str] = &["mode", "share", "adapt_to_loss", "queue_ms"];
@@ -685,6 +693,27 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let name = name?;
     let control_socket = control_socket
         .unwrap_or_else(|| PathBuf::from(format!("{}/{}.sock", defaults::CONTROL_DIR, name)));
+    // [[server]] and [failover]: a client's further servers.
+    let server_tables = tables(ctx, root, "server");
+    let servers = servers::read_servers(ctx, &server_tables, &paths, file);
+    let failover_table = table(ctx, root, "failover");
+    let failover = servers::read_failover(ctx, failover_table);
+    if role != Some(Role::Client) && (!server_tables.is_empty() || failover_table.is_some()) {
+        ctx.error(
+            root.get("server")
+                .or(root.get("failover"))
+                .and_then(|i| i.span()),
+            "server",
+            "further servers ([[server]], [failover]) belong to a client's configuration",
+        );
+    }
+    if !server_tables.is_empty() && security == Some(Security::InsecurePlaintext) {
+        ctx.error(
+            None,
+            "server",
+            "further servers need encryption (each has its own public_key)",
+        );
+    }
     if concentrator {
         if let Some(d) = &tr_peers_dir_text {
             match peers::read_dir(file, d) {
@@ -735,6 +764,8 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         qos,
         peers,
         peers_dir,
+        servers,
+        failover,
     })
 }
 
@@ -742,5 +773,7 @@ pub use remote::{parse_remote, pick as pick_remote, RemoteSpec};
 
 #[cfg(test)]
 mod peers_tests;
+#[cfg(test)]
+mod servers_tests;
 #[cfg(test)]
 mod tests;

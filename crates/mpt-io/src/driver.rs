@@ -73,6 +73,7 @@ pub struct Driver {
     /// Reads the configuration again and applies it (SIGHUP, `reload`);
     /// set by the daemon, which owns the configuration.
     reload: Option<Reload>,
+    failover: Option<Failover>,
     /// Which sources may have something to read.
     ready: Ready,
 }
@@ -81,6 +82,10 @@ pub struct Driver {
 /// control protocol's JSON (`ok` with what changed, or `error`). The
 /// string says who asked, for the log.
 pub type Reload = Box<dyn FnMut(&mut ReloadCtx<'_>, &str) -> Value>;
+
+/// Looked at every turn: may replace the tunnel (a client moving to
+/// another server) and then returns the new peer's public key.
+pub type Failover = Box<dyn FnMut(&mut Tunnel, Nanos) -> Option<String>>;
 
 /// What a reload may change: the tunnel, and the set of path sockets.
 pub struct ReloadCtx<'a> {
@@ -222,6 +227,7 @@ impl Driver {
                 rates: RateWindow::default(),
                 started: Instant::now(),
                 reload: None,
+                failover: None,
                 ready: Ready::all(0),
             },
             hook,
@@ -276,6 +282,11 @@ impl Driver {
             self.engine.turn(&mut self.ready);
             self.engine.workers_mut().tick(loop_idle);
             let now = self.engine.clock.now();
+            if let Some(f) = self.failover.as_mut() {
+                if let Some(key) = f(self.engine.tunnel_mut(), now) {
+                    self.identity.peer_public_key = Some(key);
+                }
+            }
             if self.rates.due(now) {
                 let t = self.engine.tunnel();
                 let counts = (0..t.path_count())
@@ -290,6 +301,11 @@ impl Driver {
                 self.rates.update(now, counts);
             }
         }
+    }
+
+    /// Install the move between servers (a client with `[[server]]`).
+    pub fn set_failover(&mut self, f: Failover) {
+        self.failover = Some(f);
     }
 
     /// Install the configuration reload (SIGHUP, the `reload` request).

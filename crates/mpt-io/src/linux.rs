@@ -143,7 +143,9 @@ impl PathIo for UdpPaths {
     }
 }
 
-/// The system's monotonic clock, counted from construction.
+/// The system's monotonic clock, counted from construction (a clone
+/// counts from the same instant).
+#[derive(Clone, Copy)]
 pub struct SystemClock {
     start: Instant,
 }

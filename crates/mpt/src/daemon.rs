@@ -171,11 +171,21 @@ pub fn run(cfg: Config) -> io::Result<()> {
     } else {
         Engage::Auto
     };
+    // A copy of the loop's clock (the same epoch), for the failover.
+    let wall = clock;
     let (mut driver, hook) = Driver::new(tun, sockets, tunnel, clock, identity, workers, engage)?;
     let watched = crate::resolve::spawn(&cfg, hook.tx.clone(), Arc::clone(&hook.wake))?;
     // The reload owns the routes from now on: it changes them, and they
     // go when the driver (and the reload with it) is dropped.
     driver.set_reload(crate::reload::hook(cfg.clone(), routes, watched));
+    if let Some(mut f) = crate::failover::Failover::new(
+        &cfg,
+        &keys,
+        wall.now(),
+        Box::new(move || wall.wall_offset()),
+    ) {
+        driver.set_failover(Box::new(move |t, now| f.tick(t, now)));
+    }
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
         tunnel = %cfg.tunnel.name,

@@ -8,6 +8,7 @@
 mod capturecmd;
 mod concentrator;
 mod daemon;
+mod failover;
 mod keys;
 mod metrics;
 mod pathcmd;
