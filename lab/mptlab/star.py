@@ -179,7 +179,14 @@ def peer_block(i: int, pub: str) -> str:
     )
 
 
-def _server_config(star: Star, workdir: Path, k: int, listed: list[int], cpubs: list[str]) -> Path:
+def _server_config(
+    star: Star,
+    workdir: Path,
+    k: int,
+    listed: list[int],
+    cpubs: list[str],
+    announce_table: int | None = None,
+) -> Path:
     """Concentrator k's configuration (server 0 keeps the plain names)."""
     tag = "server" if k == 0 else f"server{k}"
     lines = [
@@ -187,6 +194,7 @@ def _server_config(star: Star, workdir: Path, k: int, listed: list[int], cpubs: 
         'name = "mpc0"',
         f'addresses = ["{SERVER_TUNNEL}/16"]',
         f'control_socket = "{workdir / f"{tag}.sock"}"',
+        *([f"announce_table = {announce_table}"] if announce_table else []),
         "",
         "[security]",
         f'private_key_file = "{workdir / f"{tag}.key"}"',
@@ -206,7 +214,11 @@ def _server_config(star: Star, workdir: Path, k: int, listed: list[int], cpubs: 
 
 
 def start(
-    star: Star, workdir: Path, peers: list[int] | None = None, failover: str = ""
+    star: Star,
+    workdir: Path,
+    peers: list[int] | None = None,
+    failover: str = "",
+    announce_table: int | None = None,
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
@@ -220,7 +232,7 @@ def start(
     running = []
     for k in range(len(star.servers)):
         tag = "server" if k == 0 else f"server{k}"
-        cfg = _server_config(star, workdir, k, listed, cpubs)
+        cfg = _server_config(star, workdir, k, listed, cpubs, announce_table)
         side = "s" if k == 0 else "s1"
         p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]
         running.append(p.start())

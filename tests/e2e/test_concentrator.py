@@ -123,8 +123,16 @@ def test_a_client_moves_to_the_second_concentrator_within_two_seconds(tmp_path: 
     import time
 
     with Star(1, links=2, servers=2) as star:
-        server, clients = start(star, tmp_path)
+        server, clients = start(star, tmp_path, announce_table=201)
         clients[0].wait_ready(paths_up=2, timeout=15)
+
+        def announced(side: str) -> bool:
+            out = run(["ip", "route", "show", "table", "201"], ns=star.ns(side), check=False).stdout
+            return client_tunnel(0) in out
+
+        # The first concentrator holds the client: only it announces it.
+        wait_for("the first concentrator announces the client", lambda: announced("s"), 10)
+        assert not announced("s1")
         assert ping(star, 0, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
         pinger = star.spawn(
             0,
@@ -146,3 +154,5 @@ def test_a_client_moves_to_the_second_concentrator_within_two_seconds(tmp_path: 
         assert gap < 2.0
         log = clients[0].log_text()
         assert "moving to another server" in log and "server1" in log, log[-2000:]
+        # Now the second announces it (for the routing daemon to spread).
+        wait_for("the second concentrator announces the client", lambda: announced("s1"), 10)

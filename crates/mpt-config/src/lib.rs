@@ -170,6 +170,10 @@ pub struct Config {
     pub peers: Vec<PeerSection>,
     /// `tunnel.peers_dir`, resolved against the file's directory.
     pub peers_dir: Option<PathBuf>,
+    /// A concentrator keeps a route to every prefix of each peer that is
+    /// here (a session and a path up) in this kernel table, for a routing
+    /// daemon to announce (`tunnel.announce_table`).
+    pub announce_table: Option<u32>,
     /// A client's further servers, in order of preference (`[[server]]`).
     pub servers: Vec<ServerSection>,
     /// When a client moves between its servers (`[failover]`).
@@ -217,6 +221,7 @@ const TUNNEL_KEYS: &[&str] = &[
     "workers",
     "parallel",
     "peers_dir",
+    "announce_table",
 ];
 /// Upper bound for `tunnel.workers` (a typo guard, not a hardware limit).
 const MAX_WORKERS: i64 = 256;
@@ -402,6 +407,16 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let offload = tr.boolean(ctx, "offload").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
     let tr_peers_dir = tr.string(ctx, "peers_dir");
+    let announce_table = tr
+        .int(ctx, "announce_table", (1, 0x7fff_ffff))
+        .map(|v| v as u32);
+    if let Some(t @ (253..=255)) = announce_table {
+        ctx.error(
+            tr.span("announce_table"),
+            "tunnel.announce_table",
+            format!("{t} is one of the kernel's own tables (default 253, main 254, local 255); use another, such as 201"),
+        );
+    }
     let parallel_always = match tr.string(ctx, "parallel").as_deref() {
         None | Some("auto") => false,
         Some("always") => true,
@@ -714,6 +729,13 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             "further servers need encryption (each has its own public_key)",
         );
     }
+    if announce_table.is_some() && !concentrator {
+        ctx.error(
+            None,
+            "tunnel.announce_table",
+            "announces the peers a concentrator holds; this configuration has no [[peer]] or peers_dir",
+        );
+    }
     if concentrator {
         if let Some(d) = &tr_peers_dir_text {
             match peers::read_dir(file, d) {
@@ -764,6 +786,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         qos,
         peers,
         peers_dir,
+        announce_table,
         servers,
         failover,
     })

@@ -207,3 +207,18 @@ fn the_concentrator_example_loads() {
     assert_eq!(c.paths.len(), 3);
     assert!(c.paths.iter().all(|p| p.remote.is_none()));
 }
+
+#[test]
+fn announce_table_is_a_concentrator_s_and_not_the_kernel_s() {
+    let peer = format!(
+        "[[peer]]\npublic_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n",
+        key(1)
+    );
+    let c = parse(&(server("announce_table = 201") + &peer)).unwrap();
+    assert_eq!(c.announce_table, Some(201));
+    let e = errors(&(server("announce_table = 254") + &peer));
+    assert!(
+        e.contains("tunnel.announce_table: 254 is one of the kernel's own tables"),
+        "{e}"
+    );
+}

@@ -47,6 +47,10 @@ pub struct Hub<T, P, C> {
     io: IoStats,
     tun_write_failures: u64,
     last_wall: Option<Nanos>,
+    /// Per peer: whether it is live (a session and a path up), as last seen.
+    live: Vec<bool>,
+    /// Peers whose liveness changed, for the driver (routes to announce).
+    changes: Vec<(PeerId, bool)>,
 }
 
 impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
@@ -67,6 +71,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             io: IoStats::default(),
             tun_write_failures: 0,
             last_wall: None,
+            live: Vec::new(),
+            changes: Vec::new(),
         }
     }
 
@@ -81,6 +87,20 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     }
     pub fn tun_write_failures(&self) -> u64 {
         self.tun_write_failures
+    }
+
+    /// Peers that became live (a session and a path up: the client is
+    /// here) or stopped being live since the last call.
+    pub fn take_changes(&mut self) -> Vec<(PeerId, bool)> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Forget a removed peer's liveness (its slot may be reused); whether
+    /// it was live.
+    pub fn forget(&mut self, id: PeerId) -> bool {
+        self.live
+            .get_mut(id as usize)
+            .is_some_and(|l| std::mem::replace(l, false))
     }
 
     /// When the loop must run again without input.
@@ -217,6 +237,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             name,
             io,
             tun_write_failures,
+            live,
+            changes,
             ..
         } = self;
         let peer_name = conc
@@ -247,6 +269,15 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             let label = format!("{name}/{peer_name}");
             while let Some(e) = t.poll_event() {
                 event_log.log(&label, t, e);
+            }
+            let now_live = t.has_session()
+                && (0..t.path_count()).any(|i| t.path(i as u8).is_some_and(|p| p.up));
+            if live.len() <= id as usize {
+                live.resize(id as usize + 1, false);
+            }
+            if live[id as usize] != now_live {
+                live[id as usize] = now_live;
+                changes.push((id, now_live));
             }
         }
         conc.deliver_ready(id, |p| {

@@ -44,6 +44,8 @@ pub trait PeerHooks {
     fn added(&mut self, cfg: &PeerConfig, routes: &[ipnet::IpNet]);
     /// A peer was removed.
     fn removed(&mut self, cfg: &PeerConfig, routes: &[ipnet::IpNet]);
+    /// A peer became live here (a session and a path up) or stopped.
+    fn live(&mut self, cfg: &PeerConfig, up: bool);
     /// The configuration's peers now (for `reload`), or an error.
     fn reread(&mut self) -> Result<Vec<(PeerConfig, Vec<ipnet::IpNet>)>, String>;
 }
@@ -237,6 +239,13 @@ impl HubDriver {
                 }
             }
             self.hub.turn(&mut self.ready);
+            for (id, up) in self.hub.take_changes() {
+                let cfg = self.hub.concentrator().peer(id).map(|p| p.cfg.clone());
+                if let (Some(cfg), Some(h)) = (cfg, self.hooks.as_mut()) {
+                    info!(tunnel = %self.name, peer = %cfg.name, "{}", if up { "peer here (session and a path up)" } else { "peer gone (no path up)" });
+                    h.live(&cfg, up);
+                }
+            }
         }
     }
 
@@ -295,6 +304,11 @@ impl HubDriver {
     fn remove(&mut self, id: PeerId, who: &str) -> Value {
         match self.hub.concentrator_mut().remove_peer(id) {
             Some(cfg) => {
+                if self.hub.forget(id) {
+                    if let Some(h) = self.hooks.as_mut() {
+                        h.live(&cfg, false);
+                    }
+                }
                 let routes = self
                     .routes
                     .get_mut(id as usize)

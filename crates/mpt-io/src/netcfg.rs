@@ -162,14 +162,19 @@ pub fn configure(dev: &str, addresses: &[IpNet], mtu: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// A route to `net` through interface `index` (main table, scope link),
+/// The kernel's main routing table.
+pub const MAIN_TABLE: u32 = RouteHeader::RT_TABLE_MAIN as u32;
+
+/// A route to `net` through interface `index` (in `table`, scope link),
 /// with the `metric` if given.
-fn route_message(net: &IpNet, index: u32, metric: Option<u32>) -> RouteMessage {
+fn route_message(net: &IpNet, index: u32, metric: Option<u32>, table: u32) -> RouteMessage {
     let mut m = RouteMessage::default();
     let ip = net.network();
     m.header.address_family = family(&ip);
     m.header.destination_prefix_length = net.prefix_len();
-    m.header.table = RouteHeader::RT_TABLE_MAIN;
+    // Tables beyond 255 exist only as the attribute (RT_TABLE_COMPAT).
+    m.header.table = u8::try_from(table).unwrap_or(252);
+    m.attributes.push(RouteAttribute::Table(table));
     m.header.protocol = RouteProtocol::Boot;
     m.header.scope = RouteScope::Link;
     m.header.kind = RouteType::Unicast;
@@ -188,6 +193,7 @@ pub struct Routes {
     index: u32,
     nl: Option<Netlink>,
     installed: Vec<(IpNet, Option<u32>)>,
+    table: u32,
 }
 
 impl std::fmt::Debug for Routes {
@@ -204,6 +210,16 @@ impl Routes {
     /// was configured, for errors. On error, routes installed so far are
     /// removed again when the returned error drops the partial set.
     pub fn install(dev: &str, routes: &[(IpNet, Option<u32>, String)]) -> io::Result<Routes> {
+        Self::install_in(dev, MAIN_TABLE, routes)
+    }
+
+    /// As [`Routes::install`], in routing table `table` (a concentrator's
+    /// table of connected peers, which a routing daemon announces).
+    pub fn install_in(
+        dev: &str,
+        table: u32,
+        routes: &[(IpNet, Option<u32>, String)],
+    ) -> io::Result<Routes> {
         let mut nl =
             Netlink::open().map_err(|e| io::Error::new(e.kind(), format!("rtnetlink: {e}")))?;
         let index = nl.index(dev)?;
@@ -212,6 +228,7 @@ impl Routes {
             index,
             nl: Some(nl),
             installed: vec![],
+            table,
         };
         for (net, metric, label) in routes {
             r.add(*net, *metric, label)?;
@@ -231,7 +248,7 @@ impl Routes {
     /// Install one more route (a reload); `label` names where it was
     /// configured, for errors.
     pub fn add(&mut self, net: IpNet, metric: Option<u32>, label: &str) -> io::Result<()> {
-        let m = route_message(&net, self.index, metric);
+        let m = route_message(&net, self.index, metric, self.table);
         debug!(dev = %self.dev, route = %net, "configuring: route");
         self.nl()?
             .request(
@@ -262,7 +279,7 @@ impl Routes {
                 "no route to {net} was installed by mpt"
             )));
         };
-        let m = route_message(&net, self.index, metric);
+        let m = route_message(&net, self.index, metric, self.table);
         let dev = self.dev.clone();
         self.nl()?
             .request(RouteNetlinkMessage::DelRoute(m), 0)

@@ -7,6 +7,12 @@
 //! control socket (`mpt peer add|remove`) and `mpt reload`, which re-reads
 //! the file and its directory.
 //!
+//! With `tunnel.announce_table`, every prefix of each peer that is here (a
+//! session and a path up) has a route in that kernel table while it is,
+//! for a routing daemon (BIRD, FRR) to announce: several concentrators for
+//! the same clients then attract each client's traffic to the one that
+//! holds it (`docs/deploy.md`).
+//!
 //! Invariants: the daemon starts only with every peer valid (the
 //! configuration was checked as a whole); a failed reload changes nothing;
 //! routes go when the daemon stops (the `Routes` guard).
@@ -58,6 +64,8 @@ struct Hooks {
     tunnel: String,
     own: Vec<IpNet>,
     routes: Routes,
+    /// Routes of the peers that are here, in `tunnel.announce_table`.
+    announced: Option<Routes>,
 }
 
 impl PeerHooks for Hooks {
@@ -73,6 +81,22 @@ impl PeerHooks for Hooks {
         for n in kernel_routes(cfg, routes, &self.own) {
             if let Err(e) = self.routes.remove(n, None) {
                 warn!(tunnel = %self.tunnel, peer = %cfg.name, "route {n}: {e}");
+            }
+        }
+    }
+
+    fn live(&mut self, cfg: &PeerConfig, up: bool) {
+        let Some(a) = self.announced.as_mut() else {
+            return;
+        };
+        for n in &cfg.allowed_ips {
+            let r = if up {
+                a.add(*n, None, &format!("peer {}", cfg.name))
+            } else {
+                a.remove(*n, None)
+            };
+            if let Err(e) = r {
+                warn!(tunnel = %self.tunnel, peer = %cfg.name, "announce table, {n}: {e}");
             }
         }
     }
@@ -142,11 +166,16 @@ pub fn run(cfg: Config) -> io::Result<()> {
         cfg.tunnel.control_socket.display().to_string(),
         peer_routes,
     )?;
+    let announced = match cfg.announce_table {
+        Some(t) => Some(Routes::install_in(&cfg.tunnel.name, t, &[])?),
+        None => None,
+    };
     driver.set_hooks(Box::new(Hooks {
         file: cfg.file.clone(),
         tunnel: cfg.tunnel.name.clone(),
         own,
         routes,
+        announced,
     }));
     control.serve(hook.tx, Arc::clone(&hook.wake))?;
     info!(
