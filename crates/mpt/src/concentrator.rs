@@ -150,6 +150,13 @@ pub fn run(cfg: Config) -> io::Result<()> {
         }
         peer_routes.push(r);
     }
+    if let Some(listen) = cfg.metrics_listen {
+        crate::metrics::spawn(
+            listen,
+            cfg.tunnel.control_socket.clone(),
+            cfg.tunnel.name.clone(),
+        )?;
+    }
     let clock = SystemClock::new();
     let (mut driver, hook) = HubDriver::new(
         tun,

@@ -11,6 +11,7 @@ mod daemon;
 mod failover;
 mod keys;
 mod metrics;
+mod metrics_peers;
 mod pathcmd;
 mod peercmd;
 mod reload;

@@ -113,25 +113,25 @@ fn escape(v: &str) -> String {
 }
 
 /// Writes families and samples with the tunnel label on each.
-struct Metrics<'a> {
+pub(crate) struct Metrics<'a> {
     out: &'a mut String,
     tunnel: String,
 }
 
 impl<'a> Metrics<'a> {
-    fn new(out: &'a mut String, tunnel: &str) -> Self {
+    pub(crate) fn new(out: &'a mut String, tunnel: &str) -> Self {
         Self {
             out,
             tunnel: escape(tunnel),
         }
     }
 
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    pub(crate) fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.out, "# HELP {name} {help}");
         let _ = writeln!(self.out, "# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
+    pub(crate) fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
         let _ = write!(self.out, "{name}{{tunnel=\"{}\"", self.tunnel);
         for (k, val) in labels {
             let _ = write!(self.out, ",{k}=\"{}\"", escape(val));
@@ -260,6 +260,9 @@ const PATH_METRICS: &[PathMetric] = &[
 
 /// The status document as Prometheus text.
 pub fn render(v: &Value, tunnel: &str) -> String {
+    if v.get("role").and_then(Value::as_str) == Some("concentrator") {
+        return crate::metrics_peers::render(v, tunnel);
+    }
     let mut o = String::new();
     let mut m = Metrics::new(&mut o, tunnel);
     m.family(
