@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     "pubkey",
     "status",
     "path",
+    "peer",
     "capture",
     "completions",
     "man",

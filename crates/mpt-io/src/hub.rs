@@ -47,6 +47,8 @@ pub struct Hub<T, P, C> {
     io: IoStats,
     tun_write_failures: u64,
     last_wall: Option<Nanos>,
+    /// The datagrams of one receive buffer (scratch, kept for its room).
+    spans: Vec<crate::batch::Span>,
     /// Per peer: whether it is live (a session and a path up), as last seen.
     live: Vec<bool>,
     /// Peers whose liveness changed, for the driver (routes to announce).
@@ -71,6 +73,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             io: IoStats::default(),
             tun_write_failures: 0,
             last_wall: None,
+            spans: Vec::new(),
             live: Vec::new(),
             changes: Vec::new(),
         }
@@ -186,8 +189,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             let Some(from) = m.from.map(crate::engine::normalize) else {
                 continue;
             };
-            let spans: Vec<_> = self.recv_batch.datagrams(k).collect();
-            for span in spans {
+            let mut spans = std::mem::take(&mut self.spans);
+            spans.clear();
+            spans.extend(self.recv_batch.datagrams(k));
+            for &span in &spans {
                 self.io.udp_datagrams_received += 1;
                 let data = self.recv_batch.slice_mut(span);
                 let (peer, r) = self.conc.recv(now, i, from, data);
@@ -200,6 +205,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                     }
                 }
             }
+            self.spans = spans;
         }
         self.drain_busy(now);
         n == BATCH_PACKETS
@@ -241,10 +247,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             changes,
             ..
         } = self;
-        let peer_name = conc
-            .peer(id)
-            .map_or_else(String::new, |p| p.cfg.name.clone());
-        if let Some(t) = conc.tunnel_mut(id) {
+        if let Some((cfg, t)) = conc.peer_tunnel_mut(id) {
+            let peer_name = &cfg.name;
             let mut failed = vec![];
             while let Some(tx) = t.poll_transmit(now, scratch) {
                 io.udp_send_calls += 1;
@@ -266,9 +270,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             for (path, hard) in failed {
                 t.on_send_error(path, hard, now);
             }
-            let label = format!("{name}/{peer_name}");
             while let Some(e) = t.poll_event() {
-                event_log.log(&label, t, e);
+                event_log.log(&format!("{name}/{peer_name}"), t, e);
             }
             let now_live = t.has_session()
                 && (0..t.path_count()).any(|i| t.path(i as u8).is_some_and(|p| p.up));

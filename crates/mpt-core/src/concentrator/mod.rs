@@ -406,6 +406,13 @@ impl Concentrator {
             .as_deref_mut()
     }
 
+    /// A peer's configuration and its tunnel together (names for logs while
+    /// the tunnel is driven).
+    pub fn peer_tunnel_mut(&mut self, id: PeerId) -> Option<(&PeerConfig, &mut Tunnel)> {
+        let p = self.peers.get_mut(id as usize)?.as_mut()?;
+        Some((&p.cfg, p.tunnel.as_deref_mut()?))
+    }
+
     pub fn tunnel(&self, id: PeerId) -> Option<&Tunnel> {
         self.peers.get(id as usize)?.as_ref()?.tunnel.as_deref()
     }
