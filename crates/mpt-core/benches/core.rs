@@ -189,10 +189,12 @@ fn concentrator_handshake(c: &mut Criterion) {
             }
             let mut buf = [0u8; 512];
             let start = std::time::Instant::now();
-            for (key, from, mut d) in inits {
-                let (peer, _) = conc.recv(0, key, from, &mut d);
+            // One a second: within the guard's load threshold (no cookies).
+            for (i, (key, from, mut d)) in inits.into_iter().enumerate() {
+                let now = i as u64 * 1_000_000_000;
+                let (peer, _) = conc.recv(now, key, from, &mut d);
                 let t = conc.tunnel_mut(peer.unwrap()).unwrap();
-                black_box(t.poll_transmit(0, &mut buf).unwrap());
+                black_box(t.poll_transmit(now, &mut buf).unwrap());
             }
             start.elapsed()
         })

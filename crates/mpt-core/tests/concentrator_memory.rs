@@ -37,8 +37,9 @@ fn idle_and_connected_peers_are_small() {
     }
     let idle = CountingAlloc::net_bytes() as f64 / f64::from(PEERS);
     CountingAlloc::count_here(true);
-    for (key, from, mut d) in inits {
-        conc.recv(0, key, from, &mut d);
+    // One every 40 ms: within the guard's load threshold (no cookies).
+    for (k, (key, from, mut d)) in inits.into_iter().enumerate() {
+        conc.recv(k as u64 * 40 * mpt_core::NANOS_PER_MS, key, from, &mut d);
     }
     let connected = CountingAlloc::net_bytes() as f64 / f64::from(PEERS);
     CountingAlloc::count_here(false);

@@ -216,6 +216,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         while let Some(id) = self.conc.next_busy() {
             self.drain_peer(id, now);
         }
+        while let Some((socket, dst, d)) = self.conc.poll_transmit() {
+            self.io.udp_send_calls += 1;
+            let _ = self.paths.send_to(socket, &d, dst);
+        }
         while let Some((_, e)) = self.conc.poll_event() {
             if let mpt_core::tunnel::Event::Security(
                 mpt_core::crypto::state::CryptoEvent::Failed {

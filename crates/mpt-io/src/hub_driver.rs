@@ -394,6 +394,7 @@ impl HubDriver {
             "peers_connected": peers.iter().filter(|p| p["connected"] == json!(true)).count(),
             "peers": peers,
             "drops": drops,
+            "cookies_sent": c.cookies_sent(),
             "tun_write_failures": self.hub.tun_write_failures(),
             "io": self.hub.io_stats(),
         })

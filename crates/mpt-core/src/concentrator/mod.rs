@@ -7,7 +7,8 @@
 //!
 //! * a datagram: a handshake initiation by the static key it carries
 //!   (after its mac1, which costs one keyed hash, so a flood without our
-//!   public key never reaches a Diffie-Hellman), anything else by the peer
+//!   public key never reaches a Diffie-Hellman, and under load after a
+//!   valid cookie, [`guard`]), anything else by the peer
 //!   slot in the top bits of the session index it names — O(1) both;
 //! * an inner packet from the TUN: by the longest prefix of the peers'
 //!   allowed IPs that contains its destination ([`table`]).
@@ -30,6 +31,7 @@
 //!   are skipped), never a scan of all peers;
 //! * a peer's packets stay in its own tunnel, in its order.
 
+pub mod guard;
 pub mod peer;
 pub mod table;
 
@@ -61,6 +63,8 @@ pub struct Concentrator {
     private: PrivateKey,
     /// mac1 of initiations to us (keyed by our public key).
     macs: MacKeys,
+    /// Load check and cookies before the peer lookup's Diffie-Hellman.
+    guard: guard::Guard,
     peers: Vec<Option<Peer>>,
     free: Vec<PeerId>,
     by_key: HashMap<[u8; 32], PeerId>,
@@ -127,10 +131,14 @@ impl Concentrator {
             .ok_or("a concentrator needs security: session indices name the peers")?;
         let private = sec.identity.private.clone();
         let macs = MacKeys::new(&private.public());
+        let mut gseed = [0u8; 32];
+        gseed.copy_from_slice(&Blake2s256::digest([&template.seed[..], b"guard"].concat()));
+        let guard = guard::Guard::new(&private.public(), gseed);
         Ok(Self {
             template,
             private,
             macs,
+            guard,
             peers: Vec::new(),
             free: Vec::new(),
             by_key: HashMap::new(),
@@ -245,7 +253,13 @@ impl Concentrator {
     }
 
     /// Which peer a datagram is for: `Err` is the drop.
-    fn peer_of(&mut self, buf: &[u8]) -> Result<(PeerId, bool), DropReason> {
+    fn peer_of(
+        &mut self,
+        now: Nanos,
+        local_key: usize,
+        from: SocketAddr,
+        buf: &[u8],
+    ) -> Result<(PeerId, bool), DropReason> {
         let h = Header::new_checked(buf).map_err(|_| DropReason::Truncated)?;
         if h.packet_type() != PacketType::HandshakeInit {
             let id = index_slot(h.session());
@@ -266,6 +280,16 @@ impl Concentrator {
         if !self.macs.check_mac1(buf) {
             return Err(DropReason::HandshakeBadMac);
         }
+        let path = self
+            .template
+            .paths
+            .iter()
+            .position(|p| p.local_key == local_key)
+            .unwrap_or(0) as u8;
+        let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+        let peers = self.peer_count();
+        self.guard
+            .admit(now, local_key, path, from, buf, peers, wall)?;
         let key = initiator_static(&self.private, body).map_err(|_| DropReason::HandshakeFailed)?;
         match self.by_key.get(&key) {
             Some(&id) => Ok((id, true)),
@@ -295,7 +319,7 @@ impl Concentrator {
         from: SocketAddr,
         buf: &mut [u8],
     ) -> (Option<PeerId>, Received) {
-        let (id, init) = match self.peer_of(buf) {
+        let (id, init) = match self.peer_of(now, local_key, from, buf) {
             Ok(x) => x,
             Err(r) => {
                 self.drops.add(r);
@@ -415,6 +439,17 @@ impl Concentrator {
 
     pub fn tunnel(&self, id: PeerId) -> Option<&Tunnel> {
         self.peers.get(id as usize)?.as_ref()?.tunnel.as_deref()
+    }
+
+    /// A datagram of the concentrator's own (a cookie reply under load):
+    /// (socket, destination, bytes).
+    pub fn poll_transmit(&mut self) -> Option<(usize, SocketAddr, Vec<u8>)> {
+        self.guard.poll_transmit()
+    }
+
+    /// Cookie replies sent under load (status).
+    pub fn cookies_sent(&self) -> u64 {
+        self.guard.cookies_sent
     }
 
     /// Events that belong to no peer (an unknown key called).

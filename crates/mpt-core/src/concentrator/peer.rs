@@ -86,7 +86,9 @@ impl Peer {
     ) {
         if self.tunnel.is_none() {
             let cfg = self.tunnel_config(template, slot, seed);
-            self.tunnel = Some(Box::new(Tunnel::new(cfg, now)));
+            let mut t = Tunnel::new(cfg, now);
+            t.set_handshake_guarded();
+            self.tunnel = Some(Box::new(t));
         }
     }
 }

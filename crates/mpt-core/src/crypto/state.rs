@@ -165,6 +165,9 @@ pub struct CryptoState {
     peer_macs: MacKeys,
     pub stats: CryptoStats,
     events: VecDeque<CryptoEvent>,
+    /// A concentrator's guard checks load and cookies before this state
+    /// sees an initiation (`concentrator::guard`).
+    pub(crate) guarded: bool,
 }
 
 /// 12-byte handshake timestamp from wall-clock nanoseconds.
@@ -201,6 +204,7 @@ impl CryptoState {
             peer_macs,
             stats: CryptoStats::default(),
             events: VecDeque::new(),
+            guarded: false,
         }
     }
 

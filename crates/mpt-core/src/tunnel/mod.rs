@@ -433,6 +433,13 @@ impl Tunnel {
     pub fn reorder_stats(&self) -> &ReorderStats {
         self.reorder.stats()
     }
+    /// A concentrator's guard handles load and cookies for this tunnel's
+    /// handshakes (its own load check is skipped).
+    pub fn set_handshake_guarded(&mut self) {
+        if let Some(c) = self.crypto.as_mut() {
+            c.guarded = true;
+        }
+    }
     /// Whether the reorder window is allocated (not before data arrives).
     pub fn reorder_allocated(&self) -> bool {
         self.reorder.is_allocated()
