@@ -48,6 +48,30 @@ def _cleanup_all(*_: Any) -> None:
         t.close()
 
 
+def teardown(procs: list[subprocess.Popen[Any]], namespaces: list[str]) -> None:
+    """Stop `procs` by PID (SIGTERM, SIGKILL after 5 s), kill anything
+    else left inside `namespaces`, and delete them."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+    for ns in namespaces:
+        for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        try:
+            run(["ip", "netns", "del", ns], check=False)
+        except CommandError:
+            pass
+
+
 def _on_signal(signum: int, frame: Any) -> None:
     _cleanup_all()
     signal.signal(signum, signal.SIG_DFL)
@@ -418,27 +442,7 @@ class Topology:
         if self._closed:
             return
         self._closed = True
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
-        for ns in self.namespaces():
-            # Kill anything else still running inside, then delete.
-            pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            try:
-                run(["ip", "netns", "del", ns], check=False)
-            except CommandError:
-                pass
+        teardown(self.procs, self.namespaces())
         if self in _live:
             _live.remove(self)
 

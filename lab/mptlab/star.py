@@ -20,14 +20,13 @@ are stopped by PID.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from .daemon import Peer
-from .netns import _counter, _live
-from .util import CommandError, mpt_binary, run
+from .netns import _counter, _live, teardown
+from .util import mpt_binary, run
 
 SERVER_TUNNEL = "10.201.0.1"
 PORT = 6100
@@ -135,25 +134,7 @@ class Star:
         if self._closed:
             return
         self._closed = True
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=5)
-        for ns in self.namespaces():
-            for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            try:
-                run(["ip", "netns", "del", ns], check=False)
-            except CommandError:
-                pass
+        teardown(self.procs, self.namespaces())
         if self in _live:  # type: ignore[comparison-overlap]
             _live.remove(self)  # type: ignore[arg-type]
 

@@ -25,12 +25,12 @@
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
-use mpt_core::crypto::keys::{self, PresharedKey, PublicKey};
+use mpt_core::crypto::keys::{PresharedKey, PublicKey};
 use toml_edit::{Document, Table};
 
 use crate::files;
 use crate::reader::{Ctx, TableReader};
-use crate::security::read_key_file;
+use crate::security::{read_psk, read_public_key};
 
 pub const PEER_BLOCK_KEYS: &[&str] = &[
     "name",
@@ -98,56 +98,8 @@ pub fn read_peer(
     let name = r
         .string(ctx, "name")
         .unwrap_or_else(|| default_name.to_string());
-    let key = r.string(ctx, "public_key");
-    let key = r
-        .required(ctx, "public_key", key)
-        .and_then(|text| match keys::decode(&text) {
-            Ok(k) => Some(PublicKey(k)),
-            Err(e) => {
-                ctx.error(
-                    r.span("public_key"),
-                    &r.key("public_key"),
-                    format!("the key {e}"),
-                );
-                None
-            }
-        });
-    let psk = match (
-        r.string(ctx, "preshared_key"),
-        r.string(ctx, "preshared_key_file"),
-    ) {
-        (Some(_), Some(_)) => {
-            ctx.error(
-                r.span("preshared_key"),
-                &r.key("preshared_key"),
-                "give either preshared_key or preshared_key_file, not both",
-            );
-            None
-        }
-        (Some(text), None) => match keys::decode(&text) {
-            Ok(k) => Some(PresharedKey(k)),
-            Err(e) => {
-                ctx.error(
-                    r.span("preshared_key"),
-                    &r.key("preshared_key"),
-                    format!("the key {e}"),
-                );
-                None
-            }
-        },
-        (None, Some(f)) => match read_key_file(config_file, &f, "a pre-shared key") {
-            Ok(k) => Some(PresharedKey(k)),
-            Err(e) => {
-                ctx.error(
-                    r.span("preshared_key_file"),
-                    &r.key("preshared_key_file"),
-                    e,
-                );
-                None
-            }
-        },
-        (None, None) => None,
-    };
+    let key = read_public_key(ctx, &r);
+    let psk = read_psk(ctx, &r, config_file);
     let allowed_ips = prefixes(ctx, &r, "allowed_ips");
     if allowed_ips.is_empty() && r.span("allowed_ips").is_none() {
         ctx.error(

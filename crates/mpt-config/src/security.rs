@@ -76,6 +76,68 @@ pub(crate) fn read_key_file(base: &Path, file: &str, what: &str) -> Result<[u8; 
     keys::decode(&text).map_err(|e| format!("{}: the key {e}", p.display()))
 }
 
+/// A table's required `public_key` (a peer's or a server's), decoded.
+pub(crate) fn read_public_key(ctx: &mut Ctx<'_>, r: &TableReader<'_>) -> Option<PublicKey> {
+    let text = r.string(ctx, "public_key");
+    let text = r.required(ctx, "public_key", text)?;
+    match keys::decode(&text) {
+        Ok(k) => Some(PublicKey(k)),
+        Err(e) => {
+            ctx.error(
+                r.span("public_key"),
+                &r.key("public_key"),
+                format!("the key {e}"),
+            );
+            None
+        }
+    }
+}
+
+/// A table's optional `preshared_key` or `preshared_key_file` (relative
+/// to the configuration `file`, mode 0600), decoded.
+pub(crate) fn read_psk(
+    ctx: &mut Ctx<'_>,
+    r: &TableReader<'_>,
+    file: &Path,
+) -> Option<PresharedKey> {
+    match (
+        r.string(ctx, "preshared_key"),
+        r.string(ctx, "preshared_key_file"),
+    ) {
+        (Some(_), Some(_)) => {
+            ctx.error(
+                r.span("preshared_key"),
+                &r.key("preshared_key"),
+                "give either preshared_key or preshared_key_file, not both",
+            );
+            None
+        }
+        (Some(text), None) => match keys::decode(&text) {
+            Ok(k) => Some(PresharedKey(k)),
+            Err(e) => {
+                ctx.error(
+                    r.span("preshared_key"),
+                    &r.key("preshared_key"),
+                    format!("the key {e}"),
+                );
+                None
+            }
+        },
+        (None, Some(f)) => match read_key_file(file, &f, "a pre-shared key") {
+            Ok(k) => Some(PresharedKey(k)),
+            Err(e) => {
+                ctx.error(
+                    r.span("preshared_key_file"),
+                    &r.key("preshared_key_file"),
+                    e,
+                );
+                None
+            }
+        },
+        (None, None) => None,
+    }
+}
+
 /// Read `[security]`; `file` is the configuration file (key files are
 /// relative to its directory).
 /// `concentrator`: the peers' keys are in `[[peer]]` blocks, so

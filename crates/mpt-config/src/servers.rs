@@ -21,11 +21,11 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use mpt_core::crypto::keys::{self, PresharedKey, PublicKey};
+use mpt_core::crypto::keys::{PresharedKey, PublicKey};
 use toml_edit::Table;
 
 use crate::reader::{Ctx, TableReader};
-use crate::security::read_key_file;
+use crate::security::{read_psk, read_public_key};
 use crate::PathSection;
 
 pub const SERVER_KEYS: &[&str] = &[
@@ -80,54 +80,8 @@ pub fn read_servers(
         let name = r
             .string(ctx, "name")
             .unwrap_or_else(|| format!("server{}", i + 2));
-        let key = r.string(ctx, "public_key");
-        let key = r
-            .required(ctx, "public_key", key)
-            .and_then(|k| match keys::decode(&k) {
-                Ok(k) => Some(PublicKey(k)),
-                Err(e) => {
-                    ctx.error(
-                        r.span("public_key"),
-                        &r.key("public_key"),
-                        format!("the key {e}"),
-                    );
-                    None
-                }
-            });
-        let psk = match (
-            r.string(ctx, "preshared_key"),
-            r.string(ctx, "preshared_key_file"),
-        ) {
-            (Some(_), Some(_)) => {
-                ctx.error(
-                    r.span("preshared_key"),
-                    &r.key("preshared_key"),
-                    "give either preshared_key or preshared_key_file, not both",
-                );
-                None
-            }
-            (Some(text), None) => keys::decode(&text)
-                .map_err(|e| {
-                    ctx.error(
-                        r.span("preshared_key"),
-                        &r.key("preshared_key"),
-                        format!("the key {e}"),
-                    )
-                })
-                .ok()
-                .map(PresharedKey),
-            (None, Some(f)) => read_key_file(file, &f, "a pre-shared key")
-                .map_err(|e| {
-                    ctx.error(
-                        r.span("preshared_key_file"),
-                        &r.key("preshared_key_file"),
-                        e,
-                    )
-                })
-                .ok()
-                .map(PresharedKey),
-            (None, None) => None,
-        };
+        let key = read_public_key(ctx, &r);
+        let psk = read_psk(ctx, &r, file);
         let texts = r.strings(ctx, "remotes");
         let texts = r.required(ctx, "remotes", texts).unwrap_or_default();
         let mut remotes = vec![];
