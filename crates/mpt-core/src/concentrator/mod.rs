@@ -231,7 +231,8 @@ impl Concentrator {
         &self.drops
     }
 
-    /// Queue a peer in the work list and re-arm its timer.
+    /// Queue a peer in the work list. Its timer is re-armed once, after the
+    /// caller drained it ([`Concentrator::rearm`]), not on every packet.
     fn touch(&mut self, id: PeerId) {
         if let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) {
             if !p.touched {
@@ -239,7 +240,6 @@ impl Concentrator {
                 self.work.push_back(id);
             }
         }
-        self.rearm(id);
     }
 
     fn seed_for(&mut self, id: PeerId) -> [u8; 32] {
@@ -410,7 +410,8 @@ impl Concentrator {
 
     /// The next peer that may have output, to drain with
     /// [`Concentrator::tunnel_mut`] (`poll_transmit`, `poll_queued`,
-    /// `deliver_ready`, `poll_event`); `None` when no peer has any.
+    /// `deliver_ready`, `poll_event`) and then [`Concentrator::rearm`];
+    /// `None` when no peer has any.
     pub fn next_busy(&mut self) -> Option<PeerId> {
         while let Some(id) = self.work.pop_front() {
             if let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) {
