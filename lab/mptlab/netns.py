@@ -409,8 +409,15 @@ class Topology:
         ends = ((self.a, self.dev(i, "a"), new), (self.b, self.dev(i, "b"), new.back()))
         if self.emulator is not None:
             if "rate_mbit" in changes and not new.serialize:
+                # A new tbf, not `tc qdisc replace` of the old one: that
+                # keeps the queued packets, and a GSO packet queued under
+                # the old, larger bucket that exceeds the new one blocks
+                # the queue's head forever (kernel 6.x tbf_change keeps the
+                # child FIFO). What waited is dropped, as when a radio link
+                # resets.
                 for ns, dev, s in ends:
-                    run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
+                    run(["tc", "qdisc", "del", "dev", dev, "root"], ns=ns, check=False)
+                    run(["tc", "qdisc", "add", "dev", dev, "root", *s.tbf_args()], ns=ns)
             if impairs:
                 self._emulator_config(self.shapes)
                 self.emulator.send_signal(signal.SIGHUP)
