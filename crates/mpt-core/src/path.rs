@@ -263,6 +263,15 @@ impl PathState {
         self.meters.estimates(now)
     }
 
+    /// The peer-to-us one-way delay, smoothed, and its RFC 3550 jitter, ns.
+    /// The delay holds the unknown offset of the peer's clock, the same on
+    /// every path of one peer, so only differences between paths mean
+    /// anything ([`crate::release`]).
+    pub fn rx_delay(&self) -> Option<(i64, Nanos)> {
+        let d = self.meters.delay.smoothed_ns()?;
+        Some((d, self.meters.jitter.jitter_ns().unwrap_or(0)))
+    }
+
     /// An RTT sample from an echo (RFC 6298 §2.2–2.3).
     pub fn on_rtt_sample(&mut self, rtt: Nanos) {
         self.rtt_latest = Some(rtt);

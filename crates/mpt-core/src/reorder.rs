@@ -10,7 +10,8 @@
 //! * the window of `capacity` packets would overflow (the MPT library's
 //!   `reorder_window`);
 //! * a release policy ([`ReleasePolicy`], driven by the tunnel) proves the
-//!   missing packets cannot arrive any more.
+//!   missing packets cannot arrive any more, or that they can no longer
+//!   arrive in time ([`crate::release`]).
 //!
 //! Invariants:
 //! * packets leave in strictly increasing sequence order, each at most once;
@@ -30,7 +31,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use crate::{Nanos, PathId};
+use crate::Nanos;
 
 /// Sequence numbers at or above this are refused (as `Late`): no sender
 /// reaches 2^62 packets, and the bound keeps every sum below u64::MAX.
@@ -336,6 +337,19 @@ impl ReorderBuffer {
         None
     }
 
+    /// The held packet that arrived first, as (arrival time, sequence
+    /// number): the first evidence of the gap at [`Self::next_seq`].
+    pub fn oldest_arrival(&mut self) -> Option<(Nanos, u64)> {
+        while let Some(&(t, seq)) = self.arrivals.front() {
+            if seq < self.next {
+                self.arrivals.pop_front();
+            } else {
+                return Some((t, seq));
+            }
+        }
+        None
+    }
+
     /// Release everything that has been held for `max_delay` by `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
         while let Some(&(t, seq)) = self.arrivals.front() {
@@ -365,93 +379,7 @@ impl ReorderBuffer {
     }
 }
 
-/// Decides when missing packets can be declared lost before `max_delay`.
-///
-/// The tunnel reports what each path has shown; the policy answers with a
-/// floor below which nothing can still arrive.
-pub trait ReleasePolicy: Send {
-    /// Data packet `seq` arrived on `path`.
-    fn on_data(&mut self, path: PathId, seq: u64);
-    /// A control packet on `path` said the sender's next sequence number was
-    /// `next_seq` when it was sent.
-    fn on_frontier(&mut self, path: PathId, next_seq: u64);
-    /// Missing sequence numbers below the result are lost; `live[p]` says
-    /// whether path `p` is currently considered up.
-    fn lost_below(&self, live: &[bool]) -> u64;
-    /// Forget everything (the sender restarted its sequence numbers).
-    fn reset(&mut self);
-    fn name(&self) -> &'static str;
-}
-
-/// Never proves loss: gaps wait for `max_delay` or window overflow.
-pub struct TimeoutOnly;
-
-impl ReleasePolicy for TimeoutOnly {
-    fn on_data(&mut self, _: PathId, _: u64) {}
-    fn on_frontier(&mut self, _: PathId, _: u64) {}
-    fn lost_below(&self, _: &[bool]) -> u64 {
-        0
-    }
-    fn reset(&mut self) {}
-    fn name(&self) -> &'static str {
-        "timeout"
-    }
-}
-
-/// Per-path frontier release. Each path is FIFO, so once packet `s` (or a
-/// probe announcing `s`) arrived on path `p`, every earlier sequence number
-/// the sender put on `p` has arrived or is lost. The minimum of these
-/// frontiers over live paths bounds what can still come. This is the
-/// reasoning of multipath transport receivers (cf. RFC 8684 §3.3 data
-/// sequence mapping); it turns a path loss into a release after about one
-/// inter-path delay difference instead of `max_delay`.
-pub struct PathFrontier {
-    frontier: Vec<u64>,
-}
-
-impl PathFrontier {
-    pub fn new(paths: usize) -> Self {
-        Self {
-            frontier: vec![0; paths],
-        }
-    }
-}
-
-impl ReleasePolicy for PathFrontier {
-    fn on_data(&mut self, path: PathId, seq: u64) {
-        if let Some(f) = self
-            .frontier
-            .get_mut(path as usize)
-            .filter(|_| seq < SEQ_LIMIT)
-        {
-            *f = (*f).max(seq + 1);
-        }
-    }
-    fn on_frontier(&mut self, path: PathId, next_seq: u64) {
-        if let Some(f) = self
-            .frontier
-            .get_mut(path as usize)
-            .filter(|_| next_seq <= SEQ_LIMIT)
-        {
-            *f = (*f).max(next_seq);
-        }
-    }
-    fn lost_below(&self, live: &[bool]) -> u64 {
-        self.frontier
-            .iter()
-            .zip(live)
-            .filter(|(_, l)| **l)
-            .map(|(f, _)| *f)
-            .min()
-            .unwrap_or(0)
-    }
-    fn reset(&mut self) {
-        self.frontier.iter_mut().for_each(|f| *f = 0);
-    }
-    fn name(&self) -> &'static str {
-        "path-frontier"
-    }
-}
+pub use crate::release::{PathFrontier, ReleasePolicy, ReleaseView, TimeoutOnly};
 
 #[cfg(test)]
 #[path = "reorder_tests.rs"]

@@ -129,22 +129,14 @@ fn sequence_numbers_near_the_top_are_refused() {
     let mut p = PathFrontier::new(1);
     p.on_data(0, u64::MAX);
     p.on_frontier(0, u64::MAX);
-    assert_eq!(p.lost_below(&[true]), 0);
-}
-
-#[test]
-fn path_frontier_policy() {
-    let mut p = PathFrontier::new(3);
-    p.on_data(0, 10);
-    p.on_data(1, 7);
-    assert_eq!(p.lost_below(&[true, true, false]), 8);
-    // A live path that has shown nothing yet blocks any release.
-    assert_eq!(p.lost_below(&[true, true, true]), 0);
-    p.on_frontier(2, 20);
-    assert_eq!(p.lost_below(&[true, true, true]), 8);
-    assert_eq!(p.lost_below(&[false, false, false]), 0);
-    p.reset();
-    assert_eq!(p.lost_below(&[true, true, true]), 0);
+    let view = ReleaseView {
+        now: 0,
+        live: &[true],
+        late_ns: &[None],
+        next: 0,
+        oldest: None,
+    };
+    assert_eq!(p.lost_below(&view), 0);
 }
 
 /// Reference model: the same specification written with ordered maps.

@@ -37,6 +37,7 @@ mod paths;
 mod qos;
 mod recovery;
 mod recv;
+mod release;
 mod send;
 pub use control::TAIL_PROBE_NS;
 pub use qos::FILL_MARGIN_NS;
@@ -291,6 +292,8 @@ pub struct Tunnel {
     rt_window: ReplayWindow,
     /// When [`Tunnel::handle_timeout`] last ran: deadlines up to it are done.
     timers_ran_at: Option<Nanos>,
+    /// Per path: how late a packet may arrive after a later one (`release.rs`).
+    late_ns: Vec<Option<Nanos>>,
 }
 
 /// A burst of sends on one path (see [`Tunnel::burst`]); ends when dropped.
@@ -393,6 +396,7 @@ impl Tunnel {
             rt_seq: 0,
             rt_window: ReplayWindow::default(),
             timers_ran_at: None,
+            late_ns: Vec::new(),
         }
     }
 
@@ -579,6 +583,7 @@ impl Tunnel {
         [
             self.queue_deadline(now),
             self.reorder.poll_timeout(),
+            self.release_deadline(),
             self.liveness_deadline(),
             self.crypto.as_ref().and_then(CryptoState::poll_timeout),
             self.recovery
@@ -597,16 +602,17 @@ impl Tunnel {
         self.finish_removals(now);
         self.liveness_timers(now);
         self.update_codel_rtt();
+        self.update_late_bounds();
         self.reorder.handle_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);
         }
-        if self
+        let recovery_due = self
             .recovery
             .as_ref()
             .and_then(recovery::Recovery::deadline)
-            .is_some_and(|d| d <= now)
-        {
+            .is_some_and(|d| d <= now);
+        if recovery_due || self.release_deadline().is_some_and(|d| d <= now) {
             self.apply_policy(now);
         }
         self.timers_ran_at = Some(now);

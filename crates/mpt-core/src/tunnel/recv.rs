@@ -234,16 +234,6 @@ impl Tunnel {
         r
     }
 
-    /// Release gaps the policy proved lost, except those loss recovery
-    /// still waits for.
-    pub(super) fn apply_policy(&mut self, now: Nanos) {
-        if self.reorder.held() > 0 {
-            let floor = self.policy.lost_below(&self.up);
-            let floor = self.recovery_floor(now, floor);
-            self.reorder.release_below(floor);
-        }
-    }
-
     /// A NACK: the peer asks for data packets again (loss recovery). A
     /// malformed body, or any NACK while recovery is off, is a counted drop.
     fn recv_nack(&mut self, now: Nanos, pid: PathId, next_seq: u64, body: &[u8]) -> Received {

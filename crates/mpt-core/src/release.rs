@@ -1,0 +1,254 @@
+//! Reorder release policies: when the reorder buffer may give up a gap
+//! before its `max_delay` ([`crate::reorder`]).
+//!
+//! The tunnel tells a policy what each path has shown and, at each
+//! decision, what it knows of the paths ([`ReleaseView`]); the policy
+//! answers with a floor below which nothing is waited for any more, and
+//! the time at which that floor may rise with no packet arriving.
+//!
+//! [`PathFrontier`] gives a gap up on two grounds:
+//!
+//! * **It cannot arrive any more.** Each path is FIFO, so once packet `s`
+//!   (or a probe announcing `s`) arrived on path `p`, every earlier
+//!   sequence number the sender put on `p` has arrived or is lost. The
+//!   minimum of these frontiers over live paths bounds what can still
+//!   come (the reasoning of multipath transport receivers, cf. RFC 8684
+//!   §3.3's data sequence mapping).
+//! * **It can no longer arrive in time.** The first packet after the gap
+//!   arrived at `t`. A packet the sender sent before it on path `p` is
+//!   expected by `t` plus `p`'s one-way delay above the fastest path's,
+//!   plus its jitter and the sender's scheduling margin
+//!   ([`ReleaseView::late_ns`], from the receiver's own delay estimates;
+//!   differences of one-way delays need no synchronised clocks). Once that
+//!   has passed on every live path that could still carry the gap, it is
+//!   given up — after a few milliseconds on equal paths instead of the
+//!   buffer's `max_delay`, which stays the bound when a path's delay is not
+//!   known yet. This is the receive-side counterpart of earliest-arrival
+//!   scheduling (ECF, Lim et al., CoNEXT 2017): the sender put each packet
+//!   where it arrives first, so a packet later than its path's expected
+//!   arrival by more than the margin was lost on the way.
+//!
+//! With loss recovery on, a gap given up here is asked for again first
+//! (`tunnel/recovery.rs`), so a late give-up costs a retransmission, not a
+//! loss seen by the inner TCP.
+//!
+//! Invariants: a policy never releases a gap that a live path may still
+//! fill within its expected delay; paths without an estimate never cause
+//! a release by time; no allocation per decision.
+
+use crate::{Nanos, PathId, NANOS_PER_MS};
+
+/// Margin on top of a path's expected delay above the fastest path
+/// (tuning knob: the sender's release batches and pacing, and the error of
+/// its expected-arrival estimate, which lets packets overtake each other
+/// by a few milliseconds).
+pub const LATE_MARGIN_NS: Nanos = 10 * NANOS_PER_MS;
+/// Jitter multiples added to a path's expected delay (tuning knob: the
+/// RFC 3550 jitter is about one standard deviation of a normal delay
+/// variation; four cover all but a few in 10^4 packets).
+pub const LATE_JITTER_GAIN: u64 = 4;
+
+/// What a policy may know at a decision.
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseView<'a> {
+    pub now: Nanos,
+    /// Whether path `p` is up.
+    pub live: &'a [bool],
+    /// Per path: how long after the arrival of a later packet (on any path)
+    /// a packet sent before it on `p` may still arrive; `None` while `p`'s
+    /// delay is not known.
+    pub late_ns: &'a [Option<Nanos>],
+    /// The next sequence number to deliver (the first gap while packets
+    /// are held).
+    pub next: u64,
+    /// The held packet that arrived first: (arrival time, sequence number).
+    pub oldest: Option<(Nanos, u64)>,
+}
+
+impl ReleaseView<'_> {
+    /// How late a packet on `p` may be, if known.
+    pub fn late(&self, p: usize) -> Option<Nanos> {
+        self.late_ns.get(p).copied().flatten()
+    }
+    fn is_live(&self, p: usize) -> bool {
+        self.live.get(p).copied().unwrap_or(false)
+    }
+}
+
+/// Decides when missing packets can be declared lost before `max_delay`.
+pub trait ReleasePolicy: Send {
+    /// Data packet `seq` arrived on `path`.
+    fn on_data(&mut self, path: PathId, seq: u64);
+    /// A control packet on `path` said the sender's next sequence number was
+    /// `next_seq` when it was sent.
+    fn on_frontier(&mut self, path: PathId, next_seq: u64);
+    /// Missing sequence numbers below the result are lost.
+    fn lost_below(&self, view: &ReleaseView) -> u64;
+    /// When [`ReleasePolicy::lost_below`] may rise with nothing arriving
+    /// (the tunnel's timer), if ever.
+    fn deadline(&self, _view: &ReleaseView) -> Option<Nanos> {
+        None
+    }
+    /// Forget everything (the sender restarted its sequence numbers).
+    fn reset(&mut self);
+    fn name(&self) -> &'static str;
+}
+
+/// Never proves loss: gaps wait for `max_delay` or window overflow.
+pub struct TimeoutOnly;
+
+impl ReleasePolicy for TimeoutOnly {
+    fn on_data(&mut self, _: PathId, _: u64) {}
+    fn on_frontier(&mut self, _: PathId, _: u64) {}
+    fn lost_below(&self, _: &ReleaseView) -> u64 {
+        0
+    }
+    fn reset(&mut self) {}
+    fn name(&self) -> &'static str {
+        "timeout"
+    }
+}
+
+/// Per-path frontier release with expected delays (module documentation).
+pub struct PathFrontier {
+    frontier: Vec<u64>,
+}
+
+impl PathFrontier {
+    pub fn new(paths: usize) -> Self {
+        Self {
+            frontier: vec![0; paths],
+        }
+    }
+
+    /// The lowest frontier of the live paths: nothing below it can come.
+    fn frontier_floor(&self, view: &ReleaseView) -> u64 {
+        (0..self.frontier.len())
+            .filter(|p| view.is_live(*p))
+            .map(|p| self.frontier[p])
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// When the gap at `view.next` stops being waited for: the first later
+    /// arrival plus the largest expected lateness of the live paths that
+    /// could still carry it. `None` when no packet is held, when no live
+    /// path can carry it (the frontier already gave it up) or when one
+    /// that can has no delay estimate.
+    fn give_up_at(&self, view: &ReleaseView) -> Option<Nanos> {
+        let (arrived, _) = view.oldest?;
+        let mut wait: Option<Nanos> = None;
+        for (p, f) in self.frontier.iter().enumerate() {
+            if view.is_live(p) && *f <= view.next {
+                wait = Some(wait.unwrap_or(0).max(view.late(p)?));
+            }
+        }
+        Some(arrived.saturating_add(wait?))
+    }
+}
+
+impl ReleasePolicy for PathFrontier {
+    fn on_data(&mut self, path: PathId, seq: u64) {
+        if let Some(f) = self
+            .frontier
+            .get_mut(path as usize)
+            .filter(|_| seq < crate::reorder::SEQ_LIMIT)
+        {
+            *f = (*f).max(seq + 1);
+        }
+    }
+    fn on_frontier(&mut self, path: PathId, next_seq: u64) {
+        if let Some(f) = self
+            .frontier
+            .get_mut(path as usize)
+            .filter(|_| next_seq <= crate::reorder::SEQ_LIMIT)
+        {
+            *f = (*f).max(next_seq);
+        }
+    }
+    fn lost_below(&self, view: &ReleaseView) -> u64 {
+        let floor = self.frontier_floor(view);
+        match (self.give_up_at(view), view.oldest) {
+            (Some(at), Some((_, seq))) if at <= view.now => floor.max(seq),
+            _ => floor,
+        }
+    }
+    fn deadline(&self, view: &ReleaseView) -> Option<Nanos> {
+        self.give_up_at(view)
+    }
+    fn reset(&mut self) {
+        self.frontier.iter_mut().for_each(|f| *f = 0);
+    }
+    fn name(&self) -> &'static str {
+        "path-frontier"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view<'a>(live: &'a [bool], late: &'a [Option<Nanos>], now: Nanos) -> ReleaseView<'a> {
+        ReleaseView {
+            now,
+            live,
+            late_ns: late,
+            next: 0,
+            oldest: None,
+        }
+    }
+
+    #[test]
+    fn frontier_alone() {
+        let none = [None; 3];
+        let mut p = PathFrontier::new(3);
+        p.on_data(0, 10);
+        p.on_data(1, 7);
+        assert_eq!(p.lost_below(&view(&[true, true, false], &none, 0)), 8);
+        // A live path that has shown nothing yet blocks any release.
+        assert_eq!(p.lost_below(&view(&[true, true, true], &none, 0)), 0);
+        p.on_frontier(2, 20);
+        assert_eq!(p.lost_below(&view(&[true, true, true], &none, 0)), 8);
+        assert_eq!(p.lost_below(&view(&[false, false, false], &none, 0)), 0);
+        p.reset();
+        assert_eq!(p.lost_below(&view(&[true, true, true], &none, 0)), 0);
+    }
+
+    #[test]
+    fn a_gap_is_waited_for_as_long_as_the_slowest_path_that_can_fill_it() {
+        let ms = NANOS_PER_MS;
+        let mut p = PathFrontier::new(3);
+        // Packet 5 arrived at 100 ms on path 0; 0..5 are missing. Path 1
+        // may be 40 ms late, path 2 is down.
+        p.on_data(0, 5);
+        let live = [true, true, false];
+        let late = [Some(10 * ms), Some(40 * ms), None];
+        let mut v = view(&live, &late, 100 * ms);
+        v.oldest = Some((100 * ms, 5));
+        // Path 0 passed the gap; path 1 can still carry it until 140 ms.
+        assert_eq!(p.deadline(&v), Some(140 * ms));
+        assert_eq!(p.lost_below(&v), 0);
+        v.now = 139 * ms;
+        assert_eq!(p.lost_below(&v), 0);
+        v.now = 140 * ms;
+        assert_eq!(p.lost_below(&v), 5);
+        // Path 1 shows it has moved past the gap: given up at once.
+        v.now = 101 * ms;
+        p.on_data(1, 6);
+        assert_eq!(p.lost_below(&v), 6);
+        assert_eq!(p.deadline(&v), None);
+    }
+
+    #[test]
+    fn an_unknown_delay_never_gives_a_gap_up_by_time() {
+        let mut p = PathFrontier::new(2);
+        p.on_data(0, 5);
+        let live = [true, true];
+        let late = [Some(1), None];
+        let mut v = view(&live, &late, u64::MAX);
+        v.oldest = Some((0, 5));
+        assert_eq!(p.deadline(&v), None);
+        assert_eq!(p.lost_below(&v), 0);
+        assert_eq!(TimeoutOnly.lost_below(&v), 0);
+    }
+}

@@ -1,0 +1,70 @@
+//! The tunnel's side of the reorder release ([`crate::release`]): what it
+//! tells the policy of each path, and when it asks.
+//!
+//! * Each path's expected lateness is its smoothed one-way delay above the
+//!   fastest live path's, plus [`LATE_JITTER_GAIN`] times its jitter and
+//!   [`LATE_MARGIN_NS`], at most the reorder buffer's `max_delay`. It is
+//!   refreshed when the timers run, not per packet.
+//! * The policy is asked on every data packet while packets are held, and
+//!   at its deadline by the timer.
+//!
+//! Invariants: `late_ns[p]` is `None` for a path with no delay estimate or
+//! that is not up; a give-up by time goes through loss recovery
+//! ([`Tunnel::recovery_floor`]) like any other.
+
+use super::Tunnel;
+use crate::release::{ReleaseView, LATE_JITTER_GAIN, LATE_MARGIN_NS};
+use crate::Nanos;
+
+impl Tunnel {
+    /// Refresh each path's expected lateness (module documentation).
+    pub(super) fn update_late_bounds(&mut self) {
+        let (paths, up) = (&self.paths, &self.up);
+        let delay = |i: usize| up[i].then(|| paths[i].rx_delay()).flatten();
+        let fastest = (0..paths.len()).filter_map(delay).map(|(d, _)| d).min();
+        let cap = self.reorder_max_delay;
+        self.late_ns.clear();
+        if let Some(f) = fastest {
+            self.late_ns.extend((0..paths.len()).map(|i| {
+                delay(i).map(|(d, jitter)| {
+                    let above = d.saturating_sub(f).max(0) as Nanos;
+                    (above + LATE_JITTER_GAIN * jitter + LATE_MARGIN_NS).min(cap)
+                })
+            }));
+        }
+    }
+
+    /// When the policy may give a gap up with nothing arriving.
+    pub(super) fn release_deadline(&mut self) -> Option<Nanos> {
+        if self.reorder.held() == 0 {
+            return None;
+        }
+        let oldest = self.reorder.oldest_arrival();
+        let view = ReleaseView {
+            now: self.timers_ran_at.unwrap_or(0),
+            live: &self.up,
+            late_ns: &self.late_ns,
+            next: self.reorder.next_seq(),
+            oldest,
+        };
+        self.policy.deadline(&view)
+    }
+
+    /// Release gaps the policy gave up, except those loss recovery still
+    /// waits for.
+    pub(super) fn apply_policy(&mut self, now: Nanos) {
+        if self.reorder.held() > 0 {
+            let oldest = self.reorder.oldest_arrival();
+            let view = ReleaseView {
+                now,
+                live: &self.up,
+                late_ns: &self.late_ns,
+                next: self.reorder.next_seq(),
+                oldest,
+            };
+            let floor = self.policy.lost_below(&view);
+            let floor = self.recovery_floor(now, floor);
+            self.reorder.release_below(floor);
+        }
+    }
+}
