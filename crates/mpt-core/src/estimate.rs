@@ -22,6 +22,9 @@
 //!   queued and its sender would slow it to nothing; the smoothed value
 //!   averages the jitter out first (LEDBAT's noise filtering, RFC 6817
 //!   §3.4.2, applied to both ends of the difference).
+//! * Peak one-way delay: the maximum over [`DELAY_PEAK_WINDOW_NS`], for
+//!   the receiver's reorder release ([`crate::release`]): how late a
+//!   packet on this path may still come, jitter and queue included.
 //! * Jitter: RFC 3550 §6.4.1 interarrival jitter, the mean change of
 //!   transit from one packet to the next (gain 1/16); the receiver reports
 //!   it so that the sender can tell a radio link's own delay variation
@@ -53,6 +56,9 @@ const RATE_BUCKETS: usize = (RATE_WINDOW_NS / RATE_INTERVAL_NS) as usize;
 pub const DELAY_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Buckets of the floor window.
 const DELAY_BUCKETS: usize = 10;
+/// Window of the one-way-delay peak (tuning knob: long enough to hold a
+/// radio link's jitter tail, short enough to forget a queue that drained).
+pub const DELAY_PEAK_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;
 /// Smoothing gain of the one-way delay, as a shift (1/8: RFC 6298 §2.3).
 const DELAY_GAIN_SHIFT: u32 = 3;
 /// A change of one-way delay larger than this is a clock step, not a
@@ -182,6 +188,7 @@ impl RateMeter {
 pub struct DelayMeter {
     floor: Windowed<DELAY_BUCKETS>,
     base: Windowed<DELAY_BUCKETS>,
+    peak: Windowed<DELAY_BUCKETS>,
     smoothed: Option<i64>,
 }
 
@@ -190,6 +197,7 @@ impl Default for DelayMeter {
         Self {
             floor: Windowed::new(DELAY_FLOOR_WINDOW_NS, false),
             base: Windowed::new(DELAY_FLOOR_WINDOW_NS, false),
+            peak: Windowed::new(DELAY_PEAK_WINDOW_NS, true),
             smoothed: None,
         }
     }
@@ -208,10 +216,12 @@ impl DelayMeter {
             // new ones, start over.
             self.floor.reset(now, transit_ns);
             self.base.reset(now, transit_ns);
+            self.peak.reset(now, transit_ns);
             self.smoothed = Some(transit_ns);
             return;
         }
         self.floor.update(now, transit_ns);
+        self.peak.update(now, transit_ns);
         let smoothed = match self.smoothed {
             None => transit_ns,
             Some(s) => s.saturating_add(transit_ns.saturating_sub(s) >> DELAY_GAIN_SHIFT),
@@ -223,6 +233,12 @@ impl DelayMeter {
     /// The lowest one-way delay of the window (with the clock offset).
     pub fn floor_ns(&self, now: Nanos) -> Option<i64> {
         self.floor.get(now)
+    }
+
+    /// The highest one-way delay of the last [`DELAY_PEAK_WINDOW_NS`]
+    /// (with the clock offset): how late a packet on the path may come.
+    pub fn peak_ns(&self, now: Nanos) -> Option<i64> {
+        self.peak.get(now)
     }
 
     /// The smoothed one-way delay (with the clock offset).

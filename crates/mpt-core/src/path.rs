@@ -263,13 +263,13 @@ impl PathState {
         self.meters.estimates(now)
     }
 
-    /// The peer-to-us one-way delay, smoothed, and its RFC 3550 jitter, ns.
-    /// The delay holds the unknown offset of the peer's clock, the same on
-    /// every path of one peer, so only differences between paths mean
-    /// anything ([`crate::release`]).
-    pub fn rx_delay(&self) -> Option<(i64, Nanos)> {
-        let d = self.meters.delay.smoothed_ns()?;
-        Some((d, self.meters.jitter.jitter_ns().unwrap_or(0)))
+    /// The peer-to-us one-way delay's floor and recent peak, ns. Both hold
+    /// the unknown offset of the peer's clock, the same on every path of
+    /// one peer, so only differences between paths mean anything
+    /// ([`crate::release`]).
+    pub fn rx_delay_range(&self, now: Nanos) -> Option<(i64, i64)> {
+        let d = &self.meters.delay;
+        Some((d.floor_ns(now)?, d.peak_ns(now)?))
     }
 
     /// An RTT sample from an echo (RFC 6298 §2.2–2.3).

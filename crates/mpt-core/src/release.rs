@@ -15,18 +15,21 @@
 //!   come (the reasoning of multipath transport receivers, cf. RFC 8684
 //!   §3.3's data sequence mapping).
 //! * **It can no longer arrive in time.** The first packet after the gap
-//!   arrived at `t`. A packet the sender sent before it on path `p` is
-//!   expected by `t` plus `p`'s one-way delay above the fastest path's,
-//!   plus its jitter and the sender's scheduling margin
-//!   ([`ReleaseView::late_ns`], from the receiver's own delay estimates;
-//!   differences of one-way delays need no synchronised clocks). Once that
-//!   has passed on every live path that could still carry the gap, it is
-//!   given up — after a few milliseconds on equal paths instead of the
-//!   buffer's `max_delay`, which stays the bound when a path's delay is not
-//!   known yet. This is the receive-side counterpart of earliest-arrival
-//!   scheduling (ECF, Lim et al., CoNEXT 2017): the sender put each packet
-//!   where it arrives first, so a packet later than its path's expected
-//!   arrival by more than the margin was lost on the way.
+//!   arrived at `t` and was sent at `t - d`, where `d` is at least the
+//!   lowest one-way delay of any live path. A packet the sender sent
+//!   before it on path `p` arrives by `t - d` plus `p`'s highest recent
+//!   one-way delay, jitter and queue included: by `t` plus `p`'s peak
+//!   delay above the fastest path's floor, plus a margin for the sender's
+//!   scheduling ([`ReleaseView::late_ns`], from the receiver's own delay
+//!   estimates; differences of one-way delays need no synchronised
+//!   clocks). Once that has passed on every live path that could still
+//!   carry the gap, it is given up — after a few milliseconds on equal
+//!   paths instead of the buffer's `max_delay`, which stays the bound when
+//!   a path's delay is not known yet. This is the receive-side counterpart
+//!   of earliest-arrival scheduling (ECF, Lim et al., CoNEXT 2017): the
+//!   sender put each packet where it arrives first, so a packet later
+//!   than its path's worst recent delay by more than the margin was lost
+//!   on the way.
 //!
 //! With loss recovery on, a gap given up here is asked for again first
 //! (`tunnel/recovery.rs`), so a late give-up costs a retransmission, not a
@@ -38,15 +41,11 @@
 
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
-/// Margin on top of a path's expected delay above the fastest path
+/// Margin on top of a path's peak delay above the fastest path's floor
 /// (tuning knob: the sender's release batches and pacing, and the error of
 /// its expected-arrival estimate, which lets packets overtake each other
 /// by a few milliseconds).
 pub const LATE_MARGIN_NS: Nanos = 10 * NANOS_PER_MS;
-/// Jitter multiples added to a path's expected delay (tuning knob: the
-/// RFC 3550 jitter is about one standard deviation of a normal delay
-/// variation; four cover all but a few in 10^4 packets).
-pub const LATE_JITTER_GAIN: u64 = 4;
 
 /// What a policy may know at a decision.
 #[derive(Debug, Clone, Copy)]

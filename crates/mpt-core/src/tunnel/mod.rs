@@ -602,7 +602,7 @@ impl Tunnel {
         self.finish_removals(now);
         self.liveness_timers(now);
         self.update_codel_rtt();
-        self.update_late_bounds();
+        self.update_late_bounds(now);
         self.reorder.handle_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);

@@ -1,8 +1,8 @@
 //! The tunnel's side of the reorder release ([`crate::release`]): what it
 //! tells the policy of each path, and when it asks.
 //!
-//! * Each path's expected lateness is its smoothed one-way delay above the
-//!   fastest live path's, plus [`LATE_JITTER_GAIN`] times its jitter and
+//! * Each path's expected lateness is its peak one-way delay of the last
+//!   two seconds above the fastest live path's floor, plus
 //!   [`LATE_MARGIN_NS`], at most the reorder buffer's `max_delay`. It is
 //!   refreshed when the timers run, not per packet.
 //! * The policy is asked on every data packet while packets are held, and
@@ -13,22 +13,22 @@
 //! ([`Tunnel::recovery_floor`]) like any other.
 
 use super::Tunnel;
-use crate::release::{ReleaseView, LATE_JITTER_GAIN, LATE_MARGIN_NS};
+use crate::release::{ReleaseView, LATE_MARGIN_NS};
 use crate::Nanos;
 
 impl Tunnel {
     /// Refresh each path's expected lateness (module documentation).
-    pub(super) fn update_late_bounds(&mut self) {
+    pub(super) fn update_late_bounds(&mut self, now: Nanos) {
         let (paths, up) = (&self.paths, &self.up);
-        let delay = |i: usize| up[i].then(|| paths[i].rx_delay()).flatten();
-        let fastest = (0..paths.len()).filter_map(delay).map(|(d, _)| d).min();
+        let range = |i: usize| up[i].then(|| paths[i].rx_delay_range(now)).flatten();
+        let fastest = (0..paths.len()).filter_map(range).map(|(f, _)| f).min();
         let cap = self.reorder_max_delay;
         self.late_ns.clear();
-        if let Some(f) = fastest {
+        if let Some(fastest) = fastest {
             self.late_ns.extend((0..paths.len()).map(|i| {
-                delay(i).map(|(d, jitter)| {
-                    let above = d.saturating_sub(f).max(0) as Nanos;
-                    (above + LATE_JITTER_GAIN * jitter + LATE_MARGIN_NS).min(cap)
+                range(i).map(|(_, peak)| {
+                    let above = peak.saturating_sub(fastest).max(0) as Nanos;
+                    (above + LATE_MARGIN_NS).min(cap)
                 })
             }));
         }
