@@ -46,6 +46,19 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         detail = status(star, tmp_path, "--peer", "client1")
         assert "path link0" in detail and "path link1" in detail
 
+        # A reload caps one path toward client 1 on its running tunnel;
+        # the session stays.
+        conf = tmp_path / "server.toml"
+        block = f'allowed_ips = ["{client_tunnel(1)}/32"]\n'
+        conf.write_text(conf.read_text().replace(block, block + "path_rate_mbit = { link1 = 3 }\n"))
+        sock = ["-s", str(tmp_path / "server.sock")]
+        out = run([str(mpt_binary()), "reload", *sock], ns=star.ns("s")).stdout
+        assert "peer limits changed: client1" in out, out
+        peer1 = json.loads(status(star, tmp_path, "--peer", "client1", "--json"))
+        caps = [p["sending"]["cap_mbps"] for p in peer1["tunnel"]["paths"]]
+        assert caps == [None, 3.0], caps
+        assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
+
         # Client 0 speaks with client 1's address: dropped, counted.
         run(["ip", "addr", "add", f"{client_tunnel(1)}/32", "dev", "mpc0"], ns=star.ns(0))
         spoof = run(
@@ -59,7 +72,6 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         assert doc["peers"][0]["source_not_allowed"] >= 3
 
         # Peers leave and come back at runtime; the others do not notice.
-        sock = ["-s", str(tmp_path / "server.sock")]
         run([str(mpt_binary()), "peer", *sock, "remove", "client2"], ns=star.ns("s"))
         assert ping(star, 2, SERVER_TUNNEL, count=2, interval=0.1).received == 0  # type: ignore[arg-type]
         assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]

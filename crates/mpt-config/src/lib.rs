@@ -746,6 +746,10 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         for m in peers::cross_check(&peers) {
             ctx.error(None, "peer", m);
         }
+        let names: Vec<&str> = paths.iter().map(|p| p.name.as_str()).collect();
+        for m in peers::check_limits(&peers, &names, scheduler == SchedulerMode::Ecf) {
+            ctx.error(None, "peer", m);
+        }
         for (i, p) in paths.iter().enumerate() {
             if p.remote.is_some() || p.remote_host.is_some() {
                 ctx.error(

@@ -9,6 +9,13 @@
 //! preshared_key_file = "psk/site-17"       # optional; or preshared_key
 //! allowed_ips = ["10.200.17.2/32", "fd00:200::17/128"]
 //! routes = ["192.168.17.0/24"]             # optional: networks behind it
+//! rate_mbit = 20                           # optional: cap on every path to it
+//! path_rate_mbit = { lte = 5 }             # optional: caps on named paths
+//! [peer.qos]                               # optional: its own classes
+//! [[peer.qos.class]]                       #   (the [qos] syntax)
+//! name = "voip"
+//! dscp = ["EF"]
+//! realtime = true
 //! ```
 //!
 //! A file in `peers_dir` (`*.toml`, read in name order) holds the same keys
@@ -17,6 +24,11 @@
 //! `allowed_ips` are the addresses the peer may send from and the
 //! destinations it is sent to (WireGuard's allowed IPs); `routes` are
 //! allowed IPs too, and the daemon also routes them into the tunnel.
+//!
+//! `rate_mbit` and `path_rate_mbit` cap what the server sends to the peer
+//! (the lowest of them and the server path's own `rate_mbit` applies);
+//! `qos` replaces the server's `[qos]` for this peer. They need path-aware
+//! sending, checked with the rest of the file.
 //!
 //! Invariants of the result: every peer has a valid public key, at least
 //! one allowed IP, and a unique name; no public key and no prefix belongs
@@ -39,7 +51,13 @@ pub const PEER_BLOCK_KEYS: &[&str] = &[
     "preshared_key_file",
     "allowed_ips",
     "routes",
+    "rate_mbit",
+    "path_rate_mbit",
+    "qos",
 ];
+
+/// Largest per-peer cap, Mbit/s (a typo guard, as a path's).
+const MAX_RATE_MBIT: i64 = 1_000_000;
 
 /// Most peer files read from `peers_dir` (a guard against a wrong path).
 pub const MAX_PEER_FILES: usize = 100_000;
@@ -53,6 +71,12 @@ pub struct PeerSection {
     pub allowed_ips: Vec<IpNet>,
     /// Networks behind the peer (allowed IPs that also get a route).
     pub routes: Vec<IpNet>,
+    /// Cap on every path toward the peer, Mbit/s.
+    pub rate_mbit: Option<u64>,
+    /// Caps on named paths (the server's path names), Mbit/s.
+    pub path_rate_mbit: Vec<(String, u64)>,
+    /// Traffic classes of this peer instead of the server's.
+    pub qos: Option<mpt_core::qos::QosConfig>,
     /// Where it was configured (`file` or `file:line`), for errors.
     pub source: String,
 }
@@ -85,6 +109,34 @@ fn prefixes(ctx: &mut Ctx<'_>, r: &TableReader<'_>, k: &str) -> Vec<IpNet> {
     out
 }
 
+/// `path_rate_mbit`: path name to Mbit/s, as an inline table or a table.
+fn path_caps(ctx: &mut Ctx<'_>, r: &TableReader<'_>, t: &Table) -> Vec<(String, u64)> {
+    let Some(item) = t.get("path_rate_mbit") else {
+        return vec![];
+    };
+    let key = r.key("path_rate_mbit");
+    let Some(tl) = item.as_table_like() else {
+        ctx.error(
+            r.span("path_rate_mbit"),
+            &key,
+            "must be a table of path names to Mbit/s, like { lte = 5 }",
+        );
+        return vec![];
+    };
+    let mut out = vec![];
+    for (name, v) in tl.iter() {
+        match v.as_integer().filter(|m| (1..=MAX_RATE_MBIT).contains(m)) {
+            Some(m) => out.push((name.to_string(), m as u64)),
+            None => ctx.error(
+                r.span("path_rate_mbit"),
+                &format!("{key}.{name}"),
+                format!("must be a whole number of Mbit/s from 1 to {MAX_RATE_MBIT}"),
+            ),
+        }
+    }
+    out
+}
+
 /// Read one peer from table `t`; `default_name` when it names none.
 pub fn read_peer(
     ctx: &mut Ctx<'_>,
@@ -109,6 +161,15 @@ pub fn read_peer(
         );
     }
     let routes = prefixes(ctx, &r, "routes");
+    let rate_mbit = r
+        .int(ctx, "rate_mbit", (1, MAX_RATE_MBIT))
+        .map(|v| v as u64);
+    let path_rate_mbit = path_caps(ctx, &r, t);
+    // Whether sending is paced is checked with the rest of the file.
+    let qos = match t.get("qos") {
+        None => None,
+        Some(_) => crate::table(ctx, t, "qos").and_then(|q| crate::qos::read(ctx, Some(q), true)),
+    };
     r.finish(ctx);
     let source = match line {
         Some(l) => format!("{}:{l}", ctx.file),
@@ -121,6 +182,9 @@ pub fn read_peer(
         psk,
         allowed_ips,
         routes,
+        rate_mbit,
+        path_rate_mbit,
+        qos,
         source,
     })
 }
@@ -187,6 +251,32 @@ pub fn read_dir(
     } else {
         Err(errors)
     }
+}
+
+/// Problems between the peers and the server's paths: a cap on a path the
+/// server does not have, limits without path-aware sending.
+pub fn check_limits(peers: &[PeerSection], path_names: &[&str], paced: bool) -> Vec<String> {
+    let mut out = vec![];
+    for p in peers {
+        for (name, _) in &p.path_rate_mbit {
+            if !path_names.contains(&name.as_str()) {
+                out.push(format!(
+                    "peer '{}' ({}): path_rate_mbit names path '{name}', which is not one of the server's paths ({})",
+                    p.name,
+                    p.source,
+                    path_names.join(", ")
+                ));
+            }
+        }
+        let limited = p.rate_mbit.is_some() || !p.path_rate_mbit.is_empty() || p.qos.is_some();
+        if limited && !paced {
+            out.push(format!(
+                "peer '{}' ({}): rate_mbit, path_rate_mbit and qos need path-aware sending (scheduler mode \"ecf\")",
+                p.name, p.source
+            ));
+        }
+    }
+    out
 }
 
 /// Problems between peers: a name, public key or prefix used twice.

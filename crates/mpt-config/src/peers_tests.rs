@@ -222,3 +222,65 @@ fn announce_table_is_a_concentrator_s_and_not_the_kernel_s() {
         "{e}"
     );
 }
+
+#[test]
+fn a_peer_may_have_its_own_caps_and_classes() {
+    let text = server("")
+        + &format!(
+            r#"
+[[peer]]
+name = "site-1"
+public_key = "{}"
+allowed_ips = ["10.200.1.2/32"]
+rate_mbit = 20
+path_rate_mbit = {{ b = 5 }}
+[peer.qos]
+[[peer.qos.class]]
+name = "voip"
+dscp = ["EF"]
+realtime = true
+[[peer]]
+public_key = "{}"
+allowed_ips = ["10.200.2.2/32"]
+"#,
+            key(1),
+            key(2)
+        );
+    let c = parse(&text).unwrap();
+    let p = &c.peers[0];
+    assert_eq!(p.rate_mbit, Some(20));
+    assert_eq!(p.path_rate_mbit, vec![("b".to_string(), 5)]);
+    let q = p.qos.as_ref().expect("the peer's classes");
+    assert!(q.classes.iter().any(|k| k.name == "voip" && k.realtime));
+    let other = &c.peers[1];
+    assert!(other.rate_mbit.is_none() && other.path_rate_mbit.is_empty() && other.qos.is_none());
+}
+
+#[test]
+fn a_peer_cap_on_a_missing_path_or_without_pacing_is_named() {
+    let peer = |extra: &str| {
+        format!(
+            "[[peer]]\nname = \"s\"\npublic_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n{extra}\n",
+            key(1)
+        )
+    };
+    let e = errors(&(server("") + &peer("path_rate_mbit = { lte = 5 }")));
+    assert!(
+        e.contains(
+            "path_rate_mbit names path 'lte', which is not one of the server's paths (a, b)"
+        ),
+        "{e}"
+    );
+    let e = errors(&(server("") + &peer("path_rate_mbit = { a = 0 }\nrate_mbit = -1")));
+    assert!(
+        e.contains("peer[1].path_rate_mbit.a: must be a whole number"),
+        "{e}"
+    );
+    assert!(e.contains("peer[1].rate_mbit"), "{e}");
+    let e = errors(&(server("") + &peer("path_rate_mbit = 5")));
+    assert!(e.contains("must be a table of path names"), "{e}");
+    let weights = server("").replace("name = \"a\"\n", "name = \"a\"\nweight = 1\n");
+    let weights = weights.replace("name = \"b\"\n", "name = \"b\"\nweight = 1\n");
+    let e = errors(&(weights + &peer("rate_mbit = 5")));
+    assert!(e.contains("need path-aware sending"), "{e}");
+}

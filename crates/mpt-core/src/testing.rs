@@ -248,5 +248,6 @@ pub fn client_peer(c: u32) -> crate::concentrator::PeerConfig {
         public_key: client_key(c).public(),
         psk: client_psk(c),
         allowed_ips: vec![std::net::IpAddr::V4(client_inner_addr(c)).into()],
+        limits: Default::default(),
     }
 }

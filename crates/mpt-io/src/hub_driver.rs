@@ -136,6 +136,7 @@ fn parse_peer(spec: &str) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
             public_key: key,
             psk,
             allowed_ips: allowed,
+            limits: Default::default(),
         },
         routes,
     ))
@@ -350,8 +351,16 @@ impl HubDriver {
         }
         let mut added = vec![];
         let mut errors = vec![];
+        let mut changed = vec![];
         for (cfg, routes) in want {
-            if have.iter().any(|(_, k)| *k == cfg.public_key.0) {
+            if let Some((id, _)) = have.iter().find(|(_, k)| *k == cfg.public_key.0) {
+                let now = self.hub.clock.now();
+                let c = self.hub.concentrator_mut();
+                if c.peer(*id).is_some_and(|p| p.cfg.limits != cfg.limits) {
+                    info!(peer = %cfg.name, "peer limits changed by reload ({who})");
+                    c.set_limits(*id, cfg.limits, now);
+                    changed.push(json!(cfg.name));
+                }
                 continue;
             }
             let r = self.add(cfg, routes, who);
@@ -360,7 +369,7 @@ impl HubDriver {
                 None => added.push(r["name"].clone()),
             }
         }
-        json!({ "ok": errors.is_empty(), "added": added, "removed": removed, "errors": errors })
+        json!({ "ok": errors.is_empty(), "added": added, "removed": removed, "changed": changed, "errors": errors })
     }
 
     fn peer_detail(&mut self, id: PeerId) -> Value {

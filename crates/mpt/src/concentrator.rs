@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use mpt_config::{Config, PeerSection};
-use mpt_core::concentrator::{Concentrator, PeerConfig};
+use mpt_core::concentrator::{Concentrator, PeerConfig, PeerLimits};
 use mpt_core::crypto::keys::PresharedKey;
 use mpt_io::control::ControlSocket;
 use mpt_io::hub_driver::{HubDriver, PeerHooks};
@@ -41,6 +41,15 @@ pub fn peer_config(p: &PeerSection) -> (PeerConfig, Vec<IpNet>) {
             public_key: p.public_key,
             psk: p.psk.clone().unwrap_or(PresharedKey([0; 32])),
             allowed_ips: p.prefixes().collect(),
+            limits: PeerLimits {
+                rate_cap_bps: p.rate_mbit.map(|m| m * 1_000_000),
+                path_caps_bps: p
+                    .path_rate_mbit
+                    .iter()
+                    .map(|(n, m)| (n.clone(), m * 1_000_000))
+                    .collect(),
+                qos: p.qos.clone(),
+            },
         },
         p.routes.clone(),
     )

@@ -231,7 +231,18 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<()> {
             })
             .unwrap_or_default()
     };
-    let (applied, restart, failed) = (list("applied"), list("needs_restart"), list("failed"));
+    let (mut applied, restart, mut failed) =
+        (list("applied"), list("needs_restart"), list("failed"));
+    // A concentrator answers with the peers it added, removed and changed.
+    for (k, what) in [("added", "peer added"), ("removed", "peer removed")] {
+        applied.extend(list(k).into_iter().map(|n| format!("{what}: {n}")));
+    }
+    let changed = list("changed").into_iter();
+    applied.extend(changed.map(|n| format!("peer limits changed: {n}")));
+    failed.extend(list("errors"));
+    if let Some(e) = v.get("error").and_then(Value::as_str) {
+        failed.push(e.to_string());
+    }
     if applied.is_empty() && restart.is_empty() && failed.is_empty() {
         println!("configuration reloaded: nothing changed");
     }

@@ -41,7 +41,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use blake2::{Blake2s256, Digest};
 
-pub use peer::{Peer, PeerConfig};
+pub use peer::{Peer, PeerConfig, PeerLimits};
 pub use table::{AllowedIps, PeerId};
 
 use crate::crypto::cookie::MacKeys;
@@ -206,6 +206,19 @@ impl Concentrator {
         self.by_key.remove(&peer.cfg.public_key.0);
         self.free.push(id);
         Some(peer.cfg)
+    }
+
+    /// Change a peer's limits (a reload); a tunnel already made follows at
+    /// once. `false` when there is no such peer.
+    pub fn set_limits(&mut self, id: PeerId, limits: PeerLimits, now: Nanos) -> bool {
+        let Some(p) = self.peers.get_mut(id as usize).and_then(Option::as_mut) else {
+            return false;
+        };
+        if let Some(t) = p.tunnel.as_mut() {
+            limits.apply(t, &self.template, now);
+        }
+        p.cfg.limits = limits;
+        true
     }
 
     pub fn peer(&self, id: PeerId) -> Option<&Peer> {
