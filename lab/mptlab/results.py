@@ -227,6 +227,13 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
                 notes = notes or _mix_notes(det)
             elif "outage_s" in det:
                 notes = f"survived {det.get('survived')}, outage {det['outage_s']} s"
+                if det.get("rates_after_shape"):
+                    # A shape event: back at 85 % of the new sum after
+                    # `recovery_s`, and the longest stall.
+                    notes += (
+                        f"; at 85% of the new sum after {det.get('recovery_s')} s,"
+                        f" longest stall {det.get('longest_stall_s')} s"
+                    )
             elif "lost_percent" in det:
                 notes = f"loss {det['lost_percent']:.2f}%"
             elif "retransmits" in det and det["retransmits"] is not None:
