@@ -31,6 +31,9 @@
 //!   than its path's worst recent delay by more than the margin was lost
 //!   on the way.
 //!
+//! The margin adapts ([`LateMargin`]): a gap given up that arrives after
+//! all widens it, as RACK widens its reordering window (RFC 8985 §6.2).
+//!
 //! With loss recovery on, a gap given up here is asked for again first
 //! (`tunnel/recovery.rs`), so a late give-up costs a retransmission, not a
 //! loss seen by the inner TCP.
@@ -46,6 +49,62 @@ use crate::{Nanos, PathId, NANOS_PER_MS};
 /// its expected-arrival estimate, which lets packets overtake each other
 /// by a few milliseconds).
 pub const LATE_MARGIN_NS: Nanos = 10 * NANOS_PER_MS;
+/// The margin grows by one [`LATE_MARGIN_NS`] each time a gap given up
+/// arrives after all (late, or as the duplicate of its resent copy), at
+/// most once per [`LATE_BUMP_GAP_NS`] and up to [`LATE_MULT_MAX`] times
+/// the margin, and shrinks by one step after [`LATE_DECAY_NS`] without
+/// such evidence: RACK's adaptive reordering window (RFC 8985 §6.2.1,
+/// which grows it on each spurious retransmission, DSACK, and resets it
+/// after a run of recoveries). It is the sender's wait in its own path
+/// queue, which the one-way delay does not hold, that it learns (tuning
+/// knobs).
+pub const LATE_MULT_MAX: u32 = 16;
+pub const LATE_BUMP_GAP_NS: Nanos = 100 * NANOS_PER_MS;
+pub const LATE_DECAY_NS: Nanos = 10_000 * NANOS_PER_MS;
+
+/// The adaptive margin (see [`LATE_MULT_MAX`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LateMargin {
+    mult: u32,
+    changed_at: Option<Nanos>,
+}
+
+impl Default for LateMargin {
+    fn default() -> Self {
+        Self {
+            mult: 1,
+            changed_at: None,
+        }
+    }
+}
+
+impl LateMargin {
+    /// The margin now, ns.
+    pub fn get(&self) -> Nanos {
+        LATE_MARGIN_NS * u64::from(self.mult)
+    }
+
+    /// A packet given up arrived after all: the margin was too short.
+    pub fn on_spurious(&mut self, now: Nanos) {
+        let recent = self
+            .changed_at
+            .is_some_and(|t| now.saturating_sub(t) < LATE_BUMP_GAP_NS);
+        if !recent && self.mult < LATE_MULT_MAX {
+            self.mult += 1;
+            self.changed_at = Some(now);
+        }
+    }
+
+    /// Shrink by a step after a quiet [`LATE_DECAY_NS`].
+    pub fn on_timer(&mut self, now: Nanos) {
+        if let Some(t) = self.changed_at {
+            if self.mult > 1 && now.saturating_sub(t) >= LATE_DECAY_NS {
+                self.mult -= 1;
+                self.changed_at = Some(now);
+            }
+        }
+    }
+}
 
 /// What a policy may know at a decision.
 #[derive(Debug, Clone, Copy)]
@@ -236,6 +295,27 @@ mod tests {
         p.on_data(1, 6);
         assert_eq!(p.lost_below(&v), 6);
         assert_eq!(p.deadline(&v), None);
+    }
+
+    #[test]
+    fn the_margin_grows_on_spurious_give_ups_and_decays_when_quiet() {
+        let ms = NANOS_PER_MS;
+        let mut m = LateMargin::default();
+        assert_eq!(m.get(), LATE_MARGIN_NS);
+        m.on_spurious(1_000 * ms);
+        // A burst of late packets is one piece of evidence.
+        m.on_spurious(1_050 * ms);
+        assert_eq!(m.get(), 2 * LATE_MARGIN_NS);
+        m.on_spurious(1_200 * ms);
+        assert_eq!(m.get(), 3 * LATE_MARGIN_NS);
+        m.on_timer(1_200 * ms + LATE_DECAY_NS - 1);
+        assert_eq!(m.get(), 3 * LATE_MARGIN_NS);
+        m.on_timer(1_200 * ms + LATE_DECAY_NS);
+        assert_eq!(m.get(), 2 * LATE_MARGIN_NS);
+        for i in 0..100 {
+            m.on_spurious(1_000_000 * ms + i * LATE_BUMP_GAP_NS);
+        }
+        assert_eq!(m.get(), u64::from(LATE_MULT_MAX) * LATE_MARGIN_NS);
     }
 
     #[test]

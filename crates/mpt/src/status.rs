@@ -326,7 +326,7 @@ pub fn render(v: &Value) -> String {
     let r = v.get("reorder").cloned().unwrap_or(Value::Null);
     let _ = writeln!(
         o,
-        "reorder: window {}, held now {}, in order {}, reordered {}, lost {}, released by policy {} / timeout {} / overflow {}, max held {}",
+        "reorder: window {}, held now {}, in order {}, reordered {}, lost {}, released by policy {} / timeout {} / overflow {}, max held {}, margin {} ms",
         num(&r, "window"),
         num(&r, "held_now"),
         num(&r, "in_order"),
@@ -336,6 +336,7 @@ pub fn render(v: &Value) -> String {
         num(&r, "timeout_releases"),
         num(&r, "overflow_releases"),
         num(&r, "max_held"),
+        ms(&r, "late_margin_ms"),
     );
     match v.get("security").filter(|s| !s.is_null()) {
         Some(sec) => {

@@ -294,6 +294,7 @@ pub struct Tunnel {
     timers_ran_at: Option<Nanos>,
     /// Per path: how late a packet may arrive after a later one (`release.rs`).
     late_ns: Vec<Option<Nanos>>,
+    late_margin: crate::release::LateMargin,
 }
 
 /// A burst of sends on one path (see [`Tunnel::burst`]); ends when dropped.
@@ -397,6 +398,7 @@ impl Tunnel {
             rt_window: ReplayWindow::default(),
             timers_ran_at: None,
             late_ns: Vec::new(),
+            late_margin: Default::default(),
         }
     }
 

@@ -227,8 +227,15 @@ impl Tunnel {
                 }
             }
             Accept::Held => Received::Consumed,
-            Accept::Duplicate => return self.drop_counted(DropReason::Duplicate),
-            Accept::Late => return self.drop_counted(DropReason::Late),
+            Accept::Duplicate | Accept::Late => {
+                self.on_spurious_give_up(now);
+                let reason = if accept == Accept::Late {
+                    DropReason::Late
+                } else {
+                    DropReason::Duplicate
+                };
+                return self.drop_counted(reason);
+            }
         };
         self.apply_policy(now);
         r

@@ -2,9 +2,11 @@
 //! tells the policy of each path, and when it asks.
 //!
 //! * Each path's expected lateness is its peak one-way delay of the last
-//!   two seconds above the fastest live path's floor, plus
-//!   [`LATE_MARGIN_NS`], at most the reorder buffer's `max_delay`. It is
-//!   refreshed when the timers run, not per packet.
+//!   two seconds above the fastest live path's floor, plus the adaptive
+//!   margin ([`crate::release::LateMargin`]: a packet that arrives late or
+//!   twice after its gap was given up widens it), at most the reorder
+//!   buffer's `max_delay`. It is refreshed when the timers run, not per
+//!   packet.
 //! * The policy is asked on every data packet while packets are held, and
 //!   at its deadline by the timer.
 //!
@@ -13,7 +15,7 @@
 //! ([`Tunnel::recovery_floor`]) like any other.
 
 use super::Tunnel;
-use crate::release::{ReleaseView, LATE_MARGIN_NS};
+use crate::release::ReleaseView;
 use crate::Nanos;
 
 impl Tunnel {
@@ -23,15 +25,28 @@ impl Tunnel {
         let range = |i: usize| up[i].then(|| paths[i].rx_delay_range(now)).flatten();
         let fastest = (0..paths.len()).filter_map(range).map(|(f, _)| f).min();
         let cap = self.reorder_max_delay;
+        self.late_margin.on_timer(now);
+        let margin = self.late_margin.get();
         self.late_ns.clear();
         if let Some(fastest) = fastest {
             self.late_ns.extend((0..paths.len()).map(|i| {
                 range(i).map(|(_, peak)| {
                     let above = peak.saturating_sub(fastest).max(0) as Nanos;
-                    (above + LATE_MARGIN_NS).min(cap)
+                    (above + margin).min(cap)
                 })
             }));
         }
+    }
+
+    /// An ordered data packet arrived after its gap was given up (late, or
+    /// the duplicate of the copy recovery asked for).
+    pub(super) fn on_spurious_give_up(&mut self, now: Nanos) {
+        self.late_margin.on_spurious(now);
+    }
+
+    /// The margin now, ms (status).
+    pub(super) fn late_margin_ms(&self) -> f64 {
+        self.late_margin.get() as f64 / crate::NANOS_PER_MS as f64
     }
 
     /// When the policy may give a gap up with nothing arriving.

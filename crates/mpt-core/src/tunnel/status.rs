@@ -21,6 +21,9 @@ pub struct ReorderStatus {
     pub window: u64,
     pub held_now: usize,
     pub next_seq: u64,
+    /// The margin a gap is waited for beyond its paths' delays, ms
+    /// (`crate::release::LateMargin`).
+    pub late_margin_ms: f64,
     #[serde(flatten)]
     pub stats: ReorderStats,
 }
@@ -95,6 +98,7 @@ impl Tunnel {
                 window: self.reorder.capacity(),
                 held_now: self.reorder.held(),
                 next_seq: self.reorder.next_seq(),
+                late_margin_ms: self.late_margin_ms(),
                 stats: self.reorder.stats().clone(),
             },
             queue: (self.paced || self.queue.stats().staged > 0).then(|| QueueStatus {
