@@ -10,14 +10,16 @@
 //!   take more than it is allowed), the rate grows by `step × off_target`
 //!   per sample; `step` starts at [`STEP_MIN`] and doubles while the queue
 //!   stays under half the target, up to [`STEP_MAX`] (as BBRv2's ProbeBW_UP
-//!   doubles its probe), so a path finds a new capacity within a few
-//!   hundred milliseconds and approaches a known one gently;
+//!   doubles its probe, once per round trip: a rise shows in the queue
+//!   one feedback delay later), so a path finds a new capacity within a
+//!   few hundred milliseconds and approaches a known one gently;
 //! * above the target while the pacer held packets back, the bottleneck
 //!   is saturated, so the delivery rate
 //!   the receiver measured is its capacity: the rate goes to that capacity
 //!   less what drains the excess within [`DRAIN_NS`] (at most half at a
-//!   time); one sample alone may be a stall of the receiver, so the
-//!   capacity is the better of the last two;
+//!   time, and once per round trip: the samples of the next round trip
+//!   still show the queue that cut is draining); one sample alone may be a
+//!   stall of the receiver, so the capacity is the better of the last two;
 //! * above the target while the pacer held nothing back and the queue
 //!   grew by less than the target over the sample, the queue is not of
 //!   our making (another sender's, or a radio link's jitter) and a cut
@@ -108,6 +110,10 @@ const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
 pub struct TargetDelay {
     rate: u64,
     step: f64,
+    /// When the step last doubled: at most once per round trip.
+    step_doubled_at: Option<Nanos>,
+    /// When the rate was last cut for a queue: at most once per round trip.
+    drained_at: Option<Nanos>,
     delivered_max: Windowed<10>,
     queue_floor: Windowed<10>,
     prev_sample: u64,
@@ -127,6 +133,8 @@ impl Default for TargetDelay {
         Self {
             rate: INITIAL_RATE_BPS,
             step: STEP_MIN,
+            step_doubled_at: None,
+            drained_at: None,
             delivered_max: Windowed::new(BW_WINDOW_NS, true),
             queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
             prev_sample: 0,
@@ -184,22 +192,33 @@ impl RateControl for TargetDelay {
             // cutting would not drain it.
             self.state = "hold";
         } else if q > target {
+            // One cut per round trip: the samples of the next round trip
+            // still show the queue the cut is draining (cutting on each
+            // of them took a 40 ms path from 20 Mbit/s to 9).
+            let rtt = rtt_min.unwrap_or(0);
             let drain = ((q - target) as f64 / DRAIN_NS as f64).min(0.5);
             let to = (capacity as f64 * (1.0 - drain)) as u64;
-            if to < self.rate {
+            if to < self.rate && self.drained_at.is_none_or(|t| now >= t + rtt) {
                 self.rate = to.max(self.rate / 2);
                 self.cuts += 1;
+                self.drained_at = Some(now);
             }
             self.step = STEP_MIN;
             self.state = "drain";
         } else if s.limited {
             let off = (target - q) as f64 / target as f64;
             self.rate += (self.rate as f64 * self.step * off) as u64;
-            self.step = if q < target / 2 {
-                (self.step * 2.0).min(STEP_MAX)
-            } else {
-                STEP_MIN
-            };
+            // The step doubles at most once per round trip: a rise shows
+            // in the queue one feedback delay later, and doubling on every
+            // sample before that overshoots a long path (an LTE-like 40 ms
+            // each way: 30 Mbit/s paced into 20, then a drain to 9).
+            let rtt = rtt_min.unwrap_or(0);
+            if q >= target / 2 {
+                self.step = STEP_MIN;
+            } else if self.step_doubled_at.is_none_or(|t| now >= t + rtt) {
+                self.step = (self.step * 2.0).min(STEP_MAX);
+                self.step_doubled_at = Some(now);
+            }
             if self.state != "startup" {
                 self.state = "grow";
             }
