@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
-from mptlab.netns import Topology
+from mptlab.netns import Shape, Topology
 from mptlab.traffic import iperf3
 from mptlab.util import mpt_binary
 
@@ -36,7 +36,11 @@ def _tx(peer, name: str) -> int:
 
 
 def test_a_path_taken_down_and_up_under_traffic(workdir: Path) -> None:
-    with Topology(2) as topo:
+    # Shaped links: the transfer needs both, so the path taken up again
+    # must carry data (on unshaped links one path carries the whole
+    # transfer without a queue, and earliest-arrival scheduling may leave
+    # the other idle).
+    with Topology(2, shape=Shape(rate_mbit=100)) as topo:
         a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
         listed = json.loads(_path(a, "list", "--json").stdout)
         assert [p["name"] for p in listed] == ["link1v4", "link2v4"]
