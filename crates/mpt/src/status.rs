@@ -589,7 +589,7 @@ pub fn describe_config(c: &Config) -> String {
         for p in &c.peers {
             let _ = writeln!(
                 o,
-                "  peer {}: key {}, allowed {}{}, pre-shared key {}",
+                "  peer {}: key {}, allowed {}{}, pre-shared key {}{}",
                 p.name,
                 mpt_core::crypto::keys::encode(&p.public_key.0),
                 p.allowed_ips
@@ -610,6 +610,7 @@ pub fn describe_config(c: &Config) -> String {
                     )
                 },
                 if p.psk.is_some() { "yes" } else { "no" },
+                peer_limits(p),
             );
         }
     }
@@ -633,10 +634,70 @@ pub fn describe_config(c: &Config) -> String {
     o
 }
 
+/// A concentrator peer's own limits for `mpt check` (empty without).
+fn peer_limits(p: &mpt_config::PeerSection) -> String {
+    let mut out = String::new();
+    if let Some(m) = p.rate_mbit {
+        let _ = write!(out, ", at most {m} Mbit/s per path");
+    }
+    for (name, m) in &p.path_rate_mbit {
+        let _ = write!(out, ", {name} at most {m} Mbit/s");
+    }
+    if let Some(q) = &p.qos {
+        let names: Vec<&str> = q.classes.iter().map(|c| c.name.as_str()).collect();
+        let _ = write!(out, ", own classes {}", names.join(" "));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn check_names_a_peers_own_limits() {
+        use mpt_core::crypto::keys::{encode, PrivateKey};
+        let key = |n: u8| encode(&PrivateKey::from_random([n; 32]).public().0);
+        let text = format!(
+            r#"
+[tunnel]
+name = "mpt0"
+addresses = ["10.200.0.1/16"]
+[security]
+private_key = "{}"
+[[path]]
+name = "lte"
+local = "192.0.2.1:5000"
+[[peer]]
+name = "bus"
+public_key = "{}"
+allowed_ips = ["10.200.1.2/32"]
+rate_mbit = 20
+path_rate_mbit = {{ lte = 5 }}
+[peer.qos]
+[[peer.qos.class]]
+name = "voip"
+dscp = ["EF"]
+realtime = true
+[[peer]]
+public_key = "{}"
+allowed_ips = ["10.200.2.2/32"]
+"#,
+            encode(&[9u8; 32]),
+            key(1),
+            key(2)
+        );
+        let c = mpt_config::Config::parse(&text, std::path::Path::new("s.toml")).unwrap();
+        let limits = peer_limits(&c.peers[0]);
+        assert!(
+            limits.starts_with(
+                ", at most 20 Mbit/s per path, lte at most 5 Mbit/s, own classes voip"
+            ),
+            "{limits}"
+        );
+        assert_eq!(peer_limits(&c.peers[1]), "");
+    }
 
     #[test]
     fn a_path_shows_its_weight_or_its_cap() {
