@@ -128,9 +128,6 @@ impl ReleaseView<'_> {
     pub fn late(&self, p: usize) -> Option<Nanos> {
         self.late_ns.get(p).copied().flatten()
     }
-    fn is_live(&self, p: usize) -> bool {
-        self.live.get(p).copied().unwrap_or(false)
-    }
 }
 
 /// Decides when missing packets can be declared lost before `max_delay`.
@@ -181,9 +178,11 @@ impl PathFrontier {
 
     /// The lowest frontier of the live paths: nothing below it can come.
     fn frontier_floor(&self, view: &ReleaseView) -> u64 {
-        (0..self.frontier.len())
-            .filter(|p| view.is_live(*p))
-            .map(|p| self.frontier[p])
+        self.frontier
+            .iter()
+            .zip(view.live)
+            .filter(|(_, live)| **live)
+            .map(|(f, _)| *f)
             .min()
             .unwrap_or(0)
     }
@@ -196,8 +195,8 @@ impl PathFrontier {
     fn give_up_at(&self, view: &ReleaseView) -> Option<Nanos> {
         let (arrived, _) = view.oldest?;
         let mut wait: Option<Nanos> = None;
-        for (p, f) in self.frontier.iter().enumerate() {
-            if view.is_live(p) && *f <= view.next {
+        for (p, (f, live)) in self.frontier.iter().zip(view.live).enumerate() {
+            if *live && *f <= view.next {
                 wait = Some(wait.unwrap_or(0).max(view.late(p)?));
             }
         }

@@ -227,15 +227,9 @@ impl Tunnel {
                 }
             }
             Accept::Held => Received::Consumed,
-            Accept::Duplicate | Accept::Late => {
-                self.on_spurious_give_up(now);
-                let reason = if accept == Accept::Late {
-                    DropReason::Late
-                } else {
-                    DropReason::Duplicate
-                };
-                return self.drop_counted(reason);
-            }
+            // Both arrive after their gap was given up (or resent).
+            Accept::Duplicate => return self.drop_given_up(now, DropReason::Duplicate),
+            Accept::Late => return self.drop_given_up(now, DropReason::Late),
         };
         self.apply_policy(now);
         r

@@ -14,8 +14,9 @@
 //! that is not up; a give-up by time goes through loss recovery
 //! ([`Tunnel::recovery_floor`]) like any other.
 
-use super::Tunnel;
+use super::{Received, Tunnel};
 use crate::release::ReleaseView;
+use crate::stats::DropReason;
 use crate::Nanos;
 
 impl Tunnel {
@@ -39,14 +40,28 @@ impl Tunnel {
     }
 
     /// An ordered data packet arrived after its gap was given up (late, or
-    /// the duplicate of the copy recovery asked for).
-    pub(super) fn on_spurious_give_up(&mut self, now: Nanos) {
+    /// the duplicate of the copy recovery asked for): the margin was too
+    /// short; the packet is a counted drop.
+    pub(super) fn drop_given_up(&mut self, now: Nanos, reason: DropReason) -> Received {
         self.late_margin.on_spurious(now);
+        self.drop_counted(reason)
     }
 
     /// The margin now, ms (status).
     pub(super) fn late_margin_ms(&self) -> f64 {
         self.late_margin.get() as f64 / crate::NANOS_PER_MS as f64
+    }
+
+    /// What the policy sees now; `oldest` from
+    /// [`crate::reorder::ReorderBuffer::oldest_arrival`].
+    fn release_view(&self, now: Nanos, oldest: Option<(Nanos, u64)>) -> ReleaseView<'_> {
+        ReleaseView {
+            now,
+            live: &self.up,
+            late_ns: &self.late_ns,
+            next: self.reorder.next_seq(),
+            oldest,
+        }
     }
 
     /// When the policy may give a gap up with nothing arriving.
@@ -55,14 +70,8 @@ impl Tunnel {
             return None;
         }
         let oldest = self.reorder.oldest_arrival();
-        let view = ReleaseView {
-            now: self.timers_ran_at.unwrap_or(0),
-            live: &self.up,
-            late_ns: &self.late_ns,
-            next: self.reorder.next_seq(),
-            oldest,
-        };
-        self.policy.deadline(&view)
+        let now = self.timers_ran_at.unwrap_or(0);
+        self.policy.deadline(&self.release_view(now, oldest))
     }
 
     /// Release gaps the policy gave up, except those loss recovery still
@@ -70,14 +79,7 @@ impl Tunnel {
     pub(super) fn apply_policy(&mut self, now: Nanos) {
         if self.reorder.held() > 0 {
             let oldest = self.reorder.oldest_arrival();
-            let view = ReleaseView {
-                now,
-                live: &self.up,
-                late_ns: &self.late_ns,
-                next: self.reorder.next_seq(),
-                oldest,
-            };
-            let floor = self.policy.lost_below(&view);
+            let floor = self.policy.lost_below(&self.release_view(now, oldest));
             let floor = self.recovery_floor(now, floor);
             self.reorder.release_below(floor);
         }
