@@ -6,12 +6,18 @@
 //! the right client in order; a client that sends with another client's
 //! address is dropped (`source_not_allowed`) and nothing it spoofed is
 //! delivered; a key that is no peer's gets no session (`unknown_peer`).
+//!
+//! The server may be split into shards (as the daemon runs it, a thread
+//! each): datagrams reach the shard their client address hashes to (as a
+//! `SO_REUSEPORT` group spreads them), the server's own packets the shard
+//! their flow hashes to (as a multi-queue TUN does), and each shard hands
+//! what is not its own to the owner. The same checks hold.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
 
-use mpt_core::concentrator::Concentrator;
+use mpt_core::concentrator::{Concentrator, Handoff};
 use mpt_core::stats::DropReason;
 use mpt_core::testing::{
     addr, client_addr, client_config, client_inner_addr, client_peer, concentrator_template,
@@ -54,7 +60,8 @@ type To = Option<u32>;
 type InFlight = Reverse<(Nanos, u64, To, usize, SocketAddr, Vec<u8>)>;
 
 struct World {
-    server: Concentrator,
+    /// The server's shards (one: the server undivided).
+    servers: Vec<Concentrator>,
     clients: Vec<Tunnel>,
     flight: BinaryHeap<InFlight>,
     tiebreak: u64,
@@ -74,9 +81,16 @@ fn delay(c: u32, path: usize) -> Nanos {
 }
 
 impl World {
-    /// `clients` clients, all configured but the last (the stranger).
-    fn new(clients_n: u32) -> Self {
-        let mut server = Concentrator::new(concentrator_template(SERVER_PATHS)).unwrap();
+    /// `clients` clients, all configured but the last (the stranger),
+    /// and a server in `shards` shards.
+    fn with_shards(clients_n: u32, shards: usize) -> Self {
+        let mut servers: Vec<Concentrator> = (0..shards)
+            .map(|i| {
+                let mut s = Concentrator::new(concentrator_template(SERVER_PATHS)).unwrap();
+                s.set_shard(i, shards);
+                s
+            })
+            .collect();
         let mut clients = vec![];
         let mut owner = HashMap::new();
         for c in 0..=clients_n {
@@ -86,12 +100,14 @@ impl World {
                 owner.insert(client_addr(c, i), (c, i));
             }
             if c != clients_n {
-                assert_eq!(server.add_peer(client_peer(c)), Ok(c));
+                for server in &mut servers {
+                    assert_eq!(server.add_peer(client_peer(c)), Ok(c));
+                }
             }
         }
         let n = clients.len();
         Self {
-            server,
+            servers,
             clients,
             flight: BinaryHeap::new(),
             tiebreak: 0,
@@ -155,13 +171,20 @@ impl World {
                 self.client_out(now, c, tx, d);
             }
         }
-        while let Some(id) = self.server.next_busy() {
+        for s in 0..self.servers.len() {
+            self.pump_shard(now, s, &mut buf);
+        }
+    }
+
+    fn pump_shard(&mut self, now: Nanos, s: usize, buf: &mut [u8]) {
+        while let Some(id) = self.servers[s].next_busy() {
+            assert!(self.servers[s].owns(id), "a shard drives only its own");
             let mut out = vec![];
-            if let Some(t) = self.server.tunnel_mut(id) {
-                while let Some(tx) = t.poll_transmit(now, &mut buf) {
+            if let Some(t) = self.servers[s].tunnel_mut(id) {
+                while let Some(tx) = t.poll_transmit(now, buf) {
                     out.push((tx, buf[..tx.len].to_vec()));
                 }
-                while let Some(tx) = t.poll_queued(now, &mut buf) {
+                while let Some(tx) = t.poll_queued(now, buf) {
                     let mut d = buf[..tx.len].to_vec();
                     if t.sealer().seal(tx.seal, &mut d) {
                         out.push((tx, d));
@@ -170,21 +193,85 @@ impl World {
                 while t.poll_event().is_some() {}
             }
             let got = &mut self.at_server[id as usize];
-            self.server.deliver_ready(id, |p| {
+            self.servers[s].deliver_ready(id, |p| {
                 got.push(read(p));
                 Ok(())
             });
-            self.server.rearm(id);
+            self.servers[s].rearm(id);
             for (tx, d) in out {
                 self.server_out(now, tx, d);
             }
         }
         // Cookie replies of the concentrator's guard (under load).
-        while let Some((socket, dst, d)) = self.server.poll_transmit() {
+        while let Some((socket, dst, d)) = self.servers[s].poll_transmit() {
             let (c, path) = self.owner[&dst];
             self.emit(now, Some(c), path, addr(0, socket), d);
         }
-        while self.server.poll_event().is_some() {}
+        while self.servers[s].poll_event().is_some() {}
+        // What this shard read for another: the owner takes it at once.
+        let mut handed = false;
+        while let Some(h) = self.servers[s].poll_handoff() {
+            handed = true;
+            let to = h.shard();
+            assert_ne!(to, s, "a shard never hands off to itself");
+            match h {
+                Handoff::Packet { bytes, .. } => {
+                    let mut b = vec![0u8; HEADER_LEN + bytes.len() + 16];
+                    b[HEADER_LEN..HEADER_LEN + bytes.len()].copy_from_slice(&bytes);
+                    if let Some((_, tx)) = self.servers[to].send_handed(now, &mut b, bytes.len()) {
+                        b.truncate(tx.len);
+                        self.server_out(now, tx, b);
+                    }
+                }
+                Handoff::Datagram {
+                    local_key,
+                    from,
+                    peer,
+                    mut bytes,
+                    ..
+                } => {
+                    let (p, r) =
+                        self.servers[to].recv_handed(now, local_key, from, peer, &mut bytes);
+                    self.record(p, r, &bytes);
+                }
+            }
+        }
+        if handed {
+            for o in 0..self.servers.len() {
+                if o != s {
+                    self.pump_shard(now, o, buf);
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, peer: Option<u32>, r: Received, d: &[u8]) {
+        if let Received::Deliver { offset, len } = r {
+            let p = peer.expect("a delivery names its peer");
+            self.at_server[p as usize].push(read(&d[offset..offset + len]));
+        }
+    }
+
+    /// Which shard reads a datagram from `from` (a hash of the address).
+    fn shard_for_datagram(&self, from: SocketAddr) -> usize {
+        let h = from.port() as usize + from.ip().to_string().len();
+        h % self.servers.len()
+    }
+
+    /// Which shard reads the server's packet to client `c` (by flow).
+    fn shard_for_packet(&self, c: u32) -> usize {
+        (c as usize / 3) % self.servers.len()
+    }
+
+    fn server_timeout(&mut self) -> Option<Nanos> {
+        self.servers
+            .iter_mut()
+            .filter_map(|s| s.poll_timeout())
+            .min()
+    }
+
+    fn drops(&self, r: DropReason) -> u64 {
+        self.servers.iter().map(|s| s.drops().get(r)).sum()
     }
 
     fn client_deadline(&mut self) -> Option<Nanos> {
@@ -201,7 +288,7 @@ impl World {
         loop {
             let pkt = self.flight.peek().map(|Reverse(e)| e.0);
             let ct = self.client_deadline();
-            let st = self.server.poll_timeout();
+            let st = self.server_timeout();
             let Some(now) = [pkt, ct, st].into_iter().flatten().min() else {
                 break;
             };
@@ -212,11 +299,9 @@ impl World {
                 let Reverse((_, _, to, path, from, mut d)) = self.flight.pop().unwrap();
                 match to {
                     None => {
-                        let (peer, r) = self.server.recv(now, path, from, &mut d);
-                        if let Received::Deliver { offset, len } = r {
-                            let p = peer.expect("a delivery names its peer");
-                            self.at_server[p as usize].push(read(&d[offset..offset + len]));
-                        }
+                        let s = self.shard_for_datagram(from);
+                        let (peer, r) = self.servers[s].recv(now, path, from, &mut d);
+                        self.record(peer, r, &d);
                     }
                     Some(c) => {
                         let r = self.clients[c as usize].recv(now, path, from, &mut d);
@@ -232,7 +317,11 @@ impl World {
                 self.clients[c as usize].handle_timeout(now);
                 self.dirty.push(c);
             } else {
-                self.server.handle_timeout(now);
+                for s in &mut self.servers {
+                    if s.poll_timeout().is_some_and(|t| t <= now) {
+                        s.handle_timeout(now);
+                    }
+                }
             }
             self.pump(now);
         }
@@ -258,7 +347,8 @@ impl World {
         );
         let mut buf = vec![0u8; HEADER_LEN + p.len() + 16];
         buf[HEADER_LEN..HEADER_LEN + p.len()].copy_from_slice(&p);
-        if let Some((peer, tx)) = self.server.send(now, &mut buf, p.len()) {
+        let s = self.shard_for_packet(c);
+        if let Some((peer, tx)) = self.servers[s].send(now, &mut buf, p.len()) {
             assert_eq!(peer, c, "the longest prefix names the client");
             buf.truncate(tx.len);
             self.server_out(now, tx, buf);
@@ -268,7 +358,31 @@ impl World {
 
 #[test]
 fn a_thousand_clients_each_get_their_own_traffic_in_order() {
-    let mut w = World::new(CLIENTS);
+    thousand_clients(1);
+}
+
+#[test]
+fn a_server_in_three_shards_keeps_each_clients_traffic_in_order() {
+    let w = thousand_clients(3);
+    let handed: u64 = w
+        .servers
+        .iter()
+        .map(|s| {
+            let h = s.handoff_counts();
+            assert!(h.packets_out + h.datagrams_out > 0, "each shard hands off");
+            h.taken
+        })
+        .sum();
+    assert!(handed > 0);
+    for (i, s) in w.servers.iter().enumerate() {
+        for id in s.peer_ids() {
+            assert_eq!(s.tunnel(id).is_some(), s.owns(id), "shard {i}, peer {id}");
+        }
+    }
+}
+
+fn thousand_clients(shards: usize) -> World {
+    let mut w = World::with_shards(CLIENTS, shards);
     w.pump(0);
     // Handshakes and path probes.
     w.run_until(1_000 * MS);
@@ -277,10 +391,12 @@ fn a_thousand_clients_each_get_their_own_traffic_in_order() {
         .count();
     assert_eq!(connected, CLIENTS as usize, "every client has a session");
     assert!(!w.clients[STRANGER as usize].has_session());
-    assert!(w.server.drops().get(DropReason::UnknownPeer) > 0);
-    assert_eq!(w.server.peer_count(), CLIENTS as usize);
+    assert!(w.drops(DropReason::UnknownPeer) > 0);
+    for s in &w.servers {
+        assert_eq!(s.peer_count(), CLIENTS as usize);
+    }
     // A thousand at once is a load: most came in with a cookie.
-    assert!(w.server.cookies_sent() > 0);
+    assert!(w.servers.iter().map(|s| s.cookies_sent()).sum::<u64>() > 0);
 
     const PACKETS: u64 = 30;
     let mut now = 1_000 * MS;
@@ -314,15 +430,17 @@ fn a_thousand_clients_each_get_their_own_traffic_in_order() {
             "the server to client {c}: in order, exactly once"
         );
     }
-    let spoofed = w.server.peer(0).unwrap().source_not_allowed;
+    let owner = &w.servers[w.servers[0].shard_of(0)];
+    let spoofed = owner.peer(0).unwrap().source_not_allowed;
     assert_eq!(spoofed, PACKETS, "every spoofed packet was dropped");
     assert!(w.at_client[STRANGER as usize].is_empty());
+    w
 }
 
 #[test]
 fn peers_come_and_go_at_runtime_without_disturbing_the_others() {
     const N: u32 = 12;
-    let mut w = World::new(N);
+    let mut w = World::with_shards(N, 2);
     w.pump(0);
     w.run_until(1_000 * MS);
     let mut now = 1_000 * MS;
@@ -330,12 +448,16 @@ fn peers_come_and_go_at_runtime_without_disturbing_the_others() {
     for round in 0..40u64 {
         if round == 10 {
             // Client 3 leaves: its prefixes and sessions go.
-            assert!(w.server.remove_peer(3).is_some());
-            assert_eq!(w.server.route(client_inner_addr(3).into()), None);
+            for s in &mut w.servers {
+                assert!(s.remove_peer(3).is_some());
+                assert_eq!(s.route(client_inner_addr(3).into()), None);
+            }
         }
         if round == 15 {
             // The stranger (client N) is added, into the freed slot.
-            assert_eq!(w.server.add_peer(mpt_core::testing::client_peer(N)), Ok(3));
+            for s in &mut w.servers {
+                assert_eq!(s.add_peer(mpt_core::testing::client_peer(N)), Ok(3));
+            }
         }
         for c in 0..=N {
             if c == 3 && round >= 10 {

@@ -16,6 +16,9 @@
 //! Inner packets a peer delivers must come from its allowed IPs, as in
 //! WireGuard, so that no client can speak with another's addresses.
 //!
+//! Spread over threads, each thread runs one concentrator as a shard that
+//! drives only its own peers and hands the rest off ([`shard`]).
+//!
 //! The I/O layer drives it like a tunnel, with the peer named in every
 //! result: [`Concentrator::recv`], [`Concentrator::send`],
 //! [`Concentrator::deliver_ready`], [`Concentrator::poll_transmit`],
@@ -33,6 +36,7 @@
 
 pub mod guard;
 pub mod peer;
+pub mod shard;
 pub mod table;
 
 use std::cmp::Reverse;
@@ -42,6 +46,7 @@ use std::net::{IpAddr, SocketAddr};
 use blake2::{Blake2s256, Digest};
 
 pub use peer::{Peer, PeerConfig, PeerLimits};
+pub use shard::{Handoff, HandoffCounts};
 pub use table::{AllowedIps, PeerId};
 
 use crate::crypto::cookie::MacKeys;
@@ -80,6 +85,10 @@ pub struct Concentrator {
     unknown_keys: u64,
     /// Peers due in [`Concentrator::handle_timeout`] (kept for its room).
     due_scratch: Vec<PeerId>,
+    /// (index, count): this shard serves the peers `id % count == index`.
+    shard: (usize, usize),
+    handoffs: VecDeque<Handoff>,
+    handoff_counts: HandoffCounts,
 }
 
 /// Why a peer could not be added.
@@ -151,6 +160,9 @@ impl Concentrator {
             events: VecDeque::new(),
             unknown_keys: 0,
             due_scratch: Vec::new(),
+            shard: (0, 1),
+            handoffs: VecDeque::new(),
+            handoff_counts: HandoffCounts::default(),
         })
     }
 
@@ -276,6 +288,9 @@ impl Concentrator {
         let h = Header::new_checked(buf).map_err(|_| DropReason::Truncated)?;
         if h.packet_type() != PacketType::HandshakeInit {
             let id = index_slot(h.session());
+            if !self.owns(id) {
+                return Ok((id, false));
+            }
             let has_tunnel = self
                 .peers
                 .get(id as usize)
@@ -339,6 +354,23 @@ impl Concentrator {
                 return (None, Received::Dropped(r));
             }
         };
+        if !self.owns(id) {
+            self.hand_off_datagram(id, init, local_key, from, buf);
+            return (None, Received::Consumed);
+        }
+        self.recv_for(now, id, init, local_key, from, buf)
+    }
+
+    /// [`Concentrator::recv`] once the datagram's peer is known (and owned).
+    fn recv_for(
+        &mut self,
+        now: Nanos,
+        id: PeerId,
+        init: bool,
+        local_key: usize,
+        from: SocketAddr,
+        buf: &mut [u8],
+    ) -> (Option<PeerId>, Received) {
         if init {
             let seed = self.seed_for(id);
             let (template, offset) = (&self.template, self.wall_offset);
@@ -380,6 +412,10 @@ impl Concentrator {
             self.drops.add(DropReason::NoRoute);
             return None;
         };
+        if !self.owns(id) {
+            self.hand_off_packet(id, buf, len);
+            return None;
+        }
         let t = self.peers[id as usize]
             .as_mut()
             .and_then(|p| p.tunnel.as_mut());
