@@ -167,6 +167,7 @@ def _server_config(
     listed: list[int],
     cpubs: list[str],
     announce_table: int | None = None,
+    workers: int | None = None,
 ) -> Path:
     """Concentrator k's configuration (server 0 keeps the plain names)."""
     tag = "server" if k == 0 else f"server{k}"
@@ -176,6 +177,7 @@ def _server_config(
         f'addresses = ["{SERVER_TUNNEL}/16"]',
         f'control_socket = "{workdir / f"{tag}.sock"}"',
         *([f"announce_table = {announce_table}"] if announce_table else []),
+        *([f"workers = {workers}"] if workers else []),
         "",
         "[security]",
         f'private_key_file = "{workdir / f"{tag}.key"}"',
@@ -200,6 +202,7 @@ def start(
     peers: list[int] | None = None,
     failover: str = "",
     announce_table: int | None = None,
+    server_workers: int | None = None,
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
@@ -213,7 +216,7 @@ def start(
     running = []
     for k in range(len(star.servers)):
         tag = "server" if k == 0 else f"server{k}"
-        cfg = _server_config(star, workdir, k, listed, cpubs, announce_table)
+        cfg = _server_config(star, workdir, k, listed, cpubs, announce_table, server_workers)
         side = "s" if k == 0 else "s1"
         p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]
         running.append(p.start())

@@ -26,8 +26,10 @@ def connected(star: Star, workdir: Path) -> int:
 
 
 def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
+    """The server runs two shards (threads): clients 0 and 2 belong to
+    shard 0, client 1 to shard 1; all the checks hold across them."""
     with Star(CLIENTS, links=2) as star:
-        server, clients = start(star, tmp_path)
+        server, clients = start(star, tmp_path, server_workers=2)
         wait_for("every client connected", lambda: connected(star, tmp_path) == CLIENTS, 15)
         for i, c in enumerate(clients):
             c.wait_ready(paths_up=2, timeout=15)
@@ -40,8 +42,17 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         doc = json.loads(status(star, tmp_path, "--json"))
         assert doc["role"] == "concentrator"
         assert [p["paths_up"] for p in doc["peers"]] == [2] * CLIENTS
+        assert [p["shard"] for p in doc["peers"]] == [0, 1, 0]
+        assert [s["shard"] for s in doc["shards"]] == [0, 1]
+        # The kernel steers each datagram to its peer's shard (a BPF program
+        # on the sockets): only a handshake initiation, which names no peer
+        # yet, may reach the other shard first.
+        handed = sum(s["handoffs"]["datagrams_out"] for s in doc["shards"])
+        assert handed <= 2 * CLIENTS, doc["shards"]
+        assert all(p["rx_packets"] > 0 and p["tx_packets"] > 0 for p in doc["peers"])
         text = status(star, tmp_path)
         assert f"{CLIENTS} of {CLIENTS} peers connected" in text
+        assert "shards: 2 threads" in text, text
         assert "peer client1 [10.201.1.3/32]: connected, paths 2/2 up" in text
         detail = status(star, tmp_path, "--peer", "client1")
         assert "path link0" in detail and "path link1" in detail

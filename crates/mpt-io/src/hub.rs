@@ -19,7 +19,7 @@
 
 use std::io;
 
-use mpt_core::concentrator::{Concentrator, PeerId};
+use mpt_core::concentrator::{Concentrator, Handoff, PeerId};
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
 use mpt_core::wire::HEADER_LEN;
@@ -155,21 +155,91 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         let now = self.clock.now();
         for k in 0..n {
             let len = self.tun_lens[k];
-            let slot = &mut self.tun_slots[k * self.stride..(k + 1) * self.stride];
-            if let Some((peer, tx)) = self.conc.send(now, slot, len) {
-                self.io.udp_send_calls += 1;
-                match self.paths.send_to(tx.local_key, &slot[..tx.len], tx.dst) {
-                    Ok(()) => self.io.udp_datagrams_sent += 1,
-                    Err(e) => {
-                        if let Some(t) = self.conc.tunnel_mut(peer) {
-                            t.on_send_error(tx.path, is_hard(&e), now);
-                        }
-                    }
-                }
-            }
+            let slot = k * self.stride..(k + 1) * self.stride;
+            let sent = self.conc.send(now, &mut self.tun_slots[slot.clone()], len);
+            self.transmit(now, slot, sent);
         }
         self.drain_busy(now);
         n == self.tun_lens.len()
+    }
+
+    /// Send what the concentrator made of the packet in `tun_slots[slot]`.
+    fn transmit(
+        &mut self,
+        now: Nanos,
+        slot: std::ops::Range<usize>,
+        sent: Option<(PeerId, mpt_core::tunnel::Transmit)>,
+    ) {
+        let Some((peer, tx)) = sent else {
+            return;
+        };
+        self.io.udp_send_calls += 1;
+        let d = &self.tun_slots[slot][..tx.len];
+        match self.paths.send_to(tx.local_key, d, tx.dst) {
+            Ok(()) => self.io.udp_datagrams_sent += 1,
+            Err(e) => {
+                if let Some(t) = self.conc.tunnel_mut(peer) {
+                    t.on_send_error(tx.path, is_hard(&e), now);
+                }
+            }
+        }
+    }
+
+    /// Write a delivered inner packet to the TUN (a failure is a drop).
+    fn deliver(
+        tun: &mut T,
+        conc: &mut Concentrator,
+        failures: &mut u64,
+        (peer, r): (Option<PeerId>, mpt_core::tunnel::Received),
+        data: &[u8],
+    ) {
+        if let mpt_core::tunnel::Received::Deliver { offset, len } = r {
+            if tun.write(&[], &data[offset..offset + len]).is_err() {
+                *failures += 1;
+                if let Some(t) = peer.and_then(|p| conc.tunnel_mut(p)) {
+                    t.count_drop(DropReason::TunWriteFailed);
+                }
+            }
+        }
+    }
+
+    /// Take what another shard read for one of this shard's peers (then
+    /// [`Hub::settle`] once for all of them).
+    pub fn take_handoff(&mut self, h: Handoff) {
+        let now = self.clock.now();
+        match h {
+            Handoff::Packet { bytes, .. } => {
+                let len = bytes.len();
+                if HEADER_LEN + len > self.stride {
+                    return; // cannot be: the other shard read it into the same room
+                }
+                let slot = 0..self.stride;
+                self.tun_slots[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&bytes);
+                let sent = self
+                    .conc
+                    .send_handed(now, &mut self.tun_slots[slot.clone()], len);
+                self.transmit(now, slot, sent);
+            }
+            Handoff::Datagram {
+                local_key,
+                from,
+                peer,
+                mut bytes,
+                ..
+            } => {
+                let r = self
+                    .conc
+                    .recv_handed(now, local_key, from, peer, &mut bytes);
+                let failures = &mut self.tun_write_failures;
+                Self::deliver(&mut self.tun, &mut self.conc, failures, r, &bytes);
+            }
+        }
+    }
+
+    /// Poll every peer with output (after handoffs were taken).
+    pub fn settle(&mut self) {
+        let now = self.clock.now();
+        self.drain_busy(now);
     }
 
     /// Receive a batch from socket `i` and hand each datagram to its peer.
@@ -195,15 +265,9 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             for &span in &spans {
                 self.io.udp_datagrams_received += 1;
                 let data = self.recv_batch.slice_mut(span);
-                let (peer, r) = self.conc.recv(now, i, from, data);
-                if let mpt_core::tunnel::Received::Deliver { offset, len } = r {
-                    if self.tun.write(&[], &data[offset..offset + len]).is_err() {
-                        self.tun_write_failures += 1;
-                        if let Some(t) = peer.and_then(|p| self.conc.tunnel_mut(p)) {
-                            t.count_drop(DropReason::TunWriteFailed);
-                        }
-                    }
-                }
+                let r = self.conc.recv(now, i, from, data);
+                let failures = &mut self.tun_write_failures;
+                Self::deliver(&mut self.tun, &mut self.conc, failures, r, data);
             }
             self.spans = spans;
         }

@@ -16,6 +16,7 @@
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mio::net::UnixStream as MioUnixStream;
@@ -25,7 +26,7 @@ use mpt_core::concentrator::{Concentrator, PeerConfig, PeerId};
 use mpt_core::crypto::keys::{self, PresharedKey, PublicKey};
 use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::control::Request;
 use crate::driver::{
@@ -36,6 +37,7 @@ use crate::engine::{Ready, BATCH_PACKETS};
 use crate::hub::Hub;
 use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::Clock;
+use crate::shards::{self, Op, ShardLink, TOKEN_SHARD};
 use crate::udp::PathSocket;
 
 /// Changes a reload or a request makes beyond the concentrator (routes).
@@ -65,9 +67,33 @@ pub struct HubDriver {
     /// Each peer's routes (beyond its allowed IPs), by id.
     routes: Vec<Vec<ipnet::IpNet>>,
     hooks: Option<Box<dyn PeerHooks>>,
+    /// With more than one shard: this loop is shard 0, the leader.
+    link: Option<ShardLink>,
+    followers: Vec<JoinHandle<()>>,
 }
 
-fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
+/// Register a loop's TUN (queue) and path sockets for reading.
+pub(crate) fn register_io(
+    reg: &mio::Registry,
+    tun: &Tun,
+    sockets: &[PathSocket],
+) -> io::Result<()> {
+    reg.register(
+        &mut SourceFd(&tun.as_raw_fd()),
+        TOKEN_TUN,
+        Interest::READABLE,
+    )?;
+    for (i, s) in sockets.iter().enumerate() {
+        reg.register(
+            &mut SourceFd(&s.socket.as_raw_fd()),
+            Token(TOKEN_SOCKET_BASE + i),
+            Interest::READABLE,
+        )?;
+    }
+    Ok(())
+}
+
+pub(crate) fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
     let Some(p) = c.peer(id) else {
         return Value::Null;
     };
@@ -75,6 +101,7 @@ fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
     let st = t.map(|t| t.status(now));
     json!({
         "id": id,
+        "shard": c.shard_of(id),
         "name": p.cfg.name,
         "public_key": keys::encode(&p.cfg.public_key.0),
         "allowed_ips": p.cfg.allowed_ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -159,18 +186,7 @@ impl HubDriver {
     ) -> io::Result<(HubDriver, ControlHook)> {
         let poll = Poll::new()?;
         let reg = poll.registry();
-        reg.register(
-            &mut SourceFd(&tun.as_raw_fd()),
-            TOKEN_TUN,
-            Interest::READABLE,
-        )?;
-        for (i, s) in sockets.iter().enumerate() {
-            reg.register(
-                &mut SourceFd(&s.socket.as_raw_fd()),
-                Token(TOKEN_SOCKET_BASE + i),
-                Interest::READABLE,
-            )?;
-        }
+        register_io(reg, &tun, &sockets)?;
         let src = LoopSources::register(reg)?;
         let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
         let hub = Hub::new(tun, paths, clock, conc, mtu, name);
@@ -188,6 +204,8 @@ impl HubDriver {
                 ready: Ready::all(0),
                 routes,
                 hooks: None,
+                link: None,
+                followers: vec![],
             },
             src.hook,
         ))
@@ -197,8 +215,66 @@ impl HubDriver {
         self.hooks = Some(hooks);
     }
 
-    /// Run until SIGINT or SIGTERM.
+    /// Start the other shards, one thread each: `parts[i]` is shard
+    /// `i + 1`'s TUN queue, path sockets and concentrator shard. This loop
+    /// becomes shard 0, their leader.
+    pub fn spread(
+        &mut self,
+        parts: Vec<(Tun, Vec<PathSocket>, Concentrator)>,
+        mtu: usize,
+    ) -> io::Result<()> {
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let polls = (0..parts.len())
+            .map(|_| Poll::new())
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut regs = vec![self.poll.registry()];
+        regs.extend(polls.iter().map(Poll::registry));
+        let mut links = ShardLink::build(&regs)?.into_iter();
+        let Some(own) = links.next() else {
+            return Ok(());
+        };
+        let mut followers = vec![];
+        for ((poll, (tun, sockets, conc)), link) in polls.into_iter().zip(parts).zip(links) {
+            followers.push(shards::Follower::spawn(
+                poll, tun, sockets, conc, mtu, &self.name, link,
+            )?);
+        }
+        self.link = Some(own);
+        self.followers = followers;
+        Ok(())
+    }
+
+    /// Stop and join the other shards.
+    fn stop_followers(&mut self) {
+        if let Some(l) = self.link.as_mut() {
+            l.stop_others();
+        }
+        for f in self.followers.drain(..) {
+            let _ = f.join();
+        }
+    }
+
+    /// Liveness of peers (of any shard) for the hooks.
+    fn report_live(&mut self, changes: Vec<(PeerId, bool)>) {
+        for (id, up) in changes {
+            let cfg = self.hub.concentrator().peer(id).map(|p| p.cfg.clone());
+            if let (Some(cfg), Some(h)) = (cfg, self.hooks.as_mut()) {
+                info!(tunnel = %self.name, peer = %cfg.name, "{}", if up { "peer here (session and a path up)" } else { "peer gone (no path up)" });
+                h.live(&cfg, up);
+            }
+        }
+    }
+
+    /// Run until SIGINT or SIGTERM (the other shards with it).
     pub fn run(&mut self) -> io::Result<()> {
+        let r = self.run_loop();
+        self.stop_followers();
+        r
+    }
+
+    fn run_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
         self.ready = Ready::all(self.hub.paths.sockets.len());
         loop {
@@ -231,6 +307,12 @@ impl HubDriver {
                         info!(tunnel = %self.name, result = %r, "reload");
                     }
                     TOKEN_WAKER => self.answer_control(),
+                    TOKEN_SHARD => {
+                        if let Some(l) = self.link.as_mut() {
+                            let (live, _) = l.drain(&mut self.hub);
+                            self.report_live(live);
+                        }
+                    }
                     Token(t) if t >= TOKEN_SOCKET_BASE => {
                         if let Some(r) = self.ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
                             *r = true;
@@ -240,13 +322,11 @@ impl HubDriver {
                 }
             }
             self.hub.turn(&mut self.ready);
-            for (id, up) in self.hub.take_changes() {
-                let cfg = self.hub.concentrator().peer(id).map(|p| p.cfg.clone());
-                if let (Some(cfg), Some(h)) = (cfg, self.hooks.as_mut()) {
-                    info!(tunnel = %self.name, peer = %cfg.name, "{}", if up { "peer here (session and a path up)" } else { "peer gone (no path up)" });
-                    h.live(&cfg, up);
-                }
+            if let Some(l) = self.link.as_mut() {
+                l.forward(&mut self.hub);
             }
+            let changes = self.hub.take_changes();
+            self.report_live(changes);
         }
     }
 
@@ -288,6 +368,13 @@ impl HubDriver {
     fn add(&mut self, cfg: PeerConfig, routes: Vec<ipnet::IpNet>, who: &str) -> Value {
         match self.hub.concentrator_mut().add_peer(cfg.clone()) {
             Ok(id) => {
+                if let Some(l) = self.link.as_mut() {
+                    for a in l.ask_others(&Op::Add(cfg.clone())) {
+                        if a["id"] != json!(id) {
+                            warn!(tunnel = %self.name, peer = %cfg.name, "a shard added the peer as {a} (here {id})");
+                        }
+                    }
+                }
                 if self.routes.len() <= id as usize {
                     self.routes.resize(id as usize + 1, vec![]);
                 }
@@ -305,7 +392,12 @@ impl HubDriver {
     fn remove(&mut self, id: PeerId, who: &str) -> Value {
         match self.hub.concentrator_mut().remove_peer(id) {
             Some(cfg) => {
-                if self.hub.forget(id) {
+                let mut was_live = self.hub.forget(id);
+                if let Some(l) = self.link.as_mut() {
+                    let others = l.ask_others(&Op::Remove(id));
+                    was_live |= others.iter().any(|a| a["was_live"] == json!(true));
+                }
+                if was_live {
                     if let Some(h) = self.hooks.as_mut() {
                         h.live(&cfg, false);
                     }
@@ -358,7 +450,10 @@ impl HubDriver {
                 let c = self.hub.concentrator_mut();
                 if c.peer(*id).is_some_and(|p| p.cfg.limits != cfg.limits) {
                     info!(peer = %cfg.name, "peer limits changed by reload ({who})");
-                    c.set_limits(*id, cfg.limits, now);
+                    c.set_limits(*id, cfg.limits.clone(), now);
+                    if let Some(l) = self.link.as_mut() {
+                        l.ask_others(&Op::SetLimits(*id, cfg.limits));
+                    }
                     changed.push(json!(cfg.name));
                 }
                 continue;
@@ -373,24 +468,43 @@ impl HubDriver {
     }
 
     fn peer_detail(&mut self, id: PeerId) -> Value {
-        let now = self.hub.clock.now();
-        let c = self.hub.concentrator();
-        let mut v = peer_json(c, id, now);
-        if let Some(t) = c.tunnel(id) {
-            v["tunnel"] = serde_json::to_value(t.status(now)).unwrap_or(Value::Null);
+        let owner = self.hub.concentrator().shard_of(id);
+        match self.link.as_mut() {
+            Some(l) if owner != 0 => l.ask(owner, Op::Detail(id)),
+            _ => shards::answer(&mut self.hub, &Op::Detail(id)),
         }
-        v
     }
 
     fn status_json(&mut self) -> Value {
-        let now = self.hub.clock.now();
+        let mut parts = vec![shards::status_part(&self.hub)];
+        if let Some(l) = self.link.as_mut() {
+            parts[0]["send_failures"] = json!(l.send_failures);
+            parts.extend(l.ask_others(&Op::Status));
+        }
+        let mut total = json!({});
+        let mut peers: Vec<Value> = vec![];
+        for p in &mut parts {
+            if let Some(Value::Array(list)) = p.get_mut("peers").map(Value::take) {
+                peers.extend(list);
+            }
+            shards::add_numbers(&mut total, p);
+        }
+        peers.sort_by_key(|p| p["id"].as_u64());
         let c = self.hub.concentrator();
-        let peers: Vec<Value> = c.peer_ids().map(|id| peer_json(c, id, now)).collect();
-        let drops: serde_json::Map<String, Value> = c
-            .drops()
+        let per_shard: Vec<Value> = parts
             .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(k, n)| (k.to_string(), json!(n)))
+            .map(|p| {
+                let mut s = json!({
+                    "shard": p["shard"],
+                    "handoffs": p["handoffs"],
+                    "send_failures": p["send_failures"],
+                    "io": p["io"],
+                });
+                if let Some(e) = p.get("error") {
+                    s["error"] = e.clone();
+                }
+                s
+            })
             .collect();
         json!({
             "schema": STATUS_SCHEMA,
@@ -402,10 +516,11 @@ impl HubDriver {
             "peers_configured": c.peer_count(),
             "peers_connected": peers.iter().filter(|p| p["connected"] == json!(true)).count(),
             "peers": peers,
-            "drops": drops,
-            "cookies_sent": c.cookies_sent(),
-            "tun_write_failures": self.hub.tun_write_failures(),
-            "io": self.hub.io_stats(),
+            "drops": total.get("drops").cloned().unwrap_or(json!({})),
+            "cookies_sent": total["cookies_sent"],
+            "tun_write_failures": total["tun_write_failures"],
+            "io": total["io"],
+            "shards": per_shard,
         })
     }
 }

@@ -14,6 +14,8 @@
 //! * [`mem`] — the seam in memory and virtual time, for tests;
 //! * [`batch`] — receive buffers and transmit slots as plain memory;
 //! * [`workers`] — threads that seal and open a batch in parallel;
+//! * [`hub`], [`hub_driver`], [`shards`] — a concentrator's loop, and its
+//!   threads (one shard of the peers each);
 //! * [`offload`] (`tcp`, `udp`), [`tunwrite`] — TUN segmentation and
 //!   coalescing offloads (virtio-net header, TSO/USO, GRO);
 //! * [`udp`] — bind the path sockets;
@@ -39,6 +41,7 @@ pub mod mem;
 pub mod netcfg;
 pub mod offload;
 pub mod seam;
+pub mod shards;
 pub mod tunwrite;
 pub mod udp;
 pub mod workers;

@@ -60,6 +60,11 @@ fn explain(path: &str, local: SocketAddr, what: &str, e: io::Error) -> io::Error
 /// Open and bind one path socket (as [`bind_path_sockets`] does for each
 /// distinct local address).
 pub fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
+    open_with(b, false)
+}
+
+/// [`open`], in a `SO_REUSEPORT` group with `reuse_port`.
+fn open_with(b: &PathBind<'_>, reuse_port: bool) -> io::Result<UdpSocket> {
     let sock = Socket::new(
         Domain::for_address(b.local),
         Type::DGRAM.cloexec(),
@@ -88,6 +93,10 @@ pub fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
         let bytes = SOCKET_BUFFER_BYTES as libc::c_int;
         let _ = setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, opt, bytes);
     }
+    if reuse_port {
+        sock.set_reuse_port(true)
+            .map_err(|e| explain(b.name, b.local, "set SO_REUSEPORT on", e))?;
+    }
     sock.bind(&b.local.into())
         .map_err(|e| explain(b.name, b.local, "bind", e))?;
     sock.set_nonblocking(true)?;
@@ -97,6 +106,53 @@ pub fn open(b: &PathBind<'_>) -> io::Result<UdpSocket> {
 /// Bind one socket per distinct local address. Returns the sockets and the
 /// socket index of every path, in path order.
 pub fn bind_path_sockets(paths: &[PathBind<'_>]) -> io::Result<(Vec<PathSocket>, Vec<usize>)> {
+    bind_sockets(paths, false)
+}
+
+/// `n` sets of path sockets, each as [`bind_path_sockets`] binds them,
+/// where the `i`-th socket of every set shares its local address with the
+/// others' in a `SO_REUSEPORT` group (a port of 0 becomes the port the
+/// first set got): the kernel spreads the datagrams of different remote
+/// addresses over the group (a concentrator's shards, one set each; see
+/// `docs/deploy.md`). `n == 1` is [`bind_path_sockets`].
+pub fn bind_path_socket_sets(
+    paths: &[PathBind<'_>],
+    n: usize,
+) -> io::Result<(Vec<Vec<PathSocket>>, Vec<usize>)> {
+    if n <= 1 {
+        let (s, k) = bind_path_sockets(paths)?;
+        return Ok((vec![s], k));
+    }
+    let (first, keys) = bind_sockets(paths, true)?;
+    let mut sets = vec![];
+    for _ in 1..n {
+        let mut set = vec![];
+        for s in &first {
+            let local = s.socket.local_addr()?;
+            let b = PathBind {
+                name: &s.paths[0],
+                local,
+                interface: paths
+                    .iter()
+                    .find(|p| p.name == s.paths[0])
+                    .and_then(|p| p.interface),
+            };
+            set.push(PathSocket {
+                local: s.local,
+                socket: open_with(&b, true)?,
+                paths: s.paths.clone(),
+            });
+        }
+        sets.push(set);
+    }
+    sets.insert(0, first);
+    Ok((sets, keys))
+}
+
+fn bind_sockets(
+    paths: &[PathBind<'_>],
+    reuse_port: bool,
+) -> io::Result<(Vec<PathSocket>, Vec<usize>)> {
     let mut sockets: Vec<PathSocket> = vec![];
     let mut keys = vec![];
     for p in paths {
@@ -105,7 +161,7 @@ pub fn bind_path_sockets(paths: &[PathBind<'_>]) -> io::Result<(Vec<PathSocket>,
             keys.push(i);
             continue;
         }
-        let socket = open(p)?;
+        let socket = open_with(p, reuse_port)?;
         sockets.push(PathSocket {
             local: p.local,
             socket,

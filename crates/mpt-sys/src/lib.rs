@@ -10,6 +10,8 @@
 //!   the lab's link emulator;
 //! * [`alloc`] — a counting allocator for no-allocation tests;
 //! * [`fs`] — a Unix socket bound with a private mode from the first byte;
+//! * [`steer`] — a classic BPF program that picks a `SO_REUSEPORT`
+//!   socket per datagram (a concentrator's shards);
 //! * [`stamp`] — kernel receive timestamps and the clock's resolution, for
 //!   the measuring instruments.
 //!
@@ -21,4 +23,5 @@ pub mod fs;
 pub mod mmsg;
 pub mod packet;
 pub mod stamp;
+pub mod steer;
 pub mod tun;

@@ -75,6 +75,17 @@ pub fn interface_exists(name: &str) -> bool {
     unsafe { libc::if_nametoindex(c.as_ptr()) != 0 }
 }
 
+/// Which descriptor of a device [`Tun::open`] makes.
+#[derive(Clone, Copy)]
+enum Queues {
+    /// The device's only one.
+    One,
+    /// The first of a multi-queue device (which it creates).
+    First,
+    /// Another queue of that device.
+    More,
+}
+
 impl Tun {
     /// Create the TUN device `name` (non-blocking, no packet info), with
     /// TSO/checksum offloads if `offload` and the kernel supports them.
@@ -89,7 +100,7 @@ impl Tun {
             return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
         }
         if offload {
-            if let Ok(mut t) = Self::open(name, true) {
+            if let Ok(mut t) = Self::open(name, true, Queues::One) {
                 let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
                 // UDP segmentation too where the kernel has it, else TCP only.
                 for (flags, uso) in [(tcp | TUN_F_USO4 | TUN_F_USO6, true), (tcp, false)] {
@@ -105,10 +116,31 @@ impl Tun {
                 // Dropping `t` removes the device; fall back below.
             }
         }
-        Self::open(name, false)
+        Self::open(name, false, Queues::One)
     }
 
-    fn open(name: &str, vnet: bool) -> io::Result<Tun> {
+    /// Create the TUN device `name` with `n` queues (`IFF_MULTI_QUEUE`,
+    /// no offloads), one descriptor each: the kernel spreads the packets
+    /// it routes into the device over the queues by flow, and a flow
+    /// whose packets were last written through a queue is read from that
+    /// queue (the device's flow table), so each thread that owns a queue
+    /// mostly reads the flows it writes. `n == 1` is [`Tun::create`]
+    /// without offloads.
+    pub fn create_queues(name: &str, n: usize) -> io::Result<Vec<Tun>> {
+        if n <= 1 {
+            return Ok(vec![Self::create(name, false)?]);
+        }
+        if interface_exists(name) {
+            return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
+        }
+        let mut queues = vec![Self::open(name, false, Queues::First)?];
+        for _ in 1..n {
+            queues.push(Self::open(name, false, Queues::More)?);
+        }
+        Ok(queues)
+    }
+
+    fn open(name: &str, vnet: bool, queues: Queues) -> io::Result<Tun> {
         let path = c"/dev/net/tun";
         // SAFETY: `path` is a valid C string; open has no other preconditions.
         let raw = unsafe {
@@ -130,7 +162,13 @@ impl Tun {
         for (d, s) in req.name.iter_mut().zip(name.bytes()) {
             *d = s as libc::c_char;
         }
-        let mut flags = libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL;
+        let mut flags = libc::IFF_TUN | libc::IFF_NO_PI;
+        match queues {
+            Queues::One => flags |= libc::IFF_TUN_EXCL,
+            Queues::First => flags |= libc::IFF_TUN_EXCL | libc::IFF_MULTI_QUEUE,
+            // Attach to the device the first queue made.
+            Queues::More => flags |= libc::IFF_MULTI_QUEUE,
+        }
         if vnet {
             flags |= libc::IFF_VNET_HDR;
         }

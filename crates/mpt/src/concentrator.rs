@@ -30,7 +30,7 @@ use mpt_io::hub_driver::{HubDriver, PeerHooks};
 use mpt_io::linux::SystemClock;
 use mpt_io::netcfg::{self, Routes};
 use mpt_io::tun::Tun;
-use mpt_io::udp::{bind_path_sockets, PathBind};
+use mpt_io::udp::{bind_path_socket_sets, PathBind};
 use tracing::{info, warn};
 
 /// The core's view of a configured peer, and the routes to install.
@@ -129,6 +129,14 @@ impl PeerHooks for Hooks {
     }
 }
 
+/// Threads (shards of the peers) to run: `tunnel.workers`, else one per
+/// core.
+fn shard_count(cfg: &Config) -> usize {
+    cfg.tunnel.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    })
+}
+
 /// Run the concentrator until SIGINT/SIGTERM.
 pub fn run(cfg: Config) -> io::Result<()> {
     let binds: Vec<PathBind<'_>> = cfg
@@ -140,25 +148,41 @@ pub fn run(cfg: Config) -> io::Result<()> {
             interface: p.interface.as_deref(),
         })
         .collect();
-    let (sockets, keys) = bind_path_sockets(&binds)?;
+    let n = shard_count(&cfg);
+    let (socket_sets, keys) = bind_path_socket_sets(&binds, n)?;
+    if n > 1 {
+        if let Err(e) = mpt_io::shards::steer(&socket_sets) {
+            // Still correct: what reaches the wrong shard is handed over.
+            warn!(tunnel = %cfg.tunnel.name, "{e}; the kernel's hash spreads datagrams instead");
+        }
+    }
     let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
-    let tun = Tun::create(&cfg.tunnel.name, false)?;
+    let tuns = Tun::create_queues(&cfg.tunnel.name, n)?;
     netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
     let seed = crate::keys::random32()?;
     let template = crate::daemon::core_config(&cfg, &keys, seed);
-    let mut conc = Concentrator::new(template).map_err(io::Error::other)?;
+    let mut concs = vec![];
+    for i in 0..n {
+        let mut c = Concentrator::new(template.clone()).map_err(io::Error::other)?;
+        c.set_shard(i, n);
+        for p in &cfg.peers {
+            c.add_peer(peer_config(p).0)
+                .map_err(|e| io::Error::other(format!("{}: peer {}: {e}", p.source, p.name)))?;
+        }
+        concs.push(c);
+    }
     let own = cfg.tunnel.addresses.clone();
     let mut routes = Routes::install(&cfg.tunnel.name, &[])?;
     let mut peer_routes = vec![];
     for p in &cfg.peers {
         let (pc, r) = peer_config(p);
-        conc.add_peer(pc.clone())
-            .map_err(|e| io::Error::other(format!("{}: peer {}: {e}", p.source, p.name)))?;
         for n in kernel_routes(&pc, &r, &own) {
             routes.add(n, None, &format!("{}: peer {}", p.source, p.name))?;
         }
         peer_routes.push(r);
     }
+    let mut parts = tuns.into_iter().zip(socket_sets).zip(concs);
+    let ((tun, sockets), conc) = parts.next().ok_or_else(|| io::Error::other("no shard"))?;
     if let Some(listen) = cfg.metrics_listen {
         crate::metrics::spawn(
             listen,
@@ -182,6 +206,10 @@ pub fn run(cfg: Config) -> io::Result<()> {
         cfg.tunnel.control_socket.display().to_string(),
         peer_routes,
     )?;
+    driver.spread(
+        parts.map(|((t, s), c)| (t, s, c)).collect(),
+        cfg.tunnel.mtu as usize,
+    )?;
     let announced = match cfg.announce_table {
         Some(t) => Some(Routes::install_in(&cfg.tunnel.name, t, &[])?),
         None => None,
@@ -198,6 +226,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
         tunnel = %cfg.tunnel.name,
         peers = cfg.peers.len(),
         paths = cfg.paths.len(),
+        shards = n,
         mtu = cfg.tunnel.mtu,
         control = %cfg.tunnel.control_socket.display(),
         "concentrator up"

@@ -141,8 +141,31 @@ pub fn render(v: &Value) -> String {
         let list: Vec<String> = d.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let _ = writeln!(o, "  dropped before any peer: {}", list.join(", "));
     }
+    let _ = write!(o, "{}", shards_line(v));
     for p in v["peers"].as_array().into_iter().flatten() {
         let _ = writeln!(o, "  {}", peer_line(p));
+    }
+    o
+}
+
+/// The threads a concentrator spreads its peers over (none with one).
+fn shards_line(v: &Value) -> String {
+    let list = v["shards"].as_array().cloned().unwrap_or_default();
+    if list.len() < 2 {
+        return String::new();
+    }
+    let sum = |k: &str| -> u64 { list.iter().filter_map(|s| s["handoffs"][k].as_u64()).sum() };
+    let mut o = format!(
+        "  shards: {} threads, peer id mod {}; read by one shard for another: {} packets, {} datagrams\n",
+        list.len(),
+        list.len(),
+        sum("packets_out"),
+        sum("datagrams_out"),
+    );
+    for s in &list {
+        if let Some(e) = s["error"].as_str() {
+            let _ = writeln!(o, "  shard {}: {e}", s["shard"]);
+        }
     }
     o
 }
@@ -150,6 +173,25 @@ pub fn render(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shards_are_summed_on_one_line_and_a_silent_one_is_named() {
+        let v = json!({
+            "name": "mpt0", "peers_connected": 0, "peers_configured": 0, "uptime_s": 1.0,
+            "addresses": [], "drops": {}, "peers": [],
+            "shards": [
+                {"shard": 0, "handoffs": {"packets_out": 3, "datagrams_out": 1, "taken": 2}},
+                {"shard": 1, "handoffs": {"packets_out": 2, "datagrams_out": 1, "taken": 4}},
+                {"shard": 2, "error": "shard 2 did not answer within 2s"}
+            ]
+        });
+        let text = render(&v);
+        assert!(
+            text.contains("shards: 3 threads, peer id mod 3; read by one shard for another: 5 packets, 2 datagrams"),
+            "{text}"
+        );
+        assert!(text.contains("shard 2: shard 2 did not answer"), "{text}");
+    }
 
     #[test]
     fn one_line_per_peer_with_its_state() {
@@ -165,6 +207,10 @@ mod tests {
         });
         let text = render(&v);
         assert!(text.contains("1 of 2 peers connected"), "{text}");
+        assert!(
+            !text.contains("shards"),
+            "one shard is not worth a line: {text}"
+        );
         assert!(
             text.contains("dropped before any peer: unknown_peer 4"),
             "{text}"

@@ -86,6 +86,11 @@ pub const IPV6_HEADER_LEN: usize = crate::ip::IPV6_HEADER_LEN;
 /// never configured below the IPv4 minimum of 576 nor above 65535.
 pub const IPV6_MIN_MTU: usize = 1280;
 
+/// Offset of the type byte (spec constant; for steering outside the core).
+pub const TYPE_OFFSET: usize = off::TYPE;
+/// Offset of the session id (spec constant; for steering outside the core).
+pub const SESSION_OFFSET: usize = off::SESSION;
+
 mod off {
     pub const VERSION: usize = 0;
     pub const TYPE: usize = 1;

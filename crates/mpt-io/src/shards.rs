@@ -1,0 +1,495 @@
+//! A concentrator spread over cores by peer: one thread per shard, each a
+//! [`Hub`] with its own concentrator shard
+//! ([`mpt_core::concentrator::shard`]), its own TUN queue and its own
+//! socket in each path's `SO_REUSEPORT` group.
+//!
+//! Shard 0 is the leader: the [`crate::hub_driver::HubDriver`] with the
+//! signals, the control socket and the peer hooks (routes). The others
+//! are [`Follower`]s. Between them run messages ([`ToShard`]), each with a
+//! wake of the receiving loop:
+//!
+//! * handoffs: what a shard read for another's peer (the kernel chooses
+//!   the TUN queue by flow and the socket by remote address, not by peer);
+//! * control operations, sent by the leader to every shard in the same
+//!   order, so that a peer gets the same id in every shard ([`Op`]), and
+//!   answered on a channel of their own;
+//! * liveness changes of a peer, from its owner to the leader (routes to
+//!   announce).
+//!
+//! Invariants:
+//! * a peer's packets are handled by one thread, its owner's, so they
+//!   keep their order; a handoff is a FIFO message, so packets one shard
+//!   reads for another keep theirs too;
+//! * a shard loop blocks only in `poll`; only the leader waits for
+//!   answers (bounded by [`ASK_TIMEOUT`]), and followers never wait for
+//!   anyone, so no two loops can wait for each other;
+//! * a message to a shard that is gone is a counted failure, not a panic.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use libc::{
+    BPF_A, BPF_ABS, BPF_ALU, BPF_B, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_MOD, BPF_RET, BPF_RSH,
+    BPF_W,
+};
+use mio::{Events, Poll, Token, Waker};
+use mpt_core::concentrator::{Handoff, PeerConfig, PeerId, PeerLimits};
+use mpt_core::crypto::state::INDEX_SLOT_BITS;
+use mpt_sys::steer::{attach_reuseport_cbpf, BpfInsn};
+use mpt_sys::tun::Tun;
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use crate::driver::{TOKEN_SOCKET_BASE, TOKEN_TUN};
+use crate::engine::{Ready, BATCH_PACKETS};
+use crate::hub::Hub;
+use crate::linux::{SystemClock, UdpPaths};
+use crate::seam::{Clock, PathIo, TunDevice};
+use crate::udp::PathSocket;
+
+/// The waker token of a shard's inbox.
+pub(crate) const TOKEN_SHARD: Token = Token(5);
+
+/// Tuning knob: how long the leader waits for a shard's answer.
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the leader asks of every shard (or of a peer's owner).
+#[derive(Debug, Clone)]
+pub enum Op {
+    /// Add a peer (answer: `{"id": N}` or `{"error": …}`).
+    Add(PeerConfig),
+    /// Remove a peer (answer: `{"was_live": bool}`).
+    Remove(PeerId),
+    SetLimits(PeerId, PeerLimits),
+    /// This shard's share of `status` ([`status_part`]).
+    Status,
+    /// A peer in full, from its owner.
+    Detail(PeerId),
+}
+
+/// A message to a shard's loop.
+pub enum ToShard {
+    Handoff(Handoff),
+    Op(Op, mpsc::Sender<Value>),
+    /// A peer became live or stopped (to the leader).
+    Live(PeerId, bool),
+    Stop,
+}
+
+/// One shard's ends of the channels between shards.
+pub struct ShardLink {
+    index: usize,
+    inbox: mpsc::Receiver<ToShard>,
+    /// Every shard's inbox and waker, by index (this one's too).
+    to: Vec<(mpsc::Sender<ToShard>, Arc<Waker>)>,
+    /// Shards sent to since the last wake.
+    unwoken: Vec<bool>,
+    /// Messages to a shard whose loop is gone.
+    pub send_failures: u64,
+}
+
+impl ShardLink {
+    /// The links of `regs.len()` shards, a waker registered with each
+    /// shard's poll registry.
+    pub fn build(regs: &[&mio::Registry]) -> io::Result<Vec<ShardLink>> {
+        let mut to = vec![];
+        let mut inboxes = vec![];
+        for r in regs {
+            let (tx, rx) = mpsc::channel();
+            to.push((tx, Arc::new(Waker::new(r, TOKEN_SHARD)?)));
+            inboxes.push(rx);
+        }
+        Ok(inboxes
+            .into_iter()
+            .enumerate()
+            .map(|(index, inbox)| ShardLink {
+                index,
+                inbox,
+                to: to.clone(),
+                unwoken: vec![false; regs.len()],
+                send_failures: 0,
+            })
+            .collect())
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn count(&self) -> usize {
+        self.to.len()
+    }
+
+    fn send(&mut self, shard: usize, msg: ToShard) {
+        let sent = match self.to.get(shard) {
+            Some((tx, _)) => tx.send(msg).is_ok(),
+            None => false,
+        };
+        if sent {
+            self.unwoken[shard] = true;
+        } else {
+            self.send_failures += 1;
+        }
+    }
+
+    fn wake(&mut self) {
+        for (i, w) in self.unwoken.iter_mut().enumerate() {
+            if std::mem::take(w) {
+                let _ = self.to[i].1.wake();
+            }
+        }
+    }
+
+    /// Hand the hub's handoffs to their shards, waking each once.
+    pub fn forward<T: TunDevice, P: PathIo, C: Clock>(&mut self, hub: &mut Hub<T, P, C>) {
+        while let Some(h) = hub.concentrator_mut().poll_handoff() {
+            self.send(h.shard(), ToShard::Handoff(h));
+        }
+        self.wake();
+    }
+
+    /// Tell the leader that a peer became live or stopped.
+    pub fn report_live(&mut self, changes: Vec<(PeerId, bool)>) {
+        for (id, up) in changes {
+            self.send(0, ToShard::Live(id, up));
+        }
+        self.wake();
+    }
+
+    /// Leader: ask shard `shard` (never this one) and wait for the answer.
+    pub fn ask(&mut self, shard: usize, op: Op) -> Value {
+        self.ask_shards(&[shard], &op).pop().unwrap_or(Value::Null)
+    }
+
+    /// Leader: ask every other shard, in shard order (all at once, then
+    /// the answers in turn).
+    pub fn ask_others(&mut self, op: &Op) -> Vec<Value> {
+        let others = self.others();
+        self.ask_shards(&others, op)
+    }
+
+    fn others(&self) -> Vec<usize> {
+        (0..self.count()).filter(|&i| i != self.index).collect()
+    }
+
+    fn ask_shards(&mut self, shards: &[usize], op: &Op) -> Vec<Value> {
+        let mut waits = vec![];
+        for &i in shards {
+            let (tx, rx) = mpsc::channel();
+            self.send(i, ToShard::Op(op.clone(), tx));
+            waits.push((i, rx));
+        }
+        self.wake();
+        waits
+            .into_iter()
+            .map(|(i, rx)| {
+                rx.recv_timeout(ASK_TIMEOUT).unwrap_or_else(|_| {
+                    json!({ "error": format!("shard {i} did not answer within {ASK_TIMEOUT:?}") })
+                })
+            })
+            .collect()
+    }
+
+    /// Stop every other shard's loop.
+    pub fn stop_others(&mut self) {
+        for i in self.others() {
+            self.send(i, ToShard::Stop);
+        }
+        self.wake();
+    }
+
+    /// Take what arrived: handoffs go into the hub, operations are
+    /// answered. Returns the liveness reports (leader) and whether to stop.
+    pub fn drain<T: TunDevice, P: PathIo, C: Clock>(
+        &mut self,
+        hub: &mut Hub<T, P, C>,
+    ) -> (Vec<(PeerId, bool)>, bool) {
+        let mut live = vec![];
+        while let Ok(m) = self.inbox.try_recv() {
+            match m {
+                ToShard::Handoff(h) => hub.take_handoff(h),
+                ToShard::Op(op, reply) => {
+                    let mut v = answer(hub, &op);
+                    if matches!(op, Op::Status) {
+                        v["send_failures"] = json!(self.send_failures);
+                    }
+                    let _ = reply.send(v);
+                }
+                ToShard::Live(id, up) => live.push((id, up)),
+                ToShard::Stop => return (live, true),
+            }
+        }
+        hub.settle();
+        (live, false)
+    }
+}
+
+/// Apply `op` to this shard's hub (the leader does it for its own share).
+pub fn answer<T: TunDevice, P: PathIo, C: Clock>(hub: &mut Hub<T, P, C>, op: &Op) -> Value {
+    let now = hub.clock.now();
+    match op {
+        Op::Add(cfg) => match hub.concentrator_mut().add_peer(cfg.clone()) {
+            Ok(id) => json!({ "id": id }),
+            Err(e) => json!({ "error": format!("peer {}: {e}", cfg.name) }),
+        },
+        Op::Remove(id) => {
+            let had = hub.concentrator_mut().remove_peer(*id).is_some();
+            json!({ "removed": had, "was_live": hub.forget(*id) })
+        }
+        Op::SetLimits(id, l) => {
+            json!({ "ok": hub.concentrator_mut().set_limits(*id, l.clone(), now) })
+        }
+        Op::Status => status_part(hub),
+        Op::Detail(id) => {
+            let c = hub.concentrator();
+            let mut v = crate::hub_driver::peer_json(c, *id, now);
+            if let Some(t) = c.tunnel(*id) {
+                v["tunnel"] = serde_json::to_value(t.status(now)).unwrap_or(Value::Null);
+            }
+            v
+        }
+    }
+}
+
+/// One shard's share of `status`: its own peers, drops, I/O.
+pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> Value {
+    let now = hub.clock.now();
+    let c = hub.concentrator();
+    let peers: Vec<Value> = c
+        .peer_ids()
+        .filter(|&id| c.owns(id))
+        .map(|id| crate::hub_driver::peer_json(c, id, now))
+        .collect();
+    let drops: serde_json::Map<String, Value> = c
+        .drops()
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| (k.to_string(), json!(n)))
+        .collect();
+    let h = c.handoff_counts();
+    json!({
+        "shard": c.shard().0,
+        "peers": peers,
+        "drops": drops,
+        "cookies_sent": c.cookies_sent(),
+        "tun_write_failures": hub.tun_write_failures(),
+        "io": hub.io_stats(),
+        "handoffs": { "packets_out": h.packets_out, "datagrams_out": h.datagrams_out, "taken": h.taken },
+    })
+}
+
+/// Add `b`'s numbers into `a` (objects key by key; `max_*` keep the
+/// larger; anything else keeps `a`'s).
+pub fn add_numbers(a: &mut Value, b: &Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, bv) in b {
+                match a.get_mut(k) {
+                    Some(av) if k.starts_with("max_") => {
+                        if bv.as_u64() > av.as_u64() {
+                            *av = bv.clone();
+                        }
+                    }
+                    Some(av) => add_numbers(av, bv),
+                    None => {
+                        a.insert(k.clone(), bv.clone());
+                    }
+                }
+            }
+        }
+        (a @ Value::Number(_), Value::Number(b)) => {
+            if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+                *a = json!(x + y);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The classic BPF program that sends each datagram to its peer's shard
+/// (the socket of index `slot % count` in each path's `SO_REUSEPORT`
+/// group, bound in shard order): the peer slot is the top
+/// [`INDEX_SLOT_BITS`] bits of the session id. A handshake initiation
+/// (no session yet) is left to the kernel's hash, so the Diffie-Hellman of
+/// finding its peer spreads over the shards; a datagram too short to hold
+/// the fields goes to shard 0, which drops and counts it.
+pub fn steering_program(count: usize) -> Vec<BpfInsn> {
+    use mpt_core::wire::{PacketType, SESSION_OFFSET, TYPE_OFFSET};
+    let op = |code: u32, jt: u8, jf: u8, k: u32| BpfInsn {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    vec![
+        op(BPF_LD | BPF_B | BPF_ABS, 0, 0, TYPE_OFFSET as u32),
+        // An initiation: skip to the last instruction.
+        op(
+            BPF_JMP | BPF_JEQ | BPF_K,
+            4,
+            0,
+            PacketType::HandshakeInit as u32,
+        ),
+        op(BPF_LD | BPF_W | BPF_ABS, 0, 0, SESSION_OFFSET as u32),
+        op(BPF_ALU | BPF_RSH | BPF_K, 0, 0, 32 - INDEX_SLOT_BITS),
+        op(BPF_ALU | BPF_MOD | BPF_K, 0, 0, count as u32),
+        op(BPF_RET | BPF_A, 0, 0, 0),
+        op(BPF_RET | BPF_K, 0, 0, u32::MAX),
+    ]
+}
+
+/// Attach [`steering_program`] to each path's group (`sets[shard][path]`).
+pub fn steer(sets: &[Vec<PathSocket>]) -> io::Result<()> {
+    let prog = steering_program(sets.len());
+    for s in sets.first().into_iter().flatten() {
+        attach_reuseport_cbpf(s.socket.as_raw_fd(), &prog).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("steering datagrams to shards on {}: {e}", s.local),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A shard other than the leader: its own loop on its own thread.
+pub struct Follower {
+    poll: Poll,
+    hub: Hub<Tun, UdpPaths, SystemClock>,
+    link: ShardLink,
+    name: String,
+}
+
+impl Follower {
+    /// Start shard `link.index()` on a thread of its own, with its TUN
+    /// queue and path sockets registered in `poll` (the poll its link's
+    /// waker was made in).
+    pub fn spawn(
+        poll: Poll,
+        tun: Tun,
+        sockets: Vec<PathSocket>,
+        conc: mpt_core::concentrator::Concentrator,
+        mtu: usize,
+        name: &str,
+        link: ShardLink,
+    ) -> io::Result<JoinHandle<()>> {
+        let reg = poll.registry();
+        crate::hub_driver::register_io(reg, &tun, &sockets)?;
+        let name = name.to_string();
+        let index = link.index();
+        std::thread::Builder::new()
+            .name(format!("mpt-shard-{index}"))
+            .spawn(move || {
+                let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
+                let hub = Hub::new(tun, paths, SystemClock::new(), conc, mtu, &name);
+                let mut f = Follower {
+                    poll,
+                    hub,
+                    link,
+                    name,
+                };
+                if let Err(e) = f.run() {
+                    warn!(tunnel = %f.name, shard = index, "shard loop failed: {e}");
+                }
+            })
+    }
+
+    fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        let mut ready = Ready::all(self.hub.paths.sockets.len());
+        info!(tunnel = %self.name, shard = self.link.index(), "shard up");
+        loop {
+            let timeout = if ready.any() {
+                Some(Duration::ZERO)
+            } else {
+                let now = self.hub.clock.now();
+                self.hub
+                    .poll_timeout()
+                    .map(|t| Duration::from_nanos(t.saturating_sub(now)))
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    TOKEN_TUN => ready.tun = true,
+                    TOKEN_SHARD if self.link.drain(&mut self.hub).1 => return Ok(()),
+                    Token(t) if t >= TOKEN_SOCKET_BASE => {
+                        if let Some(r) = ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
+                            *r = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.hub.turn(&mut ready);
+            self.link.forward(&mut self.hub);
+            let changes = self.hub.take_changes();
+            if !changes.is_empty() {
+                self.link.report_live(changes);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::{bind_path_socket_sets, PathBind};
+    use mpt_core::wire::{PacketType, HEADER_LEN, SESSION_OFFSET, TYPE_OFFSET};
+
+    fn datagram(ty: PacketType, slot: u32) -> Vec<u8> {
+        let mut d = vec![0u8; HEADER_LEN + 8];
+        d[TYPE_OFFSET] = ty as u8;
+        let index = (slot << (32 - INDEX_SLOT_BITS)) | 0x123;
+        d[SESSION_OFFSET..SESSION_OFFSET + 4].copy_from_slice(&index.to_be_bytes());
+        d
+    }
+
+    /// Which shard's socket received a datagram (waits up to a second).
+    fn receiver(sets: &[Vec<PathSocket>]) -> Option<usize> {
+        let mut buf = [0u8; 256];
+        for _ in 0..100 {
+            for (i, set) in sets.iter().enumerate() {
+                if set[0].socket.recv_from(&mut buf).is_ok() {
+                    return Some(i);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    #[test]
+    fn datagrams_reach_the_socket_of_their_peers_shard() {
+        let bind = PathBind {
+            name: "a",
+            local: "127.0.0.1:0".parse().unwrap(),
+            interface: None,
+        };
+        let (sets, _) = bind_path_socket_sets(&[bind], 3).unwrap();
+        let port = sets[0][0].socket.local_addr().unwrap();
+        assert!(sets
+            .iter()
+            .all(|s| s[0].socket.local_addr().unwrap() == port));
+        steer(&sets).unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        for slot in [0u32, 1, 2, 3, 4, 5, 1000, 1001] {
+            tx.send_to(&datagram(PacketType::Data, slot), port).unwrap();
+            assert_eq!(receiver(&sets), Some(slot as usize % 3), "slot {slot}");
+        }
+        // An initiation names no peer yet: some shard gets it.
+        tx.send_to(&datagram(PacketType::HandshakeInit, 1), port)
+            .unwrap();
+        assert!(receiver(&sets).is_some());
+        // Too short to hold a session: shard 0, which drops and counts it.
+        tx.send_to(&[7u8, 0], port).unwrap();
+        assert_eq!(receiver(&sets), Some(0));
+    }
+}
