@@ -57,8 +57,10 @@ class Settings:
                 setattr(s, k, type(cur)(v))
         if not 1 <= s.clients <= 500 or not 1 <= s.links <= 4 or s.seconds <= 0:
             raise ValueError("[concentrator]: 1-500 clients, 1-4 links, seconds > 0")
-        if not set(s.systems) <= {"mpt", "mptcp"}:
-            raise ValueError("[concentrator]: systems are mpt and mptcp")
+        if not set(s.systems) <= {"mpt", "mpt-1w", "mptcp"}:
+            raise ValueError("[concentrator]: systems are mpt, mpt-1w and mptcp")
+        if s.rate_mbit < 0:
+            raise ValueError("[concentrator]: rate_mbit >= 0 (0: links not shaped)")
         return s
 
 
@@ -120,10 +122,19 @@ def _flows(star: Star, dst: str, seconds: float, wrap: list[str]) -> list[float]
     return out
 
 
-def _mpt(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any]:
-    with Star(s.clients, s.links, rate_mbit=s.rate_mbit) as star:
+def _rate(s: Settings) -> float | None:
+    return s.rate_mbit or None
+
+
+def _mpt(
+    s: Settings, outdir: Path, say: Callable[[str], None], system: str = "mpt"
+) -> dict[str, Any]:
+    """`mpt`: the concentrator as configured by default (a thread per
+    core, each a shard of the peers); `mpt-1w`: with `workers = 1`."""
+    workers = 1 if system == "mpt-1w" else None
+    with Star(s.clients, s.links, rate_mbit=_rate(s)) as star:
         t0 = time.monotonic()
-        server, clients = start(star, outdir / "mpt")
+        server, clients = start(star, outdir / system, server_workers=workers)
         assert server.proc is not None
 
         def connected() -> bool:
@@ -145,7 +156,7 @@ def _mpt(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any
             c.stop()
         server.stop()
     return {
-        "system": "mpt",
+        "system": system,
         "connect_s": connect_s,
         "mbps": mbps,
         "aggregate_mbps": sum(mbps),
@@ -154,11 +165,12 @@ def _mpt(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any
         "server_rss_kib_loaded": rss_loaded,
         "server_cpu": server_cpu,
         "drops": doc.get("drops", {}),
+        "shards": doc.get("shards", []),
     }
 
 
 def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
-    with Star(s.clients, s.links, rate_mbit=s.rate_mbit) as star:
+    with Star(s.clients, s.links, rate_mbit=_rate(s)) as star:
         extra = str(s.links - 1)
         for ns in star.namespaces():
             run(["sysctl", "-qw", "net.mptcp.enabled=1"], ns=ns)
@@ -224,12 +236,15 @@ def run_scenario(
     settings: dict[str, Any], outdir: Path, command: str, say: Callable[[str], None]
 ) -> int:
     s = Settings.from_dict(settings)
+    # The daemons' files name paths from here; relative ones would be read
+    # relative to each configuration file.
+    outdir = outdir.resolve()
     outdir.mkdir(parents=True, exist_ok=True)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     results = []
     for system in s.systems:
         say(f"{system}:")
-        r = _mpt(s, outdir, say) if system == "mpt" else _mptcp(s, say)
+        r = _mptcp(s, say) if system == "mptcp" else _mpt(s, outdir, say, system)
         say(
             f"  {system}: aggregate {r['aggregate_mbps']:.1f} Mbit/s over {s.clients} clients, "
             f"Jain {r['jain']:.3f}"
@@ -257,9 +272,14 @@ def run_scenario(
 def table(doc: dict[str, Any]) -> str:
     s = doc["settings"]
     capacity = s["clients"] * s["links"] * s["rate_mbit"]
+    links = (
+        f"{s['links']} links of {s['rate_mbit']:g} Mbit/s ({capacity:g} Mbit/s in all)"
+        if capacity
+        else f"{s['links']} links, not shaped"
+    )
     out = [
-        f"{s['clients']} clients x {s['links']} links of {s['rate_mbit']:g} Mbit/s "
-        f"({capacity:g} Mbit/s in all), one TCP flow per client for {s['seconds']:g} s.",
+        f"{s['clients']} clients x {links}, one TCP flow per client for {s['seconds']:g} s. "
+        "`mpt`: a thread per core, each a shard of the peers; `mpt-1w`: one thread.",
         "",
         "| system | aggregate Mbit/s | of the links | Jain's index | connect all (s) "
         "| server RSS | server CPU |",
@@ -273,9 +293,10 @@ def table(doc: dict[str, Any]) -> str:
             if "server_rss_kib_loaded" in r
             else "-"
         )
-        cpu = f"{r['server_cpu']:.0%} of a core" if "server_cpu" in r else "-"
+        cpu = f"{r['server_cpu']:.2f} cores" if "server_cpu" in r else "-"
+        share = f"{r['aggregate_mbps'] / capacity:.0%}" if capacity else "-"
         out.append(
-            f"| {r['system']} | {r['aggregate_mbps']:.1f} | {r['aggregate_mbps'] / capacity:.0%} "
+            f"| {r['system']} | {r['aggregate_mbps']:.1f} | {share} "
             f"| {r['jain']:.3f} | {conn} | {rss} | {cpu} |"
         )
     if doc.get("idle"):
