@@ -203,6 +203,7 @@ def start(
     failover: str = "",
     announce_table: int | None = None,
     server_workers: int | None = None,
+    client_paths: list[str] | None = None,
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
@@ -241,10 +242,11 @@ def start(
             f'peer_public_key = "{spubs[0]}"',
         ]
         for link in range(star.links):
+            pname = client_paths[link] if client_paths else f"link{link}"
             text += [
                 "",
                 "[[path]]",
-                f'name = "link{link}"',
+                f'name = "{pname}"',
                 f'local = "{client_link(i, link)}:{PORT + link}"',
                 f'remote = "{server_link(link)}:{PORT + link}"',
             ]

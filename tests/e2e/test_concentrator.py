@@ -27,9 +27,11 @@ def connected(star: Star, workdir: Path) -> int:
 
 def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
     """The server runs two shards (threads): clients 0 and 2 belong to
-    shard 0, client 1 to shard 1; all the checks hold across them."""
+    shard 0, client 1 to shard 1; all the checks hold across them. The
+    clients name their paths as they like (wifi, lte): each pairs with the
+    server's path by the socket it reaches."""
     with Star(CLIENTS, links=2) as star:
-        server, clients = start(star, tmp_path, server_workers=2)
+        server, clients = start(star, tmp_path, server_workers=2, client_paths=["wifi", "lte"])
         wait_for("every client connected", lambda: connected(star, tmp_path) == CLIENTS, 15)
         for i, c in enumerate(clients):
             c.wait_ready(paths_up=2, timeout=15)
@@ -56,6 +58,7 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         assert "peer client1 [10.201.1.3/32]: connected, paths 2/2 up" in text
         detail = status(star, tmp_path, "--peer", "client1")
         assert "path link0" in detail and "path link1" in detail
+        assert "paired with the peer's path 'lte' by the socket" in (tmp_path / "server.log").read_text()
 
         # A reload caps one path toward client 1 on its running tunnel;
         # the session stays.

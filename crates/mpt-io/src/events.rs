@@ -126,6 +126,13 @@ impl EventLog {
             Event::PathPaired { path, peer_path } => {
                 info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), peer_path_id = peer_path, "path paired with the peer's path of the same name")
             }
+            Event::PathPairedBySocket {
+                path,
+                peer_path,
+                name: theirs,
+            } => {
+                info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), peer_path_id = peer_path, peer_path = %theirs, "path paired with the peer's path '{theirs}' by the socket and address it arrives at (no path here has that name)")
+            }
             Event::PathMismatch {
                 peer_path,
                 name: theirs,
@@ -133,7 +140,7 @@ impl EventLog {
                 ours: None,
             } => {
                 let here: Vec<String> = (0..t.path_count() as u8).map(name).collect();
-                warn!(tunnel = %tunnel_name, from = %from, peer_path_id = peer_path, peer_path = %theirs, "the peer has a path named '{theirs}' and this side has none of that name (ours: {}); its packets are dropped as unknown_path. Give both peers the same path names", here.join(", "))
+                warn!(tunnel = %tunnel_name, from = %from, peer_path_id = peer_path, peer_path = %theirs, "the peer has a path named '{theirs}' and this side has none of that name (ours: {}), nor one path that the socket and address it arrives at can mean (its packets are dropped as unknown_path). Give both peers the same path names, or this side one path per socket", here.join(", "))
             }
             Event::PathMismatch {
                 peer_path,

@@ -198,6 +198,14 @@ pub enum Event {
         path: PathId,
         peer_path: u8,
     },
+    /// The peer names its path `name` (its id `peer_path`), which we do not
+    /// have; our path `path` is the one its socket and address mean, and
+    /// carries it (a concentrator's clients name their paths as they like).
+    PathPairedBySocket {
+        path: PathId,
+        peer_path: u8,
+        name: String,
+    },
     /// The peer names a path (its id `peer_path`) that we do not have
     /// (`ours` is `None`), or that we have on another socket than the one
     /// the peer sends it to. Its packets are dropped as `unknown_path`.

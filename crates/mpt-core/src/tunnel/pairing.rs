@@ -52,6 +52,18 @@ impl Tunnel {
             Some(Err(())) => return None,
             _ => {}
         }
+        let same_id = claimed as usize;
+        self.socket_path(local_key, from)
+            .map(usize::from)
+            .or((same_id < self.paths.len() && on_socket(same_id)).then_some(same_id))
+            .map(|i| i as PathId)
+    }
+
+    /// Our one path that a datagram on socket `local_key` from `from`
+    /// can be for: the path on that socket whose remote is `from`, else
+    /// the only path on that socket.
+    fn socket_path(&self, local_key: usize, from: SocketAddr) -> Option<PathId> {
+        let on_socket = |i: usize| self.paths[i].cfg.local_key == local_key && !self.removed[i];
         let mut by_source = None;
         let mut only = None;
         let mut count = 0;
@@ -62,11 +74,9 @@ impl Tunnel {
                 by_source = Some(i);
             }
         }
-        let same_id = claimed as usize;
-        let found = by_source
+        by_source
             .or(only.filter(|_| count == 1))
-            .or((same_id < self.paths.len() && on_socket(same_id)).then_some(same_id));
-        found.map(|i| i as PathId)
+            .map(|i| i as PathId)
     }
 
     /// An authentic probe or echo on the peer's `peer_path` names its path
@@ -84,7 +94,8 @@ impl Tunnel {
         let ours = (0..self.paths.len())
             .find(|i| !self.removed[*i] && self.paths[*i].cfg.name.as_bytes() == name.as_bytes())
             .map(|i| i as PathId);
-        match self.pairing.name(peer_path, name, ours) {
+        let by_socket = self.socket_path(socket, from);
+        match self.pairing.name(peer_path, name, ours, by_socket) {
             Named::Path { local, new } => {
                 if self.paths[local as usize].cfg.local_key != socket {
                     // Our path of that name listens elsewhere: the peer
@@ -105,6 +116,16 @@ impl Tunnel {
                     self.events.push_back(Event::PathPaired {
                         path: local,
                         peer_path,
+                    });
+                }
+                Some(local)
+            }
+            Named::Socket { local, new } => {
+                if new {
+                    self.events.push_back(Event::PathPairedBySocket {
+                        path: local,
+                        peer_path,
+                        name: name.lossy(),
                     });
                 }
                 Some(local)
@@ -152,6 +173,9 @@ enum Slot {
     Guessed(PathId),
     /// Our path of the same name.
     Named(PathId),
+    /// We have no path of the peer's name; our only path that the socket
+    /// (and the sender's address) can mean.
+    BySocket(PathId),
     /// The peer named this path and we have none of that name.
     NoSuch,
 }
@@ -181,6 +205,9 @@ impl Default for Pairing {
 pub enum Named {
     /// Paired with this path of ours (as before, or newly).
     Path { local: PathId, new: bool },
+    /// We have no path of that name: paired with our path that its socket
+    /// means (as before, or newly).
+    Socket { local: PathId, new: bool },
     /// We have no path of that name; `new` the first time it is seen.
     NoSuch { new: bool },
 }
@@ -196,7 +223,7 @@ impl Pairing {
             .unwrap_or_default()
         {
             Slot::Unknown => None,
-            Slot::Guessed(l) | Slot::Named(l) => Some(Ok(l)),
+            Slot::Guessed(l) | Slot::Named(l) | Slot::BySocket(l) => Some(Ok(l)),
             Slot::NoSuch => Some(Err(())),
         }
     }
@@ -206,10 +233,15 @@ impl Pairing {
         self.to_peer.get(local as usize).copied().flatten()
     }
 
-    /// Whether our path `local` was paired by name.
+    /// Whether our path `local` was paired by a name (its own, or the
+    /// peer's that we lack, by socket).
     pub fn named(&self, local: PathId) -> bool {
-        self.peer(local)
-            .is_some_and(|p| matches!(self.to_local[p as usize], Slot::Named(_)))
+        self.peer(local).is_some_and(|p| {
+            matches!(
+                self.to_local[p as usize],
+                Slot::Named(_) | Slot::BySocket(_)
+            )
+        })
     }
 
     /// The peer's paths whose names we lack: (its id, its name).
@@ -227,7 +259,8 @@ impl Pairing {
     }
 
     fn unpair_peer(&mut self, peer: u8) {
-        if let Slot::Guessed(l) | Slot::Named(l) = self.to_local[peer as usize] {
+        if let Slot::Guessed(l) | Slot::Named(l) | Slot::BySocket(l) = self.to_local[peer as usize]
+        {
             self.to_peer[l as usize] = None;
         }
         self.to_local[peer as usize] = Slot::Unknown;
@@ -250,8 +283,16 @@ impl Pairing {
     }
 
     /// An authentic probe or echo on the peer's `peer` names its path
-    /// `name`; `ours` finds our path of that name.
-    pub fn name(&mut self, peer: u8, name: PathName, ours: Option<PathId>) -> Named {
+    /// `name`; `ours` finds our path of that name, `by_socket` our only
+    /// path its socket and sender can mean (used when we lack the name,
+    /// unless another of the peer's paths holds that path by a name).
+    pub fn name(
+        &mut self,
+        peer: u8,
+        name: PathName,
+        ours: Option<PathId>,
+        by_socket: Option<PathId>,
+    ) -> Named {
         let p = peer as usize;
         if p >= MAX_PATHS {
             return Named::NoSuch { new: false };
@@ -267,6 +308,23 @@ impl Pairing {
                 self.to_local[p] = Slot::Named(l);
                 self.to_peer[l as usize] = Some(peer);
                 Named::Path {
+                    local: l,
+                    new: true,
+                }
+            }
+            None if by_socket.is_some_and(|l| self.to_local[p] == Slot::BySocket(l)) => {
+                Named::Socket {
+                    local: by_socket.unwrap_or_default(),
+                    new: false,
+                }
+            }
+            None if by_socket.is_some_and(|l| (l as usize) < MAX_PATHS && !self.named(l)) => {
+                let l = by_socket.unwrap_or_default();
+                self.unpair_peer(peer);
+                self.unpair_local(l);
+                self.to_local[p] = Slot::BySocket(l);
+                self.to_peer[l as usize] = Some(peer);
+                Named::Socket {
                     local: l,
                     new: true,
                 }
@@ -314,6 +372,46 @@ mod tests {
     }
 
     #[test]
+    fn a_name_we_lack_pairs_by_socket_unless_a_name_holds_that_path() {
+        let mut p = Pairing::default();
+        // The peer's path 2 ("lte") arrives where only our path 1 listens.
+        assert_eq!(
+            p.name(2, n("lte"), None, Some(1)),
+            Named::Socket {
+                local: 1,
+                new: true
+            }
+        );
+        assert_eq!(p.local(2), Some(Ok(1)));
+        assert_eq!(
+            p.name(2, n("lte"), None, Some(1)),
+            Named::Socket {
+                local: 1,
+                new: false
+            }
+        );
+        assert_eq!(p.unmatched().count(), 0);
+        // A guess does not take it over.
+        p.guess(0, 1);
+        assert_eq!(p.local(0), None);
+        // Another path of the peer, also unnamed here, cannot take it.
+        assert_eq!(
+            p.name(3, n("dsl"), None, Some(1)),
+            Named::NoSuch { new: true }
+        );
+        assert_eq!(p.local(3), Some(Err(())));
+        // A path of the peer named like ours does, by name.
+        assert_eq!(
+            p.name(4, n("link1"), Some(1), Some(1)),
+            Named::Path {
+                local: 1,
+                new: true
+            }
+        );
+        assert_eq!(p.local(2), None, "the socket pairing gave way");
+    }
+
+    #[test]
     fn a_name_pairs_and_overrides_a_guess() {
         let mut p = Pairing::default();
         assert_eq!(p.local(0), None);
@@ -322,7 +420,7 @@ mod tests {
         assert_eq!(p.peer(1), Some(0));
         // The peer's path 0 is named like our path 0: the name wins.
         assert_eq!(
-            p.name(0, n("wifi"), Some(0)),
+            p.name(0, n("wifi"), Some(0), None),
             Named::Path {
                 local: 0,
                 new: true
@@ -335,7 +433,7 @@ mod tests {
         p.guess(0, 1);
         assert_eq!(p.local(0), Some(Ok(0)));
         assert_eq!(
-            p.name(0, n("wifi"), Some(0)),
+            p.name(0, n("wifi"), Some(0), None),
             Named::Path {
                 local: 0,
                 new: false
@@ -346,8 +444,8 @@ mod tests {
     #[test]
     fn crossed_orders_pair_by_name() {
         let mut p = Pairing::default();
-        p.name(0, n("lte"), Some(1));
-        p.name(1, n("wifi"), Some(0));
+        p.name(0, n("lte"), Some(1), None);
+        p.name(1, n("wifi"), Some(0), None);
         assert_eq!(p.local(0), Some(Ok(1)));
         assert_eq!(p.local(1), Some(Ok(0)));
         // The peer hears its path 0 (our 1) only.
@@ -358,12 +456,15 @@ mod tests {
     #[test]
     fn an_unknown_name_is_refused_and_told_once() {
         let mut p = Pairing::default();
-        assert_eq!(p.name(2, n("dsl"), None), Named::NoSuch { new: true });
-        assert_eq!(p.name(2, n("dsl"), None), Named::NoSuch { new: false });
+        assert_eq!(p.name(2, n("dsl"), None, None), Named::NoSuch { new: true });
+        assert_eq!(
+            p.name(2, n("dsl"), None, None),
+            Named::NoSuch { new: false }
+        );
         assert_eq!(p.local(2), Some(Err(())));
         assert_eq!(p.unmatched().collect::<Vec<_>>(), vec![(2, n("dsl"))]);
         // The peer renamed it to one of ours (a reload there).
-        p.name(2, n("wifi"), Some(0));
+        p.name(2, n("wifi"), Some(0), None);
         assert_eq!(p.local(2), Some(Ok(0)));
         assert_eq!(p.unmatched().count(), 0);
     }
@@ -371,10 +472,10 @@ mod tests {
     #[test]
     fn one_peer_id_per_path_and_back() {
         let mut p = Pairing::default();
-        p.name(0, n("wifi"), Some(0));
+        p.name(0, n("wifi"), Some(0), None);
         // The peer moved its wifi to id 3 (it removed paths and added it
         // again): id 0 no longer means our wifi.
-        p.name(3, n("wifi"), Some(0));
+        p.name(3, n("wifi"), Some(0), None);
         assert_eq!(p.local(3), Some(Ok(0)));
         assert_eq!(p.local(0), None);
         assert_eq!(p.peer(0), Some(3));
