@@ -58,7 +58,8 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         assert "peer client1 [10.201.1.3/32]: connected, paths 2/2 up" in text
         detail = status(star, tmp_path, "--peer", "client1")
         assert "path link0" in detail and "path link1" in detail
-        assert "paired with the peer's path 'lte' by the socket" in (tmp_path / "server.log").read_text()
+        log = (tmp_path / "server.log").read_text()
+        assert "paired with the peer's path 'lte' by the socket" in log
 
         # A reload caps one path toward client 1 on its running tunnel;
         # the session stays.
