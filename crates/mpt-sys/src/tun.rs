@@ -90,6 +90,18 @@ impl Tun {
     /// Create the TUN device `name` (non-blocking, no packet info), with
     /// TSO/checksum offloads if `offload` and the kernel supports them.
     pub fn create(name: &str, offload: bool) -> io::Result<Tun> {
+        let mut q = Self::create_queues(name, 1, offload)?;
+        Ok(q.remove(0))
+    }
+
+    /// Create the TUN device `name` with `n` queues (`IFF_MULTI_QUEUE` for
+    /// more than one), one descriptor each, with offloads as
+    /// [`Tun::create`]: the kernel spreads the packets it routes into the
+    /// device over the queues by flow, and a flow whose packets were last
+    /// written through a queue is read from that queue (the device's flow
+    /// table), so whoever reads a queue mostly reads the flows it writes.
+    /// Each queue has a qdisc of its own (`mq`).
+    pub fn create_queues(name: &str, n: usize, offload: bool) -> io::Result<Vec<Tun>> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -100,44 +112,40 @@ impl Tun {
             return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
         }
         if offload {
-            if let Ok(mut t) = Self::open(name, true, Queues::One) {
-                let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
-                // UDP segmentation too where the kernel has it, else TCP only.
-                for (flags, uso) in [(tcp | TUN_F_USO4 | TUN_F_USO6, true), (tcp, false)] {
-                    // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
-                    let rc = unsafe {
-                        libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong)
-                    };
-                    if rc == 0 {
-                        t.uso = uso;
-                        return Ok(t);
-                    }
+            if let Ok(mut qs) = Self::open_queues(name, n, true) {
+                if let Some(uso) = Self::set_offload(&qs[0]) {
+                    qs.iter_mut().for_each(|q| q.uso = uso);
+                    return Ok(qs);
                 }
-                // Dropping `t` removes the device; fall back below.
+                // Dropping `qs` removes the device; fall back below.
             }
         }
-        Self::open(name, false, Queues::One)
+        Self::open_queues(name, n, false)
     }
 
-    /// Create the TUN device `name` with `n` queues (`IFF_MULTI_QUEUE`,
-    /// no offloads), one descriptor each: the kernel spreads the packets
-    /// it routes into the device over the queues by flow, and a flow
-    /// whose packets were last written through a queue is read from that
-    /// queue (the device's flow table), so each thread that owns a queue
-    /// mostly reads the flows it writes. `n == 1` is [`Tun::create`]
-    /// without offloads.
-    pub fn create_queues(name: &str, n: usize) -> io::Result<Vec<Tun>> {
+    fn open_queues(name: &str, n: usize, vnet: bool) -> io::Result<Vec<Tun>> {
         if n <= 1 {
-            return Ok(vec![Self::create(name, false)?]);
+            return Ok(vec![Self::open(name, vnet, Queues::One)?]);
         }
-        if interface_exists(name) {
-            return Err(explain(name, io::Error::from_raw_os_error(libc::EEXIST)));
-        }
-        let mut queues = vec![Self::open(name, false, Queues::First)?];
+        let mut queues = vec![Self::open(name, vnet, Queues::First)?];
         for _ in 1..n {
-            queues.push(Self::open(name, false, Queues::More)?);
+            queues.push(Self::open(name, vnet, Queues::More)?);
         }
         Ok(queues)
+    }
+
+    /// Turn on the device's offloads (any queue): `Some(uso)` when on.
+    fn set_offload(t: &Tun) -> Option<bool> {
+        let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
+        // UDP segmentation too where the kernel has it, else TCP only.
+        for (flags, uso) in [(tcp | TUN_F_USO4 | TUN_F_USO6, true), (tcp, false)] {
+            // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
+            let rc = unsafe { libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
+            if rc == 0 {
+                return Some(uso);
+            }
+        }
+        None
     }
 
     fn open(name: &str, vnet: bool, queues: Queues) -> io::Result<Tun> {

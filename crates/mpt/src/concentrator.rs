@@ -157,7 +157,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
         }
     }
     let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
-    let tuns = Tun::create_queues(&cfg.tunnel.name, n)?;
+    let tuns = Tun::create_queues(&cfg.tunnel.name, n, false)?;
     netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
     let seed = crate::keys::random32()?;
     let template = crate::daemon::core_config(&cfg, &keys, seed);
