@@ -140,7 +140,8 @@ impl Tun {
         // UDP segmentation too where the kernel has it, else TCP only.
         for (flags, uso) in [(tcp | TUN_F_USO4 | TUN_F_USO6, true), (tcp, false)] {
             // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
-            let rc = unsafe { libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
+            let rc =
+                unsafe { libc::ioctl(t.fd.as_raw_fd(), TUNSETOFFLOAD, flags as libc::c_ulong) };
             if rc == 0 {
                 return Some(uso);
             }

@@ -58,6 +58,9 @@ pub const RELEASE_BATCH_NS: Nanos = NANOS_PER_MS;
 /// bottleneck queue for empty (tuning knob: above a radio link's jitter
 /// and a probe's overshoot).
 pub const STANDING_QUEUE_NS: Nanos = 10 * NANOS_PER_MS;
+/// How long after its last real-time packet a path still counts as
+/// carrying real-time traffic (tuning knob: a few of a call's silences).
+pub const REALTIME_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
 /// Longest interval between two reports that still makes a sample (tuning
 /// knob: after a silence the bytes say nothing about a rate).
 pub const SAMPLE_MAX_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -80,6 +83,11 @@ pub struct RateSample {
     /// of the interval: how much its one-way delay moves from packet to
     /// packet with no queue of ours (a radio link's).
     pub jitter_ns: Option<Nanos>,
+    /// Real-time packets (a QoS real-time class) left on the path within
+    /// [`REALTIME_HOLD_NS`] before the sample: the policy keeps the
+    /// bottleneck's queue near empty while they do (they wait in it behind
+    /// everything else, where mpt cannot put them first).
+    pub realtime: bool,
     /// Packets lost while a queue stood, new in this interval.
     pub congestion_lost: u64,
     /// Packets lost with no queue, new in this interval.
@@ -214,6 +222,8 @@ pub struct PathSender {
     limited: bool,
     last_sample: Option<RateSample>,
     queueing_ns: Option<Nanos>,
+    /// Until when the path counts as carrying real-time packets.
+    realtime_until: Nanos,
     pub samples: u64,
 }
 
@@ -228,8 +238,15 @@ impl PathSender {
             limited: false,
             last_sample: None,
             queueing_ns: None,
+            realtime_until: 0,
             samples: 0,
         }
+    }
+
+    /// A real-time packet leaves on the path now (see
+    /// [`RateSample::realtime`]).
+    pub fn on_realtime(&mut self, now: Nanos) {
+        self.realtime_until = now + REALTIME_HOLD_NS;
     }
 
     /// Change the configured cap (`None`: no cap).
@@ -353,6 +370,7 @@ impl PathSender {
             congestion_lost: u64::from(r.lost_congestion.wrapping_sub(m.lost_congestion)),
             link_lost: u64::from(r.lost_link.wrapping_sub(m.lost_link)),
             limited: std::mem::take(&mut self.limited),
+            realtime: now < self.realtime_until,
         };
         self.control.on_sample(now, &s, rtt_min);
         self.samples += 1;

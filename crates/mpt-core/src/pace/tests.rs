@@ -47,6 +47,9 @@ struct Sim {
     delivered: Vec<u64>,
     /// Queueing delay of each delivered packet at the bottleneck, per bin.
     queue_ns_max: Vec<Nanos>,
+    /// Whether the path carries real-time packets (the sender is told so
+    /// every step).
+    realtime: bool,
 }
 
 impl Sim {
@@ -72,6 +75,7 @@ impl Sim {
             next_report: 0,
             delivered: vec![],
             queue_ns_max: vec![],
+            realtime: false,
         }
     }
 
@@ -96,6 +100,9 @@ impl Sim {
             self.now += STEP;
             let now = self.now;
             // Sender: always backlogged, held by its budget.
+            if self.realtime {
+                self.sender.on_realtime(now);
+            }
             self.sender.refill(now);
             while self.sender.has_budget() {
                 self.sender.on_send(PKT);
@@ -360,6 +367,35 @@ fn jitter_is_not_taken_for_a_queue() {
     }
 }
 
+/// While real-time packets flow on a path, its bottleneck queue drains:
+/// the rate stays below the capacity measured before, and does not sink
+/// further over time (pacing below it, every new measurement is lower).
+#[test]
+fn a_path_with_real_time_packets_keeps_its_bottleneck_queue_drained() {
+    let mut s = Sim::with(100, Box::new(TargetDelay::default()));
+    s.jitter_ns = 0.2 * MS as f64;
+    s.run_until(4_000 * MS);
+    let before = (s.mbit(2.0, 4.0), s.max_queue_ms(2.0, 4.0));
+    s.realtime = true;
+    s.run_until(20_000 * MS);
+    let during = (s.mbit(17.0, 20.0), s.max_queue_ms(17.0, 20.0));
+    assert!(before.1 > 3.0, "bulk alone keeps a queue: {before:?}");
+    assert!(
+        during.1 < 2.5,
+        "real-time: the queue drains: {during:?} (before {before:?})"
+    );
+    assert!(
+        during.0 > 0.88 * 100.0 && during.0 < 0.97 * 100.0,
+        "about 95 % of the capacity, steady after 16 s: {during:?} (before {before:?})"
+    );
+    s.realtime = false;
+    s.run_until(24_000 * MS);
+    assert!(
+        s.mbit(22.0, 24.0) > before.0 - 2.0,
+        "back to the full rate after"
+    );
+}
+
 /// A capacity drop below what the path is given, while the pacer holds
 /// nothing back (the scheduler sends less than the pacing rate): the queue
 /// grows fast, so it counts as ours and the rate follows the capacity.
@@ -374,6 +410,7 @@ fn a_drop_below_an_unlimited_load_is_followed() {
         congestion_lost: 0,
         link_lost: 0,
         limited,
+        realtime: false,
     };
     let mut c = TargetDelay::default();
     for i in 0..20 {
@@ -412,6 +449,7 @@ fn a_path_that_queued_is_paced_close_to_its_delivery_rate() {
         congestion_lost: 0,
         link_lost: 0,
         limited: true,
+        realtime: false,
     };
     let mut c = TargetDelay::default();
     for i in 0..40 {

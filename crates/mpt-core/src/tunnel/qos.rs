@@ -123,11 +123,13 @@ impl Tunnel {
             self.drops.add(DropReason::NoPath);
             return None;
         };
+        self.senders[path as usize].on_realtime(now);
         let seq = self.rt_seq;
         self.rt_seq += 1;
         let class_byte = class as u8 | CLASS_UNORDERED;
         if redundant {
             if let Some(second) = self.realtime_pick(now, len, Some(path)) {
+                self.senders[second as usize].on_realtime(now);
                 let pkt = &buf[HEADER_LEN..HEADER_LEN + len];
                 if !self.queue.push_rt(second, seq, class_byte, now, pkt) {
                     self.drops.add(DropReason::QueueFull);
