@@ -39,8 +39,9 @@
 //! * while the path carries real-time packets (a QoS real-time class,
 //!   [`super::RateSample::realtime`]), the rate stays below
 //!   [`REALTIME_HEADROOM`] × the capacity measured with a standing queue
-//!   (the highest since just before they began: pacing below it, later
-//!   measurements would pull it down step by step), so the bottleneck's
+//!   (smoothed over samples, and the highest since just before they
+//!   began: pacing below it, later measurements would pull it down step
+//!   by step), so the bottleneck's
 //!   queue drains: a real-time packet waits there behind everything
 //!   ahead of it, and mpt's priority only orders its own queue. Over
 //!   Wi-Fi + LTE with bulk TCP and a UDP flood, a VoIP stream's one-way
@@ -141,8 +142,11 @@ pub struct TargetDelay {
     /// measured then (a saturated bottleneck's: its capacity).
     queued_at: Option<Nanos>,
     queued_capacity: u64,
-    /// While real-time packets flow: the highest capacity measured with a
-    /// standing queue since just before they began (0: none flow).
+    /// The capacities measured with a standing queue, smoothed (one
+    /// sample pair over 30 ms reads a burst as several percent more).
+    queued_smoothed: u64,
+    /// While real-time packets flow: the highest smoothed capacity since
+    /// just before they began (0: none flow).
     realtime_ceiling: u64,
 }
 
@@ -162,6 +166,7 @@ impl Default for TargetDelay {
             smoothed_bps: INITIAL_RATE_BPS,
             queued_at: None,
             queued_capacity: 0,
+            queued_smoothed: 0,
             realtime_ceiling: 0,
         }
     }
@@ -252,6 +257,10 @@ impl RateControl for TargetDelay {
             // out of use, delivers little whatever its capacity).
             if s.limited || s.queue_growth_ns.unwrap_or(0) >= target as i64 {
                 self.queued_capacity = capacity;
+                self.queued_smoothed = match self.queued_smoothed {
+                    0 => capacity,
+                    m => (m as i64 + (capacity as i64 - m as i64) / SMOOTHING_DIV) as u64,
+                };
             }
         }
         let shown = self.delivered_max.get(now).unwrap_or(0) as f64;
@@ -269,7 +278,7 @@ impl RateControl for TargetDelay {
         // when a queue stood (it only rises meanwhile: pacing below it, the
         // deliveries measured would pull it down step by step).
         let bound = if s.realtime {
-            self.realtime_ceiling = self.realtime_ceiling.max(self.queued_capacity);
+            self.realtime_ceiling = self.realtime_ceiling.max(self.queued_smoothed);
             match self.realtime_ceiling {
                 0 => bound,
                 c => bound.min((c as f64 * REALTIME_HEADROOM) as u64),
