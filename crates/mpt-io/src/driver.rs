@@ -178,6 +178,27 @@ pub struct ControlHook {
     pub wake: Arc<dyn Fn() + Send + Sync>,
 }
 
+/// Register a loop's TUN (queue) and path sockets for reading.
+pub(crate) fn register_io(
+    reg: &mio::Registry,
+    tun: &Tun,
+    sockets: &[PathSocket],
+) -> io::Result<()> {
+    reg.register(
+        &mut SourceFd(&tun.as_raw_fd()),
+        TOKEN_TUN,
+        Interest::READABLE,
+    )?;
+    for (i, s) in sockets.iter().enumerate() {
+        reg.register(
+            &mut SourceFd(&s.socket.as_raw_fd()),
+            Token(TOKEN_SOCKET_BASE + i),
+            Interest::READABLE,
+        )?;
+    }
+    Ok(())
+}
+
 impl Driver {
     /// Build the loop with `workers` threads for the AEAD work (the calling
     /// thread, which must be the one that calls [`Driver::run`], being the
@@ -194,18 +215,7 @@ impl Driver {
         let workers = Workers::new(workers, &identity.name, engage)?;
         let poll = Poll::new()?;
         let reg = poll.registry();
-        reg.register(
-            &mut SourceFd(&tun.as_raw_fd()),
-            TOKEN_TUN,
-            Interest::READABLE,
-        )?;
-        for (i, s) in sockets.iter().enumerate() {
-            reg.register(
-                &mut SourceFd(&s.socket.as_raw_fd()),
-                Token(TOKEN_SOCKET_BASE + i),
-                Interest::READABLE,
-            )?;
-        }
+        register_io(reg, &tun, &sockets)?;
         let LoopSources {
             signal_rx,
             hangup_rx,

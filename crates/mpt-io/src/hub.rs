@@ -106,6 +106,29 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             .is_some_and(|l| std::mem::replace(l, false))
     }
 
+    /// Wait in `poll` for readiness, or until the next deadline (not at
+    /// all while `busy`: a source still has input). `false`: interrupted
+    /// by a signal, wait again.
+    pub(crate) fn wait(
+        &mut self,
+        poll: &mut mio::Poll,
+        events: &mut mio::Events,
+        busy: bool,
+    ) -> io::Result<bool> {
+        let timeout = if busy {
+            Some(std::time::Duration::ZERO)
+        } else {
+            let now = self.clock.now();
+            self.poll_timeout()
+                .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
+        };
+        match poll.poll(events, timeout) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// When the loop must run again without input.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         self.conc.poll_timeout()

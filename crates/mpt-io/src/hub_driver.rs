@@ -14,14 +14,12 @@
 //! in the middle of one; the other peers' state is never touched.
 
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mio::net::UnixStream as MioUnixStream;
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Poll, Token};
 use mpt_core::concentrator::{Concentrator, PeerConfig, PeerId};
 use mpt_core::crypto::keys::{self, PresharedKey, PublicKey};
 use mpt_sys::tun::Tun;
@@ -70,27 +68,6 @@ pub struct HubDriver {
     /// With more than one shard: this loop is shard 0, the leader.
     link: Option<ShardLink>,
     followers: Vec<JoinHandle<()>>,
-}
-
-/// Register a loop's TUN (queue) and path sockets for reading.
-pub(crate) fn register_io(
-    reg: &mio::Registry,
-    tun: &Tun,
-    sockets: &[PathSocket],
-) -> io::Result<()> {
-    reg.register(
-        &mut SourceFd(&tun.as_raw_fd()),
-        TOKEN_TUN,
-        Interest::READABLE,
-    )?;
-    for (i, s) in sockets.iter().enumerate() {
-        reg.register(
-            &mut SourceFd(&s.socket.as_raw_fd()),
-            Token(TOKEN_SOCKET_BASE + i),
-            Interest::READABLE,
-        )?;
-    }
-    Ok(())
 }
 
 pub(crate) fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
@@ -186,7 +163,7 @@ impl HubDriver {
     ) -> io::Result<(HubDriver, ControlHook)> {
         let poll = Poll::new()?;
         let reg = poll.registry();
-        register_io(reg, &tun, &sockets)?;
+        crate::driver::register_io(reg, &tun, &sockets)?;
         let src = LoopSources::register(reg)?;
         let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
         let hub = Hub::new(tun, paths, clock, conc, mtu, name);
@@ -278,19 +255,11 @@ impl HubDriver {
         let mut events = Events::with_capacity(256);
         self.ready = Ready::all(self.hub.paths.sockets.len());
         loop {
-            let timeout = if self.ready.any() {
-                Some(Duration::ZERO)
-            } else {
-                let now = self.hub.clock.now();
-                self.hub
-                    .poll_timeout()
-                    .map(|t| Duration::from_nanos(t.saturating_sub(now)))
-            };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
+            if !self
+                .hub
+                .wait(&mut self.poll, &mut events, self.ready.any())?
+            {
+                continue;
             }
             for ev in events.iter() {
                 match ev.token() {

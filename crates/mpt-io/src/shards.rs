@@ -377,7 +377,7 @@ impl Follower {
         link: ShardLink,
     ) -> io::Result<JoinHandle<()>> {
         let reg = poll.registry();
-        crate::hub_driver::register_io(reg, &tun, &sockets)?;
+        crate::driver::register_io(reg, &tun, &sockets)?;
         let name = name.to_string();
         let index = link.index();
         std::thread::Builder::new()
@@ -402,19 +402,8 @@ impl Follower {
         let mut ready = Ready::all(self.hub.paths.sockets.len());
         info!(tunnel = %self.name, shard = self.link.index(), "shard up");
         loop {
-            let timeout = if ready.any() {
-                Some(Duration::ZERO)
-            } else {
-                let now = self.hub.clock.now();
-                self.hub
-                    .poll_timeout()
-                    .map(|t| Duration::from_nanos(t.saturating_sub(now)))
-            };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
+            if !self.hub.wait(&mut self.poll, &mut events, ready.any())? {
+                continue;
             }
             for ev in events.iter() {
                 match ev.token() {
