@@ -278,8 +278,13 @@ impl HubDriver {
                     TOKEN_WAKER => self.answer_control(),
                     TOKEN_SHARD => {
                         if let Some(l) = self.link.as_mut() {
-                            let (live, _) = l.drain(&mut self.hub);
-                            self.report_live(live);
+                            let d = l.drain(&mut self.hub);
+                            self.report_live(d.live);
+                            if let Some(i) = d.gone.first() {
+                                return Err(io::Error::other(format!(
+                                    "shard {i} stopped; its peers have no loop"
+                                )));
+                            }
                         }
                     }
                     Token(t) if t >= TOKEN_SOCKET_BASE => {

@@ -14,7 +14,10 @@
 //!   order, so that a peer gets the same id in every shard ([`Op`]), and
 //!   answered on a channel of their own;
 //! * liveness changes of a peer, from its owner to the leader (routes to
-//!   announce).
+//!   announce);
+//! * a follower's loop ending unasked (an error or a panic), to the
+//!   leader, which then stops the daemon with an error: a shard's peers
+//!   would otherwise go silent while the others run on.
 //!
 //! Invariants:
 //! * a peer's packets are handled by one thread, its owner's, so they
@@ -77,6 +80,38 @@ pub enum ToShard {
     /// A peer became live or stopped (to the leader).
     Live(PeerId, bool),
     Stop,
+    /// A follower's loop ended without being told to (to the leader):
+    /// its peers are served by nobody, so the daemon stops with an error
+    /// (a service manager restarts it) rather than run on without them.
+    Gone(usize),
+}
+
+/// What [`ShardLink::drain`] found besides handoffs and operations.
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// Liveness reports (leader).
+    pub live: Vec<(PeerId, bool)>,
+    /// Told to stop (follower).
+    pub stop: bool,
+    /// Followers whose loops ended (leader).
+    pub gone: Vec<usize>,
+}
+
+/// Tells the leader that a follower's loop ended, when dropped armed (on
+/// an error or a panic; a stop disarms it).
+struct GoneGuard {
+    index: usize,
+    to: (mpsc::Sender<ToShard>, Arc<Waker>),
+    armed: bool,
+}
+
+impl Drop for GoneGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.to.0.send(ToShard::Gone(self.index));
+            let _ = self.to.1.wake();
+        }
+    }
 }
 
 /// One shard's ends of the channels between shards.
@@ -202,12 +237,9 @@ impl ShardLink {
     }
 
     /// Take what arrived: handoffs go into the hub, operations are
-    /// answered. Returns the liveness reports (leader) and whether to stop.
-    pub fn drain<T: TunDevice, P: PathIo, C: Clock>(
-        &mut self,
-        hub: &mut Hub<T, P, C>,
-    ) -> (Vec<(PeerId, bool)>, bool) {
-        let mut live = vec![];
+    /// answered; the rest is returned.
+    pub fn drain<T: TunDevice, P: PathIo, C: Clock>(&mut self, hub: &mut Hub<T, P, C>) -> Drained {
+        let mut out = Drained::default();
         while let Ok(m) = self.inbox.try_recv() {
             match m {
                 ToShard::Handoff(h) => hub.take_handoff(h),
@@ -218,12 +250,16 @@ impl ShardLink {
                     }
                     let _ = reply.send(v);
                 }
-                ToShard::Live(id, up) => live.push((id, up)),
-                ToShard::Stop => return (live, true),
+                ToShard::Live(id, up) => out.live.push((id, up)),
+                ToShard::Gone(i) => out.gone.push(i),
+                ToShard::Stop => {
+                    out.stop = true;
+                    return out;
+                }
             }
         }
         hub.settle();
-        (live, false)
+        out
     }
 }
 
@@ -383,6 +419,11 @@ impl Follower {
         std::thread::Builder::new()
             .name(format!("mpt-shard-{index}"))
             .spawn(move || {
+                let mut guard = GoneGuard {
+                    index,
+                    to: link.to[0].clone(),
+                    armed: true,
+                };
                 let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
                 let hub = Hub::new(tun, paths, SystemClock::new(), conc, mtu, &name);
                 let mut f = Follower {
@@ -391,8 +432,9 @@ impl Follower {
                     link,
                     name,
                 };
-                if let Err(e) = f.run() {
-                    warn!(tunnel = %f.name, shard = index, "shard loop failed: {e}");
+                match f.run() {
+                    Ok(()) => guard.armed = false,
+                    Err(e) => warn!(tunnel = %f.name, shard = index, "shard loop failed: {e}"),
                 }
             })
     }
@@ -408,7 +450,7 @@ impl Follower {
             for ev in events.iter() {
                 match ev.token() {
                     TOKEN_TUN => ready.tun = true,
-                    TOKEN_SHARD if self.link.drain(&mut self.hub).1 => return Ok(()),
+                    TOKEN_SHARD if self.link.drain(&mut self.hub).stop => return Ok(()),
                     Token(t) if t >= TOKEN_SOCKET_BASE => {
                         if let Some(r) = ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
                             *r = true;
@@ -453,6 +495,34 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         None
+    }
+
+    #[test]
+    fn a_follower_that_ends_unasked_is_reported_and_a_stopped_one_is_not() {
+        use crate::mem::{MemNet, MemPaths, MemTun, VirtualClock};
+        use mpt_core::concentrator::Concentrator;
+        use mpt_core::testing::{addr, client_peer, concentrator_template};
+        let polls: Vec<Poll> = (0..3).map(|_| Poll::new().unwrap()).collect();
+        let regs: Vec<&mio::Registry> = polls.iter().map(Poll::registry).collect();
+        let mut links = ShardLink::build(&regs).unwrap();
+        let (net, clock) = (MemNet::default(), VirtualClock::default());
+        let mut conc = Concentrator::new(concentrator_template(1)).unwrap();
+        conc.add_peer(client_peer(0)).unwrap();
+        let paths = MemPaths::new(&net, &clock, vec![addr(0, 0)], false);
+        let mut hub = Hub::new(MemTun::new(false, false), paths, clock, conc, 1400, "t");
+        let guard = |index: usize, armed: bool| GoneGuard {
+            index,
+            to: links[index].to[0].clone(),
+            armed,
+        };
+        drop(guard(1, true)); // shard 1's loop failed (or panicked)
+        drop(guard(2, false)); // shard 2 was told to stop
+        let d = links[0].drain(&mut hub);
+        assert_eq!(d.gone, vec![1]);
+        assert!(!d.stop && d.live.is_empty());
+        // Stop reaches every other shard.
+        links[0].stop_others();
+        assert!(links[1].drain(&mut hub).stop && links[2].drain(&mut hub).stop);
     }
 
     #[test]
