@@ -145,20 +145,24 @@ def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
 def test_a_client_moves_to_the_second_concentrator_within_two_seconds(tmp_path: Path) -> None:
     """Two concentrators serve the same clients; the first is killed while
     a client pings through it every 20 ms: replies come back through the
-    second within 2 s."""
+    second within 2 s. Each concentrator announces the clients it holds
+    (a route in table 201), those of either of its two shards."""
     import subprocess
     import time
 
-    with Star(1, links=2, servers=2) as star:
-        server, clients = start(star, tmp_path, announce_table=201)
-        clients[0].wait_ready(paths_up=2, timeout=15)
+    with Star(2, links=2, servers=2) as star:
+        server, clients = start(star, tmp_path, announce_table=201, server_workers=2)
+        for c in clients:
+            c.wait_ready(paths_up=2, timeout=15)
 
-        def announced(side: str) -> bool:
+        def announced(side: str, client: int = 0) -> bool:
             out = run(["ip", "route", "show", "table", "201"], ns=star.ns(side), check=False).stdout
-            return client_tunnel(0) in out
+            return client_tunnel(client) in out
 
-        # The first concentrator holds the client: only it announces it.
+        # The first concentrator holds the clients: only it announces them,
+        # client 1 through its second shard (a follower tells the leader).
         wait_for("the first concentrator announces the client", lambda: announced("s"), 10)
+        wait_for("and client 1, of shard 1", lambda: announced("s", 1), 10)
         assert not announced("s1")
         assert ping(star, 0, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
         pinger = star.spawn(
