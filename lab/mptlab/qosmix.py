@@ -58,7 +58,17 @@ def run_mix(
                 for s in (r.raw or {}).get("end", {}).get("streams", [])
                 if "receiver" in s
             ]
-            out["bulk"] = {"mbps": r.mbps, "streams_mbps": rates, "jain": jain(rates)}
+            retrans = [
+                int(s["sender"].get("retransmits", 0))
+                for s in (r.raw or {}).get("end", {}).get("streams", [])
+                if "sender" in s
+            ]
+            out["bulk"] = {
+                "mbps": r.mbps,
+                "streams_mbps": rates,
+                "jain": jain(rates),
+                "retransmits": retrans,
+            }
         except Exception as e:  # noqa: BLE001 - reported as missing
             out["bulk_error"] = str(e)
 
@@ -102,6 +112,16 @@ def run_mix(
     return out
 
 
+def share_of_fair(streams: list[float] | None, flood_mbps: float | None) -> float | None:
+    """The well-behaved flows' mean rate over their fair share: what the
+    bulk streams and the flood delivered together, split equally among them
+    (1.0: the flood took no more than a TCP flow)."""
+    if not streams or flood_mbps is None:
+        return None
+    fair = (sum(streams) + flood_mbps) / (len(streams) + 1)
+    return (sum(streams) / len(streams)) / fair if fair > 0 else None
+
+
 def summary(mix: dict[str, Any]) -> dict[str, Any]:
     """The figures of one run, flat, for the results table."""
     v, m2m = mix.get("voip", {}), mix.get("m2m", {})
@@ -116,6 +136,8 @@ def summary(mix: dict[str, Any]) -> dict[str, Any]:
         "bulk_mbps": bulk.get("mbps"),
         "bulk_streams_mbps": bulk.get("streams_mbps"),
         "bulk_jain": bulk.get("jain"),
+        "bulk_retransmits": bulk.get("retransmits"),
+        "bulk_share_of_fair": share_of_fair(bulk.get("streams_mbps"), fl.get("mbps")),
         "flood_mbps": fl.get("mbps"),
         "flood_offered_mbit": fl.get("offered_mbit"),
         "dscp_voip": DSCP_EF,

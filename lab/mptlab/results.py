@@ -122,6 +122,7 @@ MIX_FIGURES = (
     "voip_loss",
     "m2m_loss",
     "bulk_jain",
+    "bulk_share_of_fair",
     "bulk_streams_mbps",
     "flood_mbps",
 )
@@ -143,7 +144,8 @@ def _mix_notes(det: dict[str, Any]) -> str:
     return (
         f"VoIP owd {f('voip_owd_mean_ms', '.2f')} ms (p99 {f('voip_owd_p99_ms', '.2f')}), "
         f"loss {f('voip_loss', '.3%')}; M2M loss {f('m2m_loss', '.3%')}; "
-        f"bulk Jain {f('bulk_jain', '.3f')}; flood {f('flood_mbps', '.1f')} Mbit/s"
+        f"bulk Jain {f('bulk_jain', '.3f')}, {f('bulk_share_of_fair', '.1%')} of fair share; "
+        f"flood {f('flood_mbps', '.1f')} Mbit/s"
     )
 
 

@@ -13,8 +13,18 @@
 //!   missing packets cannot arrive any more, or that they can no longer
 //!   arrive in time ([`crate::release`]).
 //!
+//! A packet that arrives after its gap was given up, within the last
+//! `capacity` sequence numbers, is delivered at once, out of order
+//! ([`Accept::DeliverLate`]): the inner protocol sees what a plain IP network
+//! shows it, a reordered packet, instead of a loss (a TCP sender whose
+//! retransmission then proves spurious undoes its congestion response,
+//! RFC 2883 DSACK, RFC 3708). The bitmap of delivered sequence numbers
+//! keeps it from being delivered twice.
+//!
 //! Invariants:
-//! * packets leave in strictly increasing sequence order, each at most once;
+//! * packets leave through [`ReorderBuffer::pop`] in strictly increasing
+//!   sequence order; every sequence number leaves at most once, in order or
+//!   late;
 //! * at most `capacity` packets are held; `capacity` is a power of two ≥ the
 //!   configured window, so slot `seq % capacity` is unique for
 //!   `seq ∈ [next, next + capacity)`;
@@ -51,7 +61,11 @@ pub enum Accept {
     Held,
     /// Already delivered or already held: drop.
     Duplicate,
-    /// Older than the release point (its slot was given up): drop.
+    /// Its gap was given up, and it was not delivered: deliver it now
+    /// from the caller's buffer, out of order.
+    DeliverLate,
+    /// Too far behind the release point to tell whether it was delivered,
+    /// or beyond [`SEQ_LIMIT`]: drop.
     Late,
 }
 
@@ -64,6 +78,8 @@ pub struct ReorderStats {
     pub reordered: u64,
     /// Sequence numbers given up as lost.
     pub lost: u64,
+    /// Of those, packets that came after all and were delivered late.
+    pub late_delivered: u64,
     /// Releases forced by `max_delay`.
     pub timeout_releases: u64,
     /// Releases forced by window overflow.
@@ -200,10 +216,14 @@ impl ReorderBuffer {
             let behind = self.next - seq;
             if behind > RESYNC_DISTANCE_WINDOWS * self.capacity {
                 self.resync(seq);
-            } else if behind <= self.capacity && self.was_delivered(seq) {
+            } else if behind > self.capacity {
+                return Accept::Late;
+            } else if self.was_delivered(seq) {
                 return Accept::Duplicate;
             } else {
-                return Accept::Late;
+                self.set_delivered(seq, true);
+                self.stats.late_delivered += 1;
+                return Accept::DeliverLate;
             }
         }
         if seq >= self.next + self.capacity {
@@ -286,8 +306,16 @@ impl ReorderBuffer {
         }
         if end > walk_end {
             // A jump beyond the window: nothing can be held there.
+            // Their bits take the slots of sequence numbers that leave the
+            // window; those the walk set stay (they are within it).
             self.stats.lost = self.stats.lost.saturating_add(end - walk_end);
-            self.delivered.iter_mut().for_each(|w| *w = 0);
+            if end - walk_end >= self.capacity {
+                self.delivered.iter_mut().for_each(|w| *w = 0);
+            } else {
+                for seq in walk_end..end {
+                    self.set_delivered(seq, false);
+                }
+            }
         }
         self.next = end;
         self.drain_consecutive();

@@ -41,7 +41,7 @@ fn restores_order() {
 }
 
 #[test]
-fn duplicates_and_late_are_rejected() {
+fn duplicates_are_rejected_and_late_packets_delivered_once() {
     let mut rb = ReorderBuffer::new(16, 1_000);
     let mut out = vec![];
     deliver(&mut rb, 0, 0, &mut out);
@@ -51,9 +51,19 @@ fn duplicates_and_late_are_rejected() {
     rb.handle_timeout(1_000); // gives up 1, releases 2
     drain(&mut rb, &mut out);
     assert_eq!(out, vec![0, 2]);
-    assert_eq!(deliver(&mut rb, 1, 2_000, &mut out), Accept::Late);
+    // 1 was given up; when it comes after all it leaves at once, out of
+    // order, and only once.
+    assert_eq!(deliver(&mut rb, 1, 2_000, &mut out), Accept::DeliverLate);
+    assert_eq!(deliver(&mut rb, 1, 2_000, &mut out), Accept::Duplicate);
     assert_eq!(deliver(&mut rb, 2, 2_000, &mut out), Accept::Duplicate);
     assert_eq!(rb.stats().lost, 1);
+    assert_eq!(rb.stats().late_delivered, 1);
+    // Beyond the window nothing tells delivered from given up: dropped.
+    for s in 3..40 {
+        deliver(&mut rb, s, 3_000, &mut out);
+    }
+    rb.handle_timeout(10_000);
+    assert_eq!(deliver(&mut rb, 1, 10_000, &mut out), Accept::Late);
 }
 
 #[test]
@@ -147,6 +157,10 @@ struct Model {
     held: BTreeMap<u64, Nanos>,
     delivered: BTreeSet<u64>,
     out: Vec<u64>,
+    late: Vec<u64>,
+    /// Delivered since the last resync (a restarted sender's new sequence
+    /// space starts with nothing delivered).
+    session: BTreeSet<u64>,
 }
 
 impl Model {
@@ -156,6 +170,7 @@ impl Model {
             if self.held.remove(&s).is_some() {
                 self.out.push(s);
                 self.delivered.insert(s);
+                self.session.insert(s);
             }
         }
         self.next = Some(end);
@@ -166,6 +181,7 @@ impl Model {
         while self.held.remove(&n).is_some() {
             self.out.push(n);
             self.delivered.insert(n);
+            self.session.insert(n);
             n += 1;
         }
         self.next = Some(n);
@@ -176,7 +192,12 @@ impl Model {
             let last = self.held.keys().next_back().copied().unwrap_or(next);
             self.release_through(last + 1);
             self.next = Some(seq);
+            self.session.clear();
             next = seq;
+        }
+        if seq < next && next - seq <= self.cap && self.session.insert(seq) {
+            self.delivered.insert(seq);
+            self.late.push(seq);
         }
         if seq < next || self.held.contains_key(&seq) {
             return;
@@ -217,23 +238,33 @@ proptest! {
             held: BTreeMap::new(),
             delivered: BTreeSet::new(),
             out: vec![],
+            late: vec![],
+            session: BTreeSet::new(),
         };
         let mut out = vec![];
+        let mut late = vec![];
         let mut now = 0;
         for (seq, dt) in ops {
             now += dt;
             rb.handle_timeout(now);
             drain(&mut rb, &mut out);
             m.timeout(now);
-            deliver(&mut rb, seq, now, &mut out);
+            if deliver(&mut rb, seq, now, &mut out) == Accept::DeliverLate {
+                late.push(seq);
+            }
             m.insert(seq, now);
             prop_assert_eq!(&out, &m.out);
+            prop_assert_eq!(&late, &m.late);
         }
         // Strictly increasing and no duplicates (a detected sender restart
         // starts a new sequence space, so only check runs without one).
         if rb.stats().resyncs == 0 {
             prop_assert!(out.windows(2).all(|w| w[0] < w[1]));
-            prop_assert!(m.delivered.len() == out.len());
+            prop_assert!(m.delivered.len() == out.len() + late.len());
+            let mut all: Vec<u64> = out.iter().chain(&late).copied().collect();
+            all.sort_unstable();
+            all.dedup();
+            prop_assert_eq!(all.len(), out.len() + late.len(), "each at most once");
         }
     }
 }

@@ -71,6 +71,9 @@ pub enum DropReason {
     /// A QoS class at its packet limit: dropped from its fattest flow (the
     /// one sending beyond its share).
     ClassFull,
+    /// A QoS flow that does not answer drops, beyond its fair share of its
+    /// class: dropped at the input ([`crate::qos::share`]).
+    FlowShare,
     /// Dropped by CoDel (RFC 8289) to end a standing queue in the QoS stage.
     Aqm,
     /// A concentrator: a handshake from a static key that is no peer's, or
@@ -85,7 +88,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 30] = [
+    pub const ALL: [DropReason; 31] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -112,6 +115,7 @@ impl DropReason {
         Self::QueueFull,
         Self::ClassRate,
         Self::ClassFull,
+        Self::FlowShare,
         Self::Aqm,
         Self::UnknownPeer,
         Self::NoRoute,
@@ -146,6 +150,7 @@ impl DropReason {
             Self::QueueFull => "queue_full",
             Self::ClassRate => "class_rate",
             Self::ClassFull => "class_full",
+            Self::FlowShare => "flow_share",
             Self::Aqm => "aqm",
             Self::UnknownPeer => "unknown_peer",
             Self::NoRoute => "no_route",

@@ -1,7 +1,8 @@
 //! Hostile input on stable Rust (the coverage-guided targets live in
 //! `fuzz/`): random bytes and mutated valid packets never panic the tunnel,
 //! every rejected datagram is counted under exactly one drop reason, and
-//! delivery stays in order without duplicates.
+//! delivery stays in order without duplicates (but for packets that come
+//! after their gap was given up, delivered late, once).
 
 use std::net::SocketAddr;
 
@@ -89,7 +90,13 @@ proptest! {
         }
         let seqs: Vec<u64> = delivered.iter()
             .map(|p| u64::from_be_bytes(p[8..16].try_into().unwrap())).collect();
-        prop_assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{:?}", seqs);
+        let mut unique = seqs.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        prop_assert_eq!(unique.len(), seqs.len(), "each at most once: {:?}", seqs);
+        // Out of order only where a late packet went out: one descent each.
+        let descents = seqs.windows(2).filter(|w| w[0] > w[1]).count() as u64;
+        prop_assert!(descents <= t.reorder_stats().late_delivered, "{:?}", seqs);
     }
 }
 

@@ -433,10 +433,10 @@ fn render_classes(m: &mut Metrics<'_>, classes: &[Value]) {
     m.family(
         "mpt_class_drops_total",
         "counter",
-        "Packets of the class dropped, by reason (rate, full, aqm, expired)",
+        "Packets of the class dropped, by reason (rate, full, share, aqm, expired)",
     );
     for c in classes {
-        for reason in ["rate", "full", "aqm", "expired"] {
+        for reason in ["rate", "full", "share", "aqm", "expired"] {
             let x = num(c, &format!("dropped_{reason}")).unwrap_or(0.0);
             m.sample(
                 "mpt_class_drops_total",

@@ -326,12 +326,13 @@ pub fn render(v: &Value) -> String {
     let r = v.get("reorder").cloned().unwrap_or(Value::Null);
     let _ = writeln!(
         o,
-        "reorder: window {}, held now {}, in order {}, reordered {}, lost {}, released by policy {} / timeout {} / overflow {}, max held {}, margin {} ms",
+        "reorder: window {}, held now {}, in order {}, reordered {}, lost {} (came late and delivered {}), released by policy {} / timeout {} / overflow {}, max held {}, margin {} ms",
         num(&r, "window"),
         num(&r, "held_now"),
         num(&r, "in_order"),
         num(&r, "reordered"),
         num(&r, "lost"),
+        num(&r, "late_delivered"),
         num(&r, "policy_releases"),
         num(&r, "timeout_releases"),
         num(&r, "overflow_releases"),
@@ -499,7 +500,7 @@ fn render_classes(o: &mut String, v: &Value) {
         };
         let _ = writeln!(
             o,
-            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} by CoDel / {} waited too long",
+            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long",
             c.get("name").and_then(Value::as_str).unwrap_or("?"),
             num(c, "priority"),
             num(c, "packets"),
@@ -511,6 +512,7 @@ fn render_classes(o: &mut String, v: &Value) {
             ms(&d, "max_ms"),
             num(c, "dropped_rate"),
             num(c, "dropped_full"),
+            num(c, "dropped_share"),
             num(c, "dropped_aqm"),
             num(c, "dropped_expired"),
         );

@@ -141,6 +141,12 @@ impl Codel {
     }
 
     /// Whether CoDel is in its dropping state (status, tests).
+    /// Drops of the current (or last) dropping episode, as RFC 8289 counts
+    /// them (an episode that starts soon after the last resumes its count).
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
     pub fn dropping(&self) -> bool {
         self.dropping
     }

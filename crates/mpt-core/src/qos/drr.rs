@@ -14,7 +14,8 @@
 //! class is at its packet limit, the fattest bucket loses packets from its
 //! head (RFC 8290 §4.1): the flow that sends beyond its share pays for it,
 //! not the others; a packet of the fattest flow itself is refused at the
-//! input without being copied.
+//! input without being copied. A flow that does not answer drops is, in
+//! addition, held to its fair share at the input ([`super::share`]).
 //!
 //! Invariants:
 //! * `packets` and `bytes` are the sums over the buckets; a bucket that
@@ -27,6 +28,7 @@
 use std::collections::VecDeque;
 
 use super::codel::{Codel, Params};
+use super::share::{FairShare, Police, UNRESPONSIVE_DROPS};
 use crate::Nanos;
 
 /// Flow buckets per class (tuning knob; FQ-CoDel's default is 1024, a
@@ -53,6 +55,7 @@ struct Flow {
     codel: Codel,
     /// In the new or the old list.
     listed: bool,
+    police: Police,
 }
 
 /// What [`ClassQueue::push`] did.
@@ -77,6 +80,7 @@ pub struct ClassQueue {
     limit: usize,
     quantum: i64,
     aqm: bool,
+    share: FairShare,
 }
 
 impl ClassQueue {
@@ -92,6 +96,7 @@ impl ClassQueue {
             limit: limit.max(1),
             quantum: quantum.max(1) as i64,
             aqm,
+            share: FairShare::default(),
         }
     }
 
@@ -123,6 +128,20 @@ impl ClassQueue {
             .max_by_key(|f| self.flows[*f].bytes)
     }
 
+    /// Whether a packet of `len` bytes of flow `hash` may enter the class
+    /// at `now` (every packet of the class, whether it waits here or not):
+    /// a flow that does not answer drops is held to its fair share
+    /// ([`super::share`]). Counts the packet for the class's rate.
+    pub fn admit(&mut self, hash: u64, now: Nanos, len: usize) -> bool {
+        let f = (hash % FLOW_BUCKETS as u64) as usize;
+        let allowance = self.share.allowance_bps();
+        if !self.flows[f].police.admit(now, len, allowance) {
+            return false;
+        }
+        self.share.on_admitted(now, f, len);
+        true
+    }
+
     /// Queue `pkt` of flow `hash`, making room in the fattest flow when
     /// the class is full; dropped buffers go back to `pool`.
     pub fn push(&mut self, hash: u64, at: Nanos, pkt: &[u8], pool: &mut Vec<Vec<u8>>) -> Pushed {
@@ -132,6 +151,7 @@ impl ClassQueue {
             let Some(fat) = self.fattest() else {
                 return Pushed::Refused;
             };
+            self.flows[fat].police.flag(at);
             if fat == f {
                 return Pushed::Refused;
             }
@@ -241,6 +261,9 @@ impl ClassQueue {
                 && flow.codel.should_drop(now, sojourn, flow.bytes, mtu, codel);
             if !expired && !aqm {
                 flow.deficit -= len as i64;
+            }
+            if aqm && flow.codel.count() >= UNRESPONSIVE_DROPS {
+                flow.police.flag(now);
             }
             if expired || aqm {
                 dropped(&item, aqm);
@@ -364,5 +387,36 @@ mod tests {
         assert!(drops > 3, "{drops}");
         assert!(sent > 900);
         assert_eq!(q.oldest().is_some(), !q.is_empty());
+    }
+
+    #[test]
+    fn a_flood_that_filled_the_class_is_held_to_the_mean_of_the_others() {
+        let mut pool = vec![];
+        let mut q = ClassQueue::new(50, 1500, false);
+        let ms = crate::NANOS_PER_MS;
+        let (flood, a, b) = (5u64, 6u64, 7u64);
+        // The flood fills the class and loses from its head: flagged.
+        for _ in 0..51 {
+            assert!(q.admit(flood, 0, 1000));
+            q.push(flood, 0, &[5; 1000], &mut pool);
+        }
+        q.push(a, 0, &[6; 1000], &mut pool);
+        // Then: flows a and b at 1 and 2 packets per ms, the flood at 20.
+        let mut got = [0u64; 3];
+        for t in 1..3_000u64 {
+            for (i, (f, n)) in [(flood, 20), (a, 1), (b, 2)].into_iter().enumerate() {
+                for _ in 0..n {
+                    // Counted over the last second (the allowance settles
+                    // within a few windows).
+                    if q.admit(f, t * ms, 1000) && t >= 2_000 {
+                        got[i] += 1;
+                    }
+                }
+            }
+        }
+        // a and b pass whole; the flood gets about their mean (1.5 / ms).
+        assert_eq!((got[1], got[2]), (1_000, 2_000));
+        let per_ms = got[0] as f64 / 1_000.0;
+        assert!((1.3..1.8).contains(&per_ms), "{per_ms}");
     }
 }

@@ -28,6 +28,7 @@ pub mod classify;
 pub mod codel;
 pub mod drr;
 pub mod meter;
+pub mod share;
 
 use serde::Serialize;
 
@@ -131,6 +132,13 @@ impl QosConfig {
     }
 }
 
+/// What [`Qos::enqueue`] dropped: packets of the fattest flow of a full
+/// class (the packet itself or others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enqueued {
+    pub dropped_full: usize,
+}
+
 /// Counters of one class (`mpt status`).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct ClassCounters {
@@ -141,6 +149,9 @@ pub struct ClassCounters {
     pub dropped_rate: u64,
     /// Class full: dropped from its fattest flow.
     pub dropped_full: u64,
+    /// A flow that does not answer drops, beyond its fair share: dropped
+    /// at the input.
+    pub dropped_share: u64,
     /// Dropped by CoDel.
     pub dropped_aqm: u64,
     /// Waited beyond the class's bound, or for a path too long.
@@ -280,8 +291,21 @@ impl Qos {
             .unwrap_or(self.default)
     }
 
-    /// The flow of an inner packet: a keyed hash of its 5-tuple (only
-    /// packets that wait in the stage need it).
+    /// The class of an inner packet and its flow (a keyed hash of its
+    /// 5-tuple), from one look at its headers.
+    pub fn classify_flow(&self, pkt: &[u8]) -> (usize, u64) {
+        let Some(p) = inspect(pkt) else {
+            return (self.default, 0);
+        };
+        let class = self
+            .classes
+            .iter()
+            .position(|c| !c.catch_all && c.cfg.matcher.matches(&p))
+            .unwrap_or(self.default);
+        (class, flow_hash(&p, self.key))
+    }
+
+    /// The flow of an inner packet: a keyed hash of its 5-tuple.
     pub fn flow(&self, pkt: &[u8]) -> u64 {
         inspect(pkt).map_or(0, |p| flow_hash(&p, self.key))
     }
@@ -307,20 +331,36 @@ impl Qos {
         ok
     }
 
+    /// The fair-share policer of flow `hash` of ordered `class`
+    /// ([`share`]): whether its packet of `len` bytes may enter now
+    /// (counted as a drop if not).
+    pub fn admit(&mut self, class: usize, hash: u64, now: Nanos, len: usize) -> bool {
+        let Some(c) = self.classes.get_mut(class) else {
+            return false;
+        };
+        let ok = c.queue.admit(hash, now, len);
+        if !ok {
+            c.counters.dropped_share += 1;
+        }
+        ok
+    }
+
     /// Queue a packet; returns whether it was queued and how many packets
     /// (of the fattest flow, or this one) were dropped to stay in bounds.
-    pub fn enqueue(&mut self, class: usize, hash: u64, now: Nanos, pkt: &[u8]) -> (bool, usize) {
+    pub fn enqueue(&mut self, class: usize, hash: u64, now: Nanos, pkt: &[u8]) -> Enqueued {
         let Some(c) = self.classes.get_mut(class) else {
-            return (false, 1);
+            return Enqueued { dropped_full: 1 };
         };
         match c.queue.push(hash, now, pkt, &mut self.pool) {
             Pushed::Queued { dropped } => {
                 c.counters.dropped_full += dropped as u64;
-                (true, dropped)
+                Enqueued {
+                    dropped_full: dropped,
+                }
             }
             Pushed::Refused => {
                 c.counters.dropped_full += 1;
-                (false, 1)
+                Enqueued { dropped_full: 1 }
             }
         }
     }

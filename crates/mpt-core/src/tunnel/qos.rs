@@ -46,8 +46,8 @@ const UNKNOWN_DELAY_NS: Nanos = 1_000 * NANOS_PER_MS;
 pub(super) enum Classified {
     /// Sent, queued or dropped.
     Done(Option<Transmit>),
-    /// An ordered class: `class` for the header.
-    Ordered { class: usize },
+    /// An ordered class: `class` for the header, `flow` its flow hash.
+    Ordered { class: usize, flow: u64 },
 }
 
 /// The QoS flow hash's key, from the tunnel's seed.
@@ -71,15 +71,19 @@ impl Tunnel {
     /// real-time classes are sent here.
     pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
         let Some(qos) = self.qos.as_mut() else {
-            return Classified::Ordered { class: 0 };
+            return Classified::Ordered { class: 0, flow: 0 };
         };
-        let class = qos.classify(&buf[HEADER_LEN..HEADER_LEN + len]);
+        let (class, flow) = qos.classify_flow(&buf[HEADER_LEN..HEADER_LEN + len]);
         if !qos.police(class, now, len) {
             self.drops.add(DropReason::ClassRate);
             return Classified::Done(None);
         }
         if !qos.is_realtime(class) {
-            return Classified::Ordered { class };
+            if !qos.admit(class, flow, now, len) {
+                self.drops.add(DropReason::FlowShare);
+                return Classified::Done(None);
+            }
+            return Classified::Ordered { class, flow };
         }
         let redundant = qos.is_redundant(class);
         Classified::Done(self.send_realtime(now, class, redundant, buf, len))
@@ -192,14 +196,13 @@ impl Tunnel {
 
     /// Put an ordered packet in the QoS stage (when the stage already
     /// holds packets, or its path's queue is beyond the fill bound).
-    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, pkt: &[u8]) {
+    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, flow: u64, pkt: &[u8]) {
         let Some(qos) = self.qos.as_mut() else {
             self.drops.add(DropReason::QueueFull);
             return;
         };
-        let hash = qos.flow(pkt);
-        let (_, dropped) = qos.enqueue(class, hash, now, pkt);
-        for _ in 0..dropped {
+        let e = qos.enqueue(class, flow, now, pkt);
+        for _ in 0..e.dropped_full {
             self.drops.add(DropReason::ClassFull);
         }
     }
@@ -277,8 +280,8 @@ impl Tunnel {
         for (at, pkt) in waiting {
             if let Some(q) = self.qos.as_mut() {
                 let class = q.classify(&pkt);
-                let (_, dropped) = q.enqueue(class, q.flow(&pkt), at, &pkt);
-                (0..dropped).for_each(|_| self.drops.add(DropReason::ClassFull));
+                let e = q.enqueue(class, q.flow(&pkt), at, &pkt);
+                (0..e.dropped_full).for_each(|_| self.drops.add(DropReason::ClassFull));
                 continue;
             }
             let Some(path) = self.pick(now, pkt.len()) else {

@@ -226,6 +226,16 @@ impl Tunnel {
                     len: body.len(),
                 }
             }
+            Accept::DeliverLate => {
+                // The gap was given up too early: the margin learns it.
+                self.late_margin.on_spurious(now);
+                self.counters.rx_packets += 1;
+                self.counters.rx_bytes += body.len() as u64;
+                Received::Deliver {
+                    offset: HEADER_LEN,
+                    len: body.len(),
+                }
+            }
             Accept::Held => Received::Consumed,
             // Both arrive after their gap was given up (or resent).
             Accept::Duplicate => return self.drop_given_up(now, DropReason::Duplicate),

@@ -106,13 +106,13 @@ impl Tunnel {
             self.queue.count_staged();
             return None;
         }
-        let class_idx = match self.classify(now, buf, len) {
+        let (class_idx, flow) = match self.classify(now, buf, len) {
             super::qos::Classified::Done(t) => return t,
-            super::qos::Classified::Ordered { class } => class,
+            super::qos::Classified::Ordered { class, flow } => (class, flow),
         };
         let class = class_idx as u8;
         if self.stage_busy() {
-            self.stage_packet(now, class_idx, &buf[HEADER_LEN..HEADER_LEN + len]);
+            self.stage_packet(now, class_idx, flow, &buf[HEADER_LEN..HEADER_LEN + len]);
             return None;
         }
         let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
@@ -133,7 +133,7 @@ impl Tunnel {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
                 if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {
-                    self.stage_packet(now, class_idx, &buf[HEADER_LEN..HEADER_LEN + len]);
+                    self.stage_packet(now, class_idx, flow, &buf[HEADER_LEN..HEADER_LEN + len]);
                     return None;
                 }
                 if wait > self.queue_max {

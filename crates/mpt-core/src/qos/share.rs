@@ -1,0 +1,221 @@
+//! A class's fair share per flow, and the policing of flows that do not
+//! answer drops: the ED-SGSN thesis's "drop the excess of misbehaving
+//! flows at the input" (Lefebvre, `../shared/papers/lefebvre-ed-sgsn-thesis.txt`,
+//! early demultiplexing: a flow beyond its share loses its excess before
+//! it takes queue space or a copy).
+//!
+//! Why DRR alone is not enough: DRR is work-conserving. A TCP flow backs
+//! off after each drop (CUBIC to 0.7 of its window) and stays below its
+//! share while it grows back; DRR hands what it leaves to whoever has
+//! packets waiting, and an unresponsive flow always has. Over Wi-Fi + LTE a
+//! UDP flood at 5× the links took 40 Mbit/s next to four TCP flows with
+//! 17-18 each, twice their rate.
+//!
+//! * A flow is *misbehaving* once the class is full and it is the fattest
+//!   flow (it loses packets from its head, [`super::drr`]), or once CoDel
+//!   dropped [`UNRESPONSIVE_DROPS`] of its packets in one dropping episode
+//!   (a TCP flow answers the first or second). It stays so while it keeps
+//!   sending beyond its allowance, and [`FLAG_HOLD_NS`] after.
+//! * Its allowance is the rate admitted into the class over the last
+//!   [`WINDOW_NS`], smoothed, divided by the flows admitted in that window
+//!   (every packet of the class counts, whether it waits in the class
+//!   queue or, with that queue empty, goes straight to a path queue); it
+//!   is policed at the input by a token bucket [`BUCKET_NS`] deep at that
+//!   rate, and only while at least one other flow is active. The policed
+//!   flow's own admitted rate is part of the class's, so the allowance
+//!   settles where the policed flow gets the mean rate of the others
+//!   (a = (a + T) / n, so a = T / (n - 1)): a flow that does not answer
+//!   drops never gets more than a well-behaved one, and what the others
+//!   leave unused stays unused by it.
+//!
+//! Invariants: no allocation; the allowance is 0 until one window has
+//! been measured (nothing is policed before); a flow is policed only while
+//! flagged.
+
+use crate::{Nanos, NANOS_PER_MS};
+
+/// Measurement window of the class's service rate and active flows
+/// (tuning knob: a few of the inner flows' round trips' worth of samples).
+pub const WINDOW_NS: Nanos = 100 * NANOS_PER_MS;
+/// CoDel drops in one dropping episode after which a flow counts as not
+/// answering them (tuning knob: CoDel's drop rate rises as 1/sqrt(count),
+/// a responsive TCP leaves the episode after one or two).
+pub const UNRESPONSIVE_DROPS: u32 = 8;
+/// How long a flow stays flagged after its last sign of misbehaviour
+/// (tuning knob).
+pub const FLAG_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
+/// Depth of a policed flow's bucket, as time at its allowance (tuning knob).
+pub const BUCKET_NS: Nanos = 20 * NANOS_PER_MS;
+/// Smoothing of the class's admitted rate: gain 1 / this per window (the
+/// allowance's distance to where it settles shrinks by 1/2 + 1/(2n) per
+/// window, n the flows).
+const SMOOTHING_DIV: u64 = 2;
+const NANOS_PER_S: u128 = 1_000_000_000;
+
+/// Buckets tracked (the class's flow buckets).
+const BITS: usize = super::drr::FLOW_BUCKETS;
+
+/// The class-wide side. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct FairShare {
+    window_start: Option<Nanos>,
+    served_bytes: u64,
+    /// Buckets admitted in the current window.
+    active: [u64; BITS / 64],
+    /// Smoothed admitted rate, bytes per second.
+    rate_bps: u64,
+    /// Flows admitted in the last complete window.
+    flows: u32,
+}
+
+impl Default for FairShare {
+    fn default() -> Self {
+        Self {
+            window_start: None,
+            served_bytes: 0,
+            active: [0; BITS / 64],
+            rate_bps: 0,
+            flows: 0,
+        }
+    }
+}
+
+impl FairShare {
+    /// `len` bytes of bucket `f` entered the class at `now`.
+    pub fn on_admitted(&mut self, now: Nanos, f: usize, len: usize) {
+        self.roll(now);
+        self.served_bytes += len as u64;
+        self.active[f / 64] |= 1 << (f % 64);
+    }
+
+    fn roll(&mut self, now: Nanos) {
+        let start = *self.window_start.get_or_insert(now);
+        if now < start + WINDOW_NS {
+            return;
+        }
+        let elapsed = now - start;
+        let bps = (u128::from(self.served_bytes) * NANOS_PER_S / u128::from(elapsed)) as u64;
+        // A window much longer than the nominal one was idle in part: its
+        // rate says little, so it is skipped for the average.
+        if elapsed <= 2 * WINDOW_NS {
+            self.rate_bps = match self.rate_bps {
+                0 => bps,
+                r => r - r / SMOOTHING_DIV + bps / SMOOTHING_DIV,
+            };
+        }
+        self.flows = self.active.iter().map(|w| w.count_ones()).sum();
+        self.active = [0; BITS / 64];
+        self.served_bytes = 0;
+        self.window_start = Some(now);
+    }
+
+    /// A flow's allowance in bytes per second, if flows share the class
+    /// (none: no second flow, or nothing measured yet).
+    pub fn allowance_bps(&self) -> Option<u64> {
+        (self.flows >= 2 && self.rate_bps > 0).then(|| self.rate_bps / u64::from(self.flows))
+    }
+
+    /// Flows admitted in the last window (status).
+    pub fn flows(&self) -> u32 {
+        self.flows
+    }
+}
+
+/// The per-flow side: the flag and the token bucket.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Police {
+    flagged_until: Nanos,
+    tokens: u64,
+    refilled_at: Nanos,
+}
+
+impl Police {
+    /// A sign of misbehaviour at `now`.
+    pub fn flag(&mut self, now: Nanos) {
+        if now >= self.flagged_until {
+            // A new episode starts with a full bucket.
+            self.tokens = u64::MAX;
+            self.refilled_at = now;
+        }
+        self.flagged_until = now + FLAG_HOLD_NS;
+    }
+
+    pub fn flagged(&self, now: Nanos) -> bool {
+        now < self.flagged_until
+    }
+
+    /// Whether `len` bytes may enter at `now` under `allowance` (bytes per
+    /// second; `None`: nothing to police against). A refusal keeps the
+    /// flag up: the flow still sends beyond its share.
+    pub fn admit(&mut self, now: Nanos, len: usize, allowance: Option<u64>) -> bool {
+        let (true, Some(rate)) = (self.flagged(now), allowance) else {
+            return true;
+        };
+        let depth =
+            ((u128::from(rate) * u128::from(BUCKET_NS) / NANOS_PER_S) as u64).max(2 * len as u64);
+        let add = u128::from(rate) * u128::from(now.saturating_sub(self.refilled_at)) / NANOS_PER_S;
+        self.tokens = (u128::from(self.tokens.min(depth)) + add).min(u128::from(depth)) as u64;
+        self.refilled_at = now;
+        if self.tokens >= len as u64 {
+            self.tokens -= len as u64;
+            true
+        } else {
+            self.flag(now);
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = NANOS_PER_MS;
+
+    #[test]
+    fn the_allowance_is_the_service_rate_over_the_active_flows() {
+        let mut s = FairShare::default();
+        assert_eq!(s.allowance_bps(), None);
+        // 5 flows, 1000 bytes each per ms: 5 MB/s over 5 flows.
+        for t in 0..=300 {
+            for f in 0..5 {
+                s.on_admitted(t * MS, f * 40, 1000);
+            }
+        }
+        assert_eq!(s.flows(), 5);
+        let a = s.allowance_bps().unwrap();
+        assert!((990_000..=1_010_000).contains(&a), "{a}");
+    }
+
+    #[test]
+    fn one_flow_alone_is_not_policed() {
+        let mut s = FairShare::default();
+        for t in 0..=300 {
+            s.on_admitted(t * MS, 3, 1000);
+        }
+        assert_eq!(s.allowance_bps(), None);
+        let mut p = Police::default();
+        p.flag(0);
+        assert!((0..1000).all(|i| p.admit(i * 10_000, 1500, s.allowance_bps())));
+    }
+
+    #[test]
+    fn a_flagged_flow_gets_its_allowance_and_stays_flagged_while_beyond_it() {
+        let mut p = Police::default();
+        let allowance = Some(1_000_000); // 1 MB/s
+        assert!(p.admit(0, 1000, allowance), "unflagged: admitted");
+        p.flag(0);
+        // Offered 10 MB/s for 2 s: about 1 MB/s (plus one bucket) admitted.
+        let mut admitted = 0u64;
+        for i in 0..20_000u64 {
+            if p.admit(i * 100_000, 1000, allowance) {
+                admitted += 1000;
+            }
+        }
+        assert!((2_000_000..=2_030_000).contains(&admitted), "{admitted}");
+        assert!(p.flagged(2_000 * MS), "refusals keep the flag up");
+        // Quiet for longer than the hold: no longer policed.
+        assert!(!p.flagged(2_000 * MS + FLAG_HOLD_NS));
+        assert!(p.admit(2_000 * MS + FLAG_HOLD_NS, 1000, allowance));
+    }
+}

@@ -1,0 +1,18 @@
+"""The qos-mix figures: Jain's index and the well-behaved flows' share."""
+
+import pytest
+from mptlab.qosmix import jain, share_of_fair
+
+
+def test_jain_is_one_when_equal_and_one_over_n_when_one_takes_all() -> None:
+    assert jain([5.0, 5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain([8.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+
+
+def test_share_of_fair_compares_the_streams_with_an_equal_split() -> None:
+    # Four streams of 20 and a flood of 20: each has exactly its share.
+    assert share_of_fair([20.0] * 4, 20.0) == pytest.approx(1.0)
+    # The flood takes 40: the fair share is 120 / 5 = 24, the streams 20.
+    assert share_of_fair([20.0] * 4, 40.0) == pytest.approx(20 / 24)
+    assert share_of_fair(None, 10.0) is None
+    assert share_of_fair([1.0], None) is None
