@@ -81,6 +81,9 @@ pub struct ClassQueue {
     quantum: i64,
     aqm: bool,
     share: FairShare,
+    /// Until when some flow is flagged ([`super::share`]): before, the
+    /// input needs no flow hash for packets that do not wait here.
+    policing_until: Nanos,
 }
 
 impl ClassQueue {
@@ -97,6 +100,7 @@ impl ClassQueue {
             quantum: quantum.max(1) as i64,
             aqm,
             share: FairShare::default(),
+            policing_until: 0,
         }
     }
 
@@ -136,10 +140,25 @@ impl ClassQueue {
         let f = (hash % FLOW_BUCKETS as u64) as usize;
         let allowance = self.share.allowance_bps();
         if !self.flows[f].police.admit(now, len, allowance) {
+            self.flag(f, now);
             return false;
         }
         self.share.on_admitted(now, f, len);
         true
+    }
+
+    /// Whether some flow of the class is flagged at `now`: every packet
+    /// entering the class must then go through [`Self::admit`] (else only
+    /// those that wait here, which are hashed anyway).
+    pub fn policing(&self, now: Nanos) -> bool {
+        now < self.policing_until
+    }
+
+    fn flag(&mut self, f: usize, now: Nanos) {
+        self.flows[f].police.flag(now);
+        self.policing_until = self
+            .policing_until
+            .max(self.flows[f].police.flagged_until());
     }
 
     /// Queue `pkt` of flow `hash`, making room in the fattest flow when
@@ -151,7 +170,7 @@ impl ClassQueue {
             let Some(fat) = self.fattest() else {
                 return Pushed::Refused;
             };
-            self.flows[fat].police.flag(at);
+            self.flag(fat, at);
             if fat == f {
                 return Pushed::Refused;
             }
@@ -262,8 +281,9 @@ impl ClassQueue {
             if !expired && !aqm {
                 flow.deficit -= len as i64;
             }
-            if aqm && flow.codel.count() >= UNRESPONSIVE_DROPS {
-                flow.police.flag(now);
+            let unresponsive = aqm && flow.codel.count() >= UNRESPONSIVE_DROPS;
+            if unresponsive {
+                self.flag(f, now);
             }
             if expired || aqm {
                 dropped(&item, aqm);

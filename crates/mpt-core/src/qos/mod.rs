@@ -291,20 +291,6 @@ impl Qos {
             .unwrap_or(self.default)
     }
 
-    /// The class of an inner packet and its flow (a keyed hash of its
-    /// 5-tuple), from one look at its headers.
-    pub fn classify_flow(&self, pkt: &[u8]) -> (usize, u64) {
-        let Some(p) = inspect(pkt) else {
-            return (self.default, 0);
-        };
-        let class = self
-            .classes
-            .iter()
-            .position(|c| !c.catch_all && c.cfg.matcher.matches(&p))
-            .unwrap_or(self.default);
-        (class, flow_hash(&p, self.key))
-    }
-
     /// The flow of an inner packet: a keyed hash of its 5-tuple.
     pub fn flow(&self, pkt: &[u8]) -> u64 {
         inspect(pkt).map_or(0, |p| flow_hash(&p, self.key))
@@ -329,6 +315,14 @@ impl Qos {
             c.counters.dropped_rate += 1;
         }
         ok
+    }
+
+    /// Whether ordered `class` polices a flow now (every packet entering
+    /// it must then go through [`Self::admit`]).
+    pub fn policing(&self, class: usize, now: Nanos) -> bool {
+        self.classes
+            .get(class)
+            .is_some_and(|c| c.queue.policing(now))
     }
 
     /// The fair-share policer of flow `hash` of ordered `class`

@@ -28,9 +28,10 @@
 //!   drops never gets more than a well-behaved one, and what the others
 //!   leave unused stays unused by it.
 //!
-//! Invariants: no allocation; the allowance is 0 until one window has
-//! been measured (nothing is policed before); a flow is policed only while
-//! flagged.
+//! Invariants: no allocation; there is no allowance until one window has
+//! been measured (nothing is policed before), nor after a window of more
+//! than twice the length (the input is only counted while some flow is
+//! flagged); a flow is policed only while flagged.
 
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -95,15 +96,19 @@ impl FairShare {
         }
         let elapsed = now - start;
         let bps = (u128::from(self.served_bytes) * NANOS_PER_S / u128::from(elapsed)) as u64;
-        // A window much longer than the nominal one was idle in part: its
-        // rate says little, so it is skipped for the average.
         if elapsed <= 2 * WINDOW_NS {
             self.rate_bps = match self.rate_bps {
                 0 => bps,
                 r => r - r / SMOOTHING_DIV + bps / SMOOTHING_DIV,
             };
+            self.flows = self.active.iter().map(|w| w.count_ones()).sum();
+        } else {
+            // A window much longer than the nominal one was idle in part,
+            // or not measured (nothing was policed): nothing is known
+            // until the next one.
+            self.rate_bps = 0;
+            self.flows = 0;
         }
-        self.flows = self.active.iter().map(|w| w.count_ones()).sum();
         self.active = [0; BITS / 64];
         self.served_bytes = 0;
         self.window_start = Some(now);
@@ -142,6 +147,10 @@ impl Police {
 
     pub fn flagged(&self, now: Nanos) -> bool {
         now < self.flagged_until
+    }
+
+    pub fn flagged_until(&self) -> Nanos {
+        self.flagged_until
     }
 
     /// Whether `len` bytes may enter at `now` under `allowance` (bytes per

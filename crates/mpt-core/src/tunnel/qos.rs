@@ -46,8 +46,9 @@ const UNKNOWN_DELAY_NS: Nanos = 1_000 * NANOS_PER_MS;
 pub(super) enum Classified {
     /// Sent, queued or dropped.
     Done(Option<Transmit>),
-    /// An ordered class: `class` for the header, `flow` its flow hash.
-    Ordered { class: usize, flow: u64 },
+    /// An ordered class: `class` for the header, `flow` its flow hash if
+    /// it was needed already.
+    Ordered { class: usize, flow: Option<u64> },
 }
 
 /// The QoS flow hash's key, from the tunnel's seed.
@@ -71,19 +72,32 @@ impl Tunnel {
     /// real-time classes are sent here.
     pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
         let Some(qos) = self.qos.as_mut() else {
-            return Classified::Ordered { class: 0, flow: 0 };
+            return Classified::Ordered {
+                class: 0,
+                flow: None,
+            };
         };
-        let (class, flow) = qos.classify_flow(&buf[HEADER_LEN..HEADER_LEN + len]);
+        let class = qos.classify(&buf[HEADER_LEN..HEADER_LEN + len]);
         if !qos.police(class, now, len) {
             self.drops.add(DropReason::ClassRate);
             return Classified::Done(None);
         }
         if !qos.is_realtime(class) {
+            // The flow hash costs a second look at the headers: only
+            // while the class polices a flow (or for a packet that waits
+            // in the stage, [`Self::stage_packet`]).
+            if !qos.policing(class, now) {
+                return Classified::Ordered { class, flow: None };
+            }
+            let flow = qos.flow(&buf[HEADER_LEN..HEADER_LEN + len]);
             if !qos.admit(class, flow, now, len) {
                 self.drops.add(DropReason::FlowShare);
                 return Classified::Done(None);
             }
-            return Classified::Ordered { class, flow };
+            return Classified::Ordered {
+                class,
+                flow: Some(flow),
+            };
         }
         let redundant = qos.is_redundant(class);
         Classified::Done(self.send_realtime(now, class, redundant, buf, len))
@@ -196,10 +210,22 @@ impl Tunnel {
 
     /// Put an ordered packet in the QoS stage (when the stage already
     /// holds packets, or its path's queue is beyond the fill bound).
-    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, flow: u64, pkt: &[u8]) {
+    pub(super) fn stage_packet(&mut self, now: Nanos, class: usize, flow: Option<u64>, pkt: &[u8]) {
         let Some(qos) = self.qos.as_mut() else {
             self.drops.add(DropReason::QueueFull);
             return;
+        };
+        let flow = match flow {
+            Some(f) => f,
+            None => {
+                // Not counted at the input yet (no flow was policed).
+                let f = qos.flow(pkt);
+                if !qos.admit(class, f, now, pkt.len()) {
+                    self.drops.add(DropReason::FlowShare);
+                    return;
+                }
+                f
+            }
         };
         let e = qos.enqueue(class, flow, now, pkt);
         for _ in 0..e.dropped_full {
