@@ -41,6 +41,11 @@ AEAD_TAG = 16
 UDP_IP = {4: 28, 6: 48}
 ETHERNET = 14
 FAILOVER_INTERVAL_S = 0.2
+# "voip-load": the UDP load beside the VoIP stream, as a share of the links'
+# sum (below capacity: no standing queue, only the links' own delay under
+# packet load), and its payload.
+LOAD_SHARE = 0.8
+LOAD_PAYLOAD = 1200
 
 
 @dataclass
@@ -320,8 +325,14 @@ class Runner:
                     )
                     h = http_download(topo, target.addr, size, wrap=target.wrap)
                     mbps, d = h.mbps, {"bytes": h.bytes, "seconds": h.seconds}
-                else:  # voip, alone or beside a bulk TCP transfer
-                    bulk = self._bulk(topo, target) if point.traffic == "voip-bulk" else None
+                else:  # voip, alone or beside a bulk TCP transfer or a UDP load
+                    bulk = (
+                        self._bulk(topo, target)
+                        if point.traffic == "voip-bulk"
+                        else self._bulk(topo, target, udp_mbit=LOAD_SHARE * (total_rate or 100))
+                        if point.traffic == "voip-load"
+                        else None
+                    )
                     try:
                         v = voip(topo, target.addr, seconds=sc.seconds)
                     finally:
@@ -365,16 +376,26 @@ class Runner:
             point.details["receiver_reorder"] = st.get("reorder")
             point.details["receiver_drops"] = {k: v for k, v in st.get("drops", {}).items() if v}
 
-    def _bulk(self, topo: Topology, target: systems.Target) -> Callable[[], float | None]:
-        """Start a bulk TCP transfer beside the measured traffic (on another
-        port, a little longer than it); the returned call waits for it and
-        gives its rate (None if it failed)."""
+    def _bulk(
+        self, topo: Topology, target: systems.Target, udp_mbit: float | None = None
+    ) -> Callable[[], float | None]:
+        """Start a bulk TCP transfer (or, with `udp_mbit`, a UDP stream at
+        that rate) beside the measured traffic (on another port, a little
+        longer than it); the returned call waits for it and gives its rate
+        (None if it failed)."""
         out: dict[str, Any] = {}
 
         def transfer() -> None:
             try:
                 out["r"] = iperf3(
-                    topo, target.addr, seconds=self.sc.seconds + 2, wrap=target.wrap, port=5202
+                    topo,
+                    target.addr,
+                    seconds=self.sc.seconds + 2,
+                    wrap=target.wrap,
+                    port=5202,
+                    udp=udp_mbit is not None,
+                    rate=None if udp_mbit is None else f"{udp_mbit:.1f}M",
+                    length=None if udp_mbit is None else LOAD_PAYLOAD,
                 )
             except Exception as e:  # noqa: BLE001 - reported as no figure
                 out["err"] = str(e)

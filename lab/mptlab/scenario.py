@@ -24,6 +24,8 @@ A scenario file::
                                           # is left out), "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
     traffic = ["tcp", "udp", "http", "voip"]  # and "voip-bulk": VoIP beside a TCP transfer,
+                                              # "voip-load": beside UDP at 80% of the links
+                                              # (the links' own delay under load, no queue),
                                               # "qos-mix": VoIP, M2M, 4 bulk TCP and a UDP
                                               # flood at 5x the links (lab/mptlab/qosmix.py)
     seconds = 5
@@ -82,7 +84,7 @@ SYSTEMS = (
     "mptcp",
     "hook",
 )
-TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk", "qos-mix")
+TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk", "voip-load", "qos-mix")
 LINK_KEYS = {
     "rate_mbit",
     "delay_ms",
