@@ -59,7 +59,7 @@ def test_voip_keeps_its_delay_beside_a_flood_and_the_classes_show(workdir: Path)
     assert set(classes) == {"realtime", "besteffort"}
     rt, be = classes["realtime"], classes["besteffort"]
     assert rt["realtime"] and rt["packets"] >= SECONDS * 50 * 0.99
-    assert be["dropped_full"] + be["dropped_aqm"] + be["dropped_expired"] > 0
+    assert be["dropped_full"] + be["dropped_aqm"] + be["dropped_expired"] + be["dropped_share"] > 0
     drops = st["status"]["drops"]
-    assert drops["class_full"] + drops["aqm"] + drops["queue_full"] > 0
+    assert drops["class_full"] + drops["aqm"] + drops["queue_full"] + drops["flow_share"] > 0
     assert "QoS classes" in st["human"] and "realtime (precedence 0, real-time)" in st["human"]
