@@ -142,8 +142,9 @@ pub struct TargetDelay {
     /// measured then (a saturated bottleneck's: its capacity).
     queued_at: Option<Nanos>,
     queued_capacity: u64,
-    /// The capacities measured with a standing queue, smoothed (one
-    /// sample pair over 30 ms reads a burst as several percent more).
+    /// The delivery rates measured with a standing queue, smoothed: the
+    /// capacity, unbiased (one sample pair over 30 ms reads a burst as
+    /// several percent more).
     queued_smoothed: u64,
     /// While real-time packets flow: the highest smoothed capacity since
     /// just before they began (0: none flow).
@@ -257,9 +258,14 @@ impl RateControl for TargetDelay {
             // out of use, delivers little whatever its capacity).
             if s.limited || s.queue_growth_ns.unwrap_or(0) >= target as i64 {
                 self.queued_capacity = capacity;
+                // Each sample, not the better of two: that one reads a
+                // burst as capacity, several percent above the link's,
+                // and 0.95 of it paced a 100 Mbit/s Wi-Fi link at 101 %
+                // beside a VoIP stream (its queue never drained: 10.5 ms
+                // one-way against 6.9).
                 self.queued_smoothed = match self.queued_smoothed {
-                    0 => capacity,
-                    m => (m as i64 + (capacity as i64 - m as i64) / SMOOTHING_DIV) as u64,
+                    0 => sample,
+                    m => (m as i64 + (sample as i64 - m as i64) / SMOOTHING_DIV) as u64,
                 };
             }
         }
