@@ -136,13 +136,23 @@ def _mix_figures(p: dict[str, Any]) -> dict[str, Any]:
     return {k: det.get(k) for k in MIX_FIGURES}
 
 
+def _realtime_in_mpt(det: dict[str, Any]) -> str:
+    """The sender's real-time class delay inside mpt, if reported."""
+    for c in det.get("sender_classes") or []:
+        d = c.get("delay") or {}
+        if c.get("realtime") and c.get("packets"):
+            return f" (in mpt p50 {d.get('p50_ms', 0):.3f} / p99 {d.get('p99_ms', 0):.2f} ms)"
+    return ""
+
+
 def _mix_notes(det: dict[str, Any]) -> str:
     def f(k: str, fmt: str) -> str:
         v = det.get(k)
         return "–" if v is None else format(v, fmt)
 
     return (
-        f"VoIP owd {f('voip_owd_mean_ms', '.2f')} ms (p99 {f('voip_owd_p99_ms', '.2f')}), "
+        f"VoIP owd {f('voip_owd_mean_ms', '.2f')} ms (p99 {f('voip_owd_p99_ms', '.2f')})"
+        f"{_realtime_in_mpt(det)}, "
         f"loss {f('voip_loss', '.3%')}; M2M loss {f('m2m_loss', '.3%')}; "
         f"bulk Jain {f('bulk_jain', '.3f')}, {f('bulk_share_of_fair', '.1%')} of fair share; "
         f"flood {f('flood_mbps', '.1f')} Mbit/s"

@@ -375,6 +375,20 @@ class Runner:
             st = target.peers[1].status()
             point.details["receiver_reorder"] = st.get("reorder")
             point.details["receiver_drops"] = {k: v for k, v in st.get("drops", {}).items() if v}
+            # The sender's classes: each one's time inside mpt (TUN to
+            # socket) and its drops by reason, the node's own share of the
+            # delay (the ED-SGSN thesis measures its node so).
+            classes = target.peers[0].status().get("qos") or []
+            point.details["sender_classes"] = [
+                {
+                    "name": c.get("name"),
+                    "realtime": c.get("realtime"),
+                    "packets": c.get("packets"),
+                    "delay": c.get("delay"),
+                    **{k: v for k, v in c.items() if k.startswith("dropped_") and v},
+                }
+                for c in classes
+            ]
 
     def _bulk(
         self, topo: Topology, target: systems.Target, udp_mbit: float | None = None

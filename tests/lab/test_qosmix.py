@@ -16,3 +16,25 @@ def test_share_of_fair_compares_the_streams_with_an_equal_split() -> None:
     assert share_of_fair([20.0] * 4, 40.0) == pytest.approx(20 / 24)
     assert share_of_fair(None, 10.0) is None
     assert share_of_fair([1.0], None) is None
+
+
+def test_the_notes_name_the_real_time_class_s_delay_inside_mpt() -> None:
+    from mptlab.results import _mix_notes
+
+    det = {
+        "voip_owd_mean_ms": 6.5,
+        "bulk_share_of_fair": 0.97,
+        "sender_classes": [
+            {"name": "bulk", "realtime": False, "packets": 9, "delay": {"p99_ms": 50}},
+            {
+                "name": "voip",
+                "realtime": True,
+                "packets": 500,
+                "delay": {"p50_ms": 0.001, "p99_ms": 0.64},
+            },
+        ],
+    }
+    notes = _mix_notes(det)
+    assert "VoIP owd 6.50 ms" in notes and "in mpt p50 0.001 / p99 0.64 ms" in notes
+    assert "97.0% of fair share" in notes
+    assert "in mpt" not in _mix_notes({"voip_owd_mean_ms": 6.5})
