@@ -500,13 +500,17 @@ fn render_classes(o: &mut String, v: &Value) {
         };
         let _ = writeln!(
             o,
-            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long",
+            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long",
             c.get("name").and_then(Value::as_str).unwrap_or("?"),
             num(c, "priority"),
             num(c, "packets"),
             bytes(num(c, "bytes")),
             num(c, "queued_packets"),
             num(c, "flows_now"),
+            c.get("fair_share_mbps")
+                .and_then(Value::as_f64)
+                .map_or("–".to_string(), |m| format!("{m:.1}")),
+            num(c, "sharing_flows"),
             ms(&d, "p50_ms"),
             ms(&d, "p99_ms"),
             ms(&d, "max_ms"),

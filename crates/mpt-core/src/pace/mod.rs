@@ -262,6 +262,15 @@ impl PathSender {
         }
     }
 
+    /// The path's estimated capacity, bits of datagrams per second, within
+    /// the configured cap.
+    pub fn bandwidth_bps(&self) -> Option<u64> {
+        match (self.control.bandwidth_bps(), self.cap_bps) {
+            (Some(b), Some(c)) => Some(b.min(c)),
+            (b, c) => b.or(c),
+        }
+    }
+
     /// Bring the pacing budget to `now`.
     pub fn refill(&mut self, now: Nanos) {
         let r = self.pacing_rate_bps(now);

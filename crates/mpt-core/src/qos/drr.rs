@@ -147,6 +147,16 @@ impl ClassQueue {
         true
     }
 
+    /// The class's fair-share state (status).
+    pub fn share(&self) -> &FairShare {
+        &self.share
+    }
+
+    /// What the class can carry, bytes per second ([`super::share`]).
+    pub fn set_capacity(&mut self, bps: Option<u64>) {
+        self.share.set_capacity(bps);
+    }
+
     /// Whether some flow of the class is flagged at `now`: every packet
     /// entering the class must then go through [`Self::admit`] (else only
     /// those that wait here, which are hashed anyway).
@@ -410,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn a_flood_that_filled_the_class_is_held_to_the_mean_of_the_others() {
+    fn a_flood_that_filled_the_class_is_held_to_its_share() {
         let mut pool = vec![];
         let mut q = ClassQueue::new(50, 1500, false);
         let ms = crate::NANOS_PER_MS;
@@ -434,9 +444,25 @@ mod tests {
                 }
             }
         }
-        // a and b pass whole; the flood gets about their mean (1.5 / ms).
+        // a and b pass whole; with no capacity known the flood gets about
+        // their mean (1.5 / ms: its share of what the class admits).
         assert_eq!((got[1], got[2]), (1_000, 2_000));
         let per_ms = got[0] as f64 / 1_000.0;
         assert!((1.3..1.8).contains(&per_ms), "{per_ms}");
+        // With a capacity estimate of 18 packets per ms, a third of its
+        // half (3 / ms).
+        q.set_capacity(Some(18_000_000));
+        let mut flood_got = 0;
+        for t in 3_000..6_000u64 {
+            for (f, n) in [(flood, 20), (a, 1), (b, 2)] {
+                for _ in 0..n {
+                    if q.admit(f, t * ms, 1000) && f == flood && t >= 5_000 {
+                        flood_got += 1;
+                    }
+                }
+            }
+        }
+        let per_ms = flood_got as f64 / 1_000.0;
+        assert!((2.8..3.3).contains(&per_ms), "{per_ms}");
     }
 }

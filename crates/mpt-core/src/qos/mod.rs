@@ -168,6 +168,11 @@ pub struct ClassStatus {
     pub queued_packets: usize,
     pub queued_bytes: usize,
     pub flows_now: usize,
+    /// Flows sharing the class in the last measured window, and the fair
+    /// share a flow that does not answer drops is held to (Mbit/s of
+    /// inner packets; none: nothing to police against), [`share`].
+    pub sharing_flows: u32,
+    pub fair_share_mbps: Option<f64>,
     /// Time in mpt (stage and path queue) of sent packets.
     pub delay: DelayPercentiles,
     #[serde(flatten)]
@@ -249,6 +254,15 @@ impl Qos {
     /// CoDel's interval and target follow it ([`codel::Params::for_rtt`]).
     pub fn set_rtt(&mut self, rtt_ns: Nanos) {
         self.codel = codel::Params::for_rtt(rtt_ns);
+    }
+
+    /// What the tunnel's paths can carry, inner bytes per second: each
+    /// ordered class shares it out among its flows when it polices one
+    /// ([`share`]; the real-time classes' few packets are not subtracted).
+    pub fn set_capacity(&mut self, bps: Option<u64>) {
+        for c in &mut self.classes {
+            c.queue.set_capacity(bps);
+        }
     }
 
     /// Change the default bound on a packet's wait.
@@ -468,6 +482,12 @@ impl Qos {
                 queued_packets: c.queue.packets() + rt_queued.get(i).copied().unwrap_or(0),
                 queued_bytes: c.queue.bytes(),
                 flows_now: c.queue.active_flows(),
+                sharing_flows: c.queue.share().flows(),
+                fair_share_mbps: c
+                    .queue
+                    .share()
+                    .allowance_bps()
+                    .map(|b| b as f64 * 8.0 / 1e6),
                 delay: c.delay.percentiles(),
                 counters: c.counters.clone(),
             })

@@ -17,16 +17,20 @@
 //!   (a TCP flow answers the first or second). It stays so while it keeps
 //!   sending beyond its allowance, and [`FLAG_HOLD_NS`] after.
 //! * Its allowance is the rate admitted into the class over the last
-//!   [`WINDOW_NS`], smoothed, divided by the flows admitted in that window
-//!   (every packet of the class counts, whether it waits in the class
-//!   queue or, with that queue empty, goes straight to a path queue); it
-//!   is policed at the input by a token bucket [`BUCKET_NS`] deep at that
-//!   rate, and only while at least one other flow is active. The policed
-//!   flow's own admitted rate is part of the class's, so the allowance
-//!   settles where the policed flow gets the mean rate of the others
-//!   (a = (a + T) / n, so a = T / (n - 1)): a flow that does not answer
-//!   drops never gets more than a well-behaved one, and what the others
-//!   leave unused stays unused by it.
+//!   [`WINDOW_NS`], smoothed, or half the paths' estimated capacity (which
+//!   the tunnel passes in) where that is higher, divided by the flows that
+//!   share the class: those that carried at least 1 / [`SHARING_FRACTION`]
+//!   of an equal share in that window, so that acknowledgements and
+//!   telemetry do not shrink it. It is policed at the input by a token
+//!   bucket [`BUCKET_NS`] deep at that rate, and only while at least one
+//!   other flow shares the class (every packet of the class counts,
+//!   whether it waits in the class queue or, with that queue empty, goes
+//!   straight to a path queue). The policed flow's own admitted rate is
+//!   part of the class's, so beside elastic flows (TCP) the allowance
+//!   settles where it gets their mean rate (a = (a + T) / n, so
+//!   a = T / (n - 1)): what they leave unused while they grow back after
+//!   a loss stays unused by it. Beside flows that send little, the
+//!   capacity's half keeps it from being starved.
 //!
 //! Invariants: no allocation; there is no allowance until one window has
 //! been measured (nothing is policed before), nor after a window of more
@@ -47,6 +51,14 @@ pub const UNRESPONSIVE_DROPS: u32 = 8;
 pub const FLAG_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
 /// Depth of a policed flow's bucket, as time at its allowance (tuning knob).
 pub const BUCKET_NS: Nanos = 20 * NANOS_PER_MS;
+/// The paths' capacity estimate counts for 1 / this (tuning knob: it
+/// comes from pacing rates, which probe above the capacity and start high
+/// on a path not yet measured; over Wi-Fi + LTE with a flood, the full
+/// estimate let the flood take 39 Mbit/s beside four TCP flows with 15-16).
+const CAPACITY_TRUST: u64 = 2;
+/// A flow counts as sharing the class if it carried at least 1 / this of
+/// an equal share in the window (tuning knob).
+pub const SHARING_FRACTION: u64 = 8;
 /// Smoothing of the class's admitted rate: gain 1 / this per window (the
 /// allowance's distance to where it settles shrinks by 1/2 + 1/(2n) per
 /// window, n the flows).
@@ -60,12 +72,18 @@ const BITS: usize = super::drr::FLOW_BUCKETS;
 #[derive(Debug, Clone)]
 pub struct FairShare {
     window_start: Option<Nanos>,
-    served_bytes: u64,
-    /// Buckets admitted in the current window.
-    active: [u64; BITS / 64],
+    admitted_bytes: u64,
+    /// Bytes admitted per bucket in the current window.
+    bytes: [u32; BITS],
     /// Smoothed admitted rate, bytes per second.
     rate_bps: u64,
-    /// Flows admitted in the last complete window.
+    /// What the class can carry, bytes per second (the tunnel's estimate).
+    capacity_bps: Option<u64>,
+    /// The rate shared out, bytes per second: the admitted rate, or half
+    /// the capacity estimate where that is higher.
+    base_bps: u64,
+    /// Flows that carried at least [`SHARING_FRACTION`] of an equal share
+    /// in the last complete window.
     flows: u32,
 }
 
@@ -73,9 +91,11 @@ impl Default for FairShare {
     fn default() -> Self {
         Self {
             window_start: None,
-            served_bytes: 0,
-            active: [0; BITS / 64],
+            admitted_bytes: 0,
+            bytes: [0; BITS],
             rate_bps: 0,
+            capacity_bps: None,
+            base_bps: 0,
             flows: 0,
         }
     }
@@ -85,8 +105,13 @@ impl FairShare {
     /// `len` bytes of bucket `f` entered the class at `now`.
     pub fn on_admitted(&mut self, now: Nanos, f: usize, len: usize) {
         self.roll(now);
-        self.served_bytes += len as u64;
-        self.active[f / 64] |= 1 << (f % 64);
+        self.admitted_bytes += len as u64;
+        self.bytes[f] = self.bytes[f].saturating_add(len as u32);
+    }
+
+    /// What the class can carry, in bytes per second (`None`: unknown).
+    pub fn set_capacity(&mut self, bps: Option<u64>) {
+        self.capacity_bps = bps;
     }
 
     fn roll(&mut self, now: Nanos) {
@@ -95,32 +120,46 @@ impl FairShare {
             return;
         }
         let elapsed = now - start;
-        let bps = (u128::from(self.served_bytes) * NANOS_PER_S / u128::from(elapsed)) as u64;
+        let bps = (u128::from(self.admitted_bytes) * NANOS_PER_S / u128::from(elapsed)) as u64;
         if elapsed <= 2 * WINDOW_NS {
             self.rate_bps = match self.rate_bps {
                 0 => bps,
                 r => r - r / SMOOTHING_DIV + bps / SMOOTHING_DIV,
             };
-            self.flows = self.active.iter().map(|w| w.count_ones()).sum();
+            self.base_bps = (self.capacity_bps.unwrap_or(0) / CAPACITY_TRUST).max(self.rate_bps);
+            // Flows below a fraction of an equal share (acknowledgements,
+            // telemetry) leave the others' shares as they are.
+            let active = self.bytes.iter().filter(|b| **b > 0).count() as u64;
+            let equal_bytes = match active {
+                0 => 0,
+                n => (u128::from(self.base_bps) * u128::from(elapsed) / NANOS_PER_S) as u64 / n,
+            };
+            let floor = (equal_bytes / SHARING_FRACTION).max(1);
+            self.flows = self
+                .bytes
+                .iter()
+                .filter(|b| u64::from(**b) >= floor)
+                .count() as u32;
         } else {
             // A window much longer than the nominal one was idle in part,
             // or not measured (nothing was policed): nothing is known
             // until the next one.
             self.rate_bps = 0;
+            self.base_bps = 0;
             self.flows = 0;
         }
-        self.active = [0; BITS / 64];
-        self.served_bytes = 0;
+        self.bytes = [0; BITS];
+        self.admitted_bytes = 0;
         self.window_start = Some(now);
     }
 
     /// A flow's allowance in bytes per second, if flows share the class
     /// (none: no second flow, or nothing measured yet).
     pub fn allowance_bps(&self) -> Option<u64> {
-        (self.flows >= 2 && self.rate_bps > 0).then(|| self.rate_bps / u64::from(self.flows))
+        (self.flows >= 2 && self.base_bps > 0).then(|| self.base_bps / u64::from(self.flows))
     }
 
-    /// Flows admitted in the last window (status).
+    /// Flows sharing the class in the last window (status).
     pub fn flows(&self) -> u32 {
         self.flows
     }
@@ -182,18 +221,44 @@ mod tests {
     const MS: Nanos = NANOS_PER_MS;
 
     #[test]
-    fn the_allowance_is_the_service_rate_over_the_active_flows() {
+    fn the_allowance_is_the_capacity_over_the_flows_that_share_it() {
         let mut s = FairShare::default();
         assert_eq!(s.allowance_bps(), None);
-        // 5 flows, 1000 bytes each per ms: 5 MB/s over 5 flows.
-        for t in 0..=300 {
-            for f in 0..5 {
-                s.on_admitted(t * MS, f * 40, 1000);
+        // 5 flows, 1000 bytes each per ms (5 MB/s), and 2 that send 10
+        // bytes per ms (acknowledgements): they do not count.
+        let run = |s: &mut FairShare, from: u64| {
+            for t in from..=from + 300 {
+                for f in 0..5 {
+                    s.on_admitted(t * MS, f * 40, 1000);
+                }
+                s.on_admitted(t * MS, 201, 10);
+                s.on_admitted(t * MS, 202, 10);
             }
-        }
+        };
+        run(&mut s, 0);
         assert_eq!(s.flows(), 5);
         let a = s.allowance_bps().unwrap();
-        assert!((990_000..=1_010_000).contains(&a), "{a}");
+        assert!((995_000..=1_010_000).contains(&a), "{a}");
+        // With a capacity estimate of 20 MB/s, each gets a fifth of its
+        // half (the estimate comes from pacing rates, which run high).
+        s.set_capacity(Some(20_000_000));
+        run(&mut s, 400);
+        assert_eq!(s.allowance_bps(), Some(2_000_000));
+    }
+
+    #[test]
+    fn a_heavy_flow_among_light_ones_is_not_policed() {
+        // A video-like stream beside three telemetry-like flows: it alone
+        // shares the class, whatever drops it had.
+        let mut s = FairShare::default();
+        s.set_capacity(Some(2_000_000));
+        for t in 0..=300 {
+            s.on_admitted(t * MS, 9, 1000);
+            for f in [1, 2, 3] {
+                s.on_admitted(t * MS, f, 10);
+            }
+        }
+        assert_eq!((s.flows(), s.allowance_bps()), (1, None));
     }
 
     #[test]

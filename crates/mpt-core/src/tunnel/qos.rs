@@ -191,7 +191,8 @@ impl Tunnel {
     }
 
     /// Give CoDel the round trip of the slowest usable path (the inner
-    /// flows' round trip); run with the timers, not per packet.
+    /// flows' round trip), and the classes the paths' capacity; run with
+    /// the timers, not per packet.
     pub(super) fn update_codel_rtt(&mut self) {
         let rtt = (0..self.paths.len())
             .filter(|i| self.usable[*i])
@@ -199,6 +200,22 @@ impl Tunnel {
             .max();
         if let (Some(q), Some(r)) = (self.qos.as_mut(), rtt) {
             q.set_rtt(r);
+        }
+        // The classes' capacity for their fair shares: the usable paths'
+        // estimates, in inner bytes (less the header and tag a packet
+        // costs at the tunnel's MTU). Unpaced (static weights): unknown.
+        let capacity = self.paced.then(|| {
+            (0..self.paths.len())
+                .filter(|i| self.usable[*i])
+                .filter_map(|i| self.senders[i].bandwidth_bps())
+                .sum::<u64>()
+        });
+        if let Some(q) = self.qos.as_mut() {
+            let per_packet = (self.mtu + HEADER_LEN + crate::crypto::TAG_LEN) as u64;
+            let inner = capacity
+                .filter(|c| *c > 0)
+                .map(|c| c / 8 * self.mtu as u64 / per_packet);
+            q.set_capacity(inner);
         }
     }
 
