@@ -35,8 +35,9 @@ fuzz_target!(|data: &[u8]| {
         assert!(class < q.class_count());
         let now = i as u64 * 1_000_000;
         if q.police(class, now, chunk.len()) && !q.is_realtime(class) {
-            let (ok, _) = q.enqueue(class, hash, now, chunk);
-            queued += usize::from(ok);
+            if q.admit(class, hash, now, chunk.len()) {
+                queued += usize::from(q.enqueue(class, hash, now, chunk).queued);
+            }
         }
     }
     let mut served = 0;

@@ -132,10 +132,12 @@ impl QosConfig {
     }
 }
 
-/// What [`Qos::enqueue`] dropped: packets of the fattest flow of a full
-/// class (the packet itself or others).
+/// What [`Qos::enqueue`] did: whether the packet was queued, and how many
+/// packets of the fattest flow of a full class (the packet itself or
+/// others) were dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Enqueued {
+    pub queued: bool,
     pub dropped_full: usize,
 }
 
@@ -357,18 +359,25 @@ impl Qos {
     /// (of the fattest flow, or this one) were dropped to stay in bounds.
     pub fn enqueue(&mut self, class: usize, hash: u64, now: Nanos, pkt: &[u8]) -> Enqueued {
         let Some(c) = self.classes.get_mut(class) else {
-            return Enqueued { dropped_full: 1 };
+            return Enqueued {
+                queued: false,
+                dropped_full: 1,
+            };
         };
         match c.queue.push(hash, now, pkt, &mut self.pool) {
             Pushed::Queued { dropped } => {
                 c.counters.dropped_full += dropped as u64;
                 Enqueued {
+                    queued: true,
                     dropped_full: dropped,
                 }
             }
             Pushed::Refused => {
                 c.counters.dropped_full += 1;
-                Enqueued { dropped_full: 1 }
+                Enqueued {
+                    queued: false,
+                    dropped_full: 1,
+                }
             }
         }
     }
