@@ -140,7 +140,10 @@ impl ClassQueue {
         let f = (hash % FLOW_BUCKETS as u64) as usize;
         let allowance = self.share.allowance_bps();
         if !self.flows[f].police.admit(now, len, allowance) {
-            self.flag(f, now);
+            // The refusal kept the flow's flag up ([`Police::admit`]).
+            self.policing_until = self
+                .policing_until
+                .max(self.flows[f].police.flagged_until());
             return false;
         }
         self.share.on_admitted(now, f, len);

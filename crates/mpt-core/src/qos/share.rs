@@ -39,7 +39,7 @@
 
 use crate::{Nanos, NANOS_PER_MS};
 
-/// Measurement window of the class's service rate and active flows
+/// Measurement window of the class's admitted rate and sharing flows
 /// (tuning knob: a few of the inner flows' round trips' worth of samples).
 pub const WINDOW_NS: Nanos = 100 * NANOS_PER_MS;
 /// CoDel drops in one dropping episode after which a flow counts as not

@@ -611,7 +611,7 @@ impl Tunnel {
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.finish_removals(now);
         self.liveness_timers(now);
-        self.update_codel_rtt();
+        self.update_qos_paths();
         self.update_late_bounds(now);
         self.reorder.handle_timeout(now);
         if let Some(c) = self.crypto.as_mut() {

@@ -193,7 +193,7 @@ impl Tunnel {
     /// Give CoDel the round trip of the slowest usable path (the inner
     /// flows' round trip), and the classes the paths' capacity; run with
     /// the timers, not per packet.
-    pub(super) fn update_codel_rtt(&mut self) {
+    pub(super) fn update_qos_paths(&mut self) {
         let rtt = (0..self.paths.len())
             .filter(|i| self.usable[*i])
             .filter_map(|i| self.paths[i].rtt_min())
