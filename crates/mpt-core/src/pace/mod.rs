@@ -393,6 +393,11 @@ impl PathSender {
         self.newest_report = 0;
     }
 
+    /// The RFC 3550 jitter the receiver reported with the last sample.
+    pub fn jitter_ns(&self) -> Option<Nanos> {
+        self.last_sample.and_then(|s| s.jitter_ns)
+    }
+
     /// Snapshot for status output.
     pub fn status(&self, now: Nanos) -> SenderStatus {
         let mbps = |b: u64| b as f64 / 1e6;
