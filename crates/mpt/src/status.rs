@@ -281,7 +281,7 @@ pub fn render(v: &Value) -> String {
             };
             let _ = writeln!(
                 o,
-                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing, {} ms jitter",
+                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing, {} ms jitter{}",
                 s.get("control").and_then(Value::as_str).unwrap_or("-"),
                 num(s, "samples"),
                 num(s, "cuts"),
@@ -293,6 +293,9 @@ pub fn render(v: &Value) -> String {
                 mbit("delivered_mbps"),
                 ms(s, "queueing_ms"),
                 ms(s, "jitter_ms"),
+                s.get("fill_ms")
+                    .and_then(Value::as_f64)
+                    .map_or(String::new(), |f| format!("; holds up to {f:.1} ms before the QoS stage")),
             );
         }
     }

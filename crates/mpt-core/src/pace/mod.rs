@@ -414,6 +414,7 @@ impl PathSender {
                 .map(|j| j as f64 / NANOS_PER_MS as f64),
             samples: self.samples,
             cuts: self.control.cuts(),
+            fill_ms: None,
         }
     }
 }
@@ -436,6 +437,10 @@ pub struct SenderStatus {
     pub queueing_ms: Option<f64>,
     /// RFC 3550 jitter the peer reported with the last sample.
     pub jitter_ms: Option<f64>,
+    /// With QoS: how long this path's queue in mpt may grow before what
+    /// follows waits in the QoS stage (its delay gap to the slowest usable
+    /// path, plus a margin that grows with its jitter).
+    pub fill_ms: Option<f64>,
     pub samples: u64,
     /// Cuts of the estimate for a standing queue or congestion loss.
     pub cuts: u64,

@@ -83,7 +83,13 @@ impl Tunnel {
                 .map(|(i, ((p, s), admin_down))| {
                     let mut st = p.status(now);
                     st.id = i as PathId;
-                    st.sending = self.paced.then(|| s.status(now));
+                    st.sending = self.paced.then(|| {
+                        let mut ss = s.status(now);
+                        ss.fill_ms = self.qos.is_some().then(|| {
+                            self.fill_bound(i as PathId) as f64 / crate::NANOS_PER_MS as f64
+                        });
+                        ss
+                    });
                     st.admin_down = *admin_down;
                     st.peer_path_id = self.pairing.peer(i as PathId);
                     st
