@@ -250,6 +250,11 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
                 notes = f"loss {det['lost_percent']:.2f}%"
             elif "retransmits" in det and det["retransmits"] is not None:
                 notes = f"retransmits {det['retransmits']}"
+                if det.get("steady_mbps") is not None and p.get("sum_mbit"):
+                    notes += (
+                        f"; from {det['steady_after_s']:g} s on"
+                        f" {det['steady_mbps']:.1f} ({det['steady_mbps'] / p['sum_mbit']:.1%})"
+                    )
             elif "owd_mean_ms" in det:
                 notes = f"owd {det['owd_mean_ms']:.2f} ms, jitter {det['jitter_ms']:.3f} ms"
             ref = plain.get((p["traffic"], p["path_v"]))

@@ -29,7 +29,7 @@ from .probe import voip
 from .qosmix import run_mix
 from .qosmix import summary as mix_summary
 from .scenario import Scenario
-from .traffic import http_download, iperf3
+from .traffic import http_download, iperf3, steady_mbps
 from .util import base_binary
 
 MPT_HEADER = 24
@@ -140,6 +140,10 @@ def without_qos(extra: str) -> str:
 # The warm-up transfer before the first system on a topology (seconds),
 # for runs of at least WARM_UP_MIN_RUN_S seconds (quick runs skip it).
 WARM_UP_S = 1.0
+# A TCP point also reports the receiver's rate from this second on (its
+# start and slow start left out), on runs of at least STEADY_MIN_RUN_S.
+STEADY_AFTER_S = 2.0
+STEADY_MIN_RUN_S = 6.0
 WARM_UP_MIN_RUN_S = 5
 
 # How often the per-path sampler reads the sender's status (seconds).
@@ -286,8 +290,13 @@ class Runner:
                             seconds=sc.seconds,
                             wrap=target.wrap,
                             streams=sc.tcp_streams,
+                            server_intervals=sc.seconds >= STEADY_MIN_RUN_S,
                         )
                         mbps, d = r.mbps, {"retransmits": r.retransmits}
+                        steady = steady_mbps(r.raw, STEADY_AFTER_S)
+                        if steady is not None:
+                            d["steady_mbps"] = steady
+                            d["steady_after_s"] = STEADY_AFTER_S
                 elif point.traffic == "udp":
                     payload = udp_payload_for(
                         sc.udp_payload, point.system, point.tunnel_v, point.path_v, target.mtu
@@ -529,6 +538,11 @@ class Runner:
         else:
             eff = f" = {p.efficiency:.1%} of {p.sum_mbit:g}" if p.efficiency is not None else ""
             extra = ""
+            if p.details.get("steady_mbps") is not None and p.sum_mbit:
+                extra = (
+                    f", from {p.details['steady_after_s']:g} s on"
+                    f" {p.details['steady_mbps'] / p.sum_mbit:.1%}"
+                )
             if "outage_s" in p.details:
                 extra = f", outage {p.details['outage_s']} s"
             if "owd_mean_ms" in p.details:

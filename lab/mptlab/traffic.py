@@ -24,6 +24,33 @@ class IperfResult:
     raw: dict | None = None
 
 
+# Report period of the server's own intervals when they are asked for: the
+# receiver's view of a transfer over time (the client's intervals count
+# what entered its socket buffer).
+SERVER_INTERVAL_S = 0.5
+
+
+def steady_mbps(raw: dict | None, after_s: float) -> float | None:
+    """The receiver's mean rate over its whole intervals that start at
+    `after_s` or later and end by the client's duration (the server's last
+    interval is the tail after the client stopped): the transfer once
+    started, without its slow start. None without server intervals."""
+    if not raw:
+        return None
+    server = raw.get("server_output_json") or {}
+    duration = raw.get("start", {}).get("test_start", {}).get("duration")
+    spans = [
+        i["sum"]
+        for i in server.get("intervals", [])
+        if i.get("sum", {}).get("start", -1) >= after_s - 1e-6
+        and (duration is None or i["sum"].get("end", 0) <= duration + 1e-3)
+    ]
+    secs = sum(s["seconds"] for s in spans)
+    if secs <= 0:
+        return None
+    return sum(s["bytes"] for s in spans) * 8 / secs / 1e6
+
+
 def _port_open(topo: Topology, side: str, port: int) -> bool:
     out = run(["ss", "-Hltn", f"sport = :{port}"], ns=topo.ns(side), check=False).stdout
     return bool(out.strip())
@@ -43,15 +70,18 @@ def iperf3(
     wrap: list[str] | None = None,
     interval: float | None = None,
     window: str | None = None,
+    server_intervals: bool = False,
 ) -> IperfResult:
     """Run iperf3 from A to a server in B at `server_addr`. `wrap` prefixes
     both commands (for example mptcpize); `interval` sets the report period
     of the per-interval timeline; `window` the socket buffer size (-w) of
-    both ends."""
+    both ends; `server_intervals` brings the receiver's intervals
+    (every SERVER_INTERVAL_S) into the result, for `steady_mbps`."""
     w = wrap or []
+    srv_args = ["-J", "-i", str(SERVER_INTERVAL_S)] if server_intervals else []
     srv = topo.spawn(
         "b",
-        [*w, "iperf3", "-s", "-1", "-p", str(port)],
+        [*w, "iperf3", "-s", "-1", "-p", str(port), *srv_args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -70,6 +100,8 @@ def iperf3(
         args += ["-i", str(interval)]
     if window:
         args += ["-w", window]
+    if server_intervals:
+        args.append("--get-server-output")
     p = run(args, ns=topo.a, check=False, timeout=seconds + 30)
     try:
         srv.wait(timeout=10)
