@@ -140,11 +140,11 @@ def without_qos(extra: str) -> str:
 # The warm-up transfer before the first system on a topology (seconds),
 # for runs of at least WARM_UP_MIN_RUN_S seconds (quick runs skip it).
 WARM_UP_S = 1.0
+WARM_UP_MIN_RUN_S = 5
 # A TCP point also reports the receiver's rate from this second on (its
 # start and slow start left out), on runs of at least STEADY_MIN_RUN_S.
 STEADY_AFTER_S = 2.0
 STEADY_MIN_RUN_S = 6.0
-WARM_UP_MIN_RUN_S = 5
 
 # How often the per-path sampler reads the sender's status (seconds).
 PATH_SAMPLE_S = 0.25

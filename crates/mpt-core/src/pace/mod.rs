@@ -408,10 +408,7 @@ impl PathSender {
             cap_mbps: self.cap_bps.map(mbps),
             delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
             queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
-            jitter_ms: self
-                .last_sample
-                .and_then(|s| s.jitter_ns)
-                .map(|j| j as f64 / NANOS_PER_MS as f64),
+            jitter_ms: self.jitter_ns().map(|j| j as f64 / NANOS_PER_MS as f64),
             samples: self.samples,
             cuts: self.control.cuts(),
             fill_ms: None,
