@@ -25,7 +25,12 @@
 //!   less what drains the excess within [`DRAIN_NS`] (at most half at a
 //!   time, and once per round trip: the samples of the next round trip
 //!   still show the queue that cut is draining); one sample alone may be a
-//!   stall of the receiver, so the capacity is the better of the last two;
+//!   stall of the receiver, so the capacity is the better of the last two.
+//!   The cut is a drain, not a new estimate: once the queue is back under
+//!   the target, the rate returns to [`RESUME_SHARE`] of the mean delivery
+//!   rate measured while the queue stood (BBR's Drain ends at the
+//!   estimated bandwidth too), and a congestion loss at a full buffer
+//!   counts as such a cut;
 //! * above the target while the pacer held nothing back and the queue
 //!   grew by less than the target over the sample, the queue is not of
 //!   our making (another sender's, or a radio link's jitter) and a cut
@@ -111,6 +116,11 @@ pub const STARTUP_STEP: f64 = 0.25;
 /// bottleneck behind the queue there, where mpt cannot put it first, so
 /// the bottleneck must drain, at some cost to bulk traffic on the path).
 pub const REALTIME_HEADROOM: f64 = 0.95;
+/// Share of the capacity measured with a standing queue that the rate
+/// returns to once a drain brought the queue back under the target
+/// (tuning knob: that measurement reads bursts as a few percent more than
+/// the link carries).
+pub const RESUME_SHARE: f64 = 0.95;
 /// Time over which a queue above the target is drained (tuning knob).
 pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
 /// Share of the rate kept after a congestion loss (tuning knob; BBRv2's
@@ -170,6 +180,13 @@ pub struct TargetDelay {
     /// While real-time packets flow: the highest smoothed capacity since
     /// just before they began (0: none flow).
     realtime_ceiling: u64,
+    /// The rate is below the capacity to drain a standing queue: once the
+    /// queue is back under the target, it returns to the capacity measured
+    /// meanwhile (the mean of the delivery rates while the queue stood:
+    /// its sum and count).
+    draining: bool,
+    drain_sum_bps: u64,
+    drain_samples: u64,
 }
 
 impl Default for TargetDelay {
@@ -191,6 +208,9 @@ impl Default for TargetDelay {
             queued_capacity: 0,
             queued_smoothed: 0,
             realtime_ceiling: 0,
+            draining: false,
+            drain_sum_bps: 0,
+            drain_samples: 0,
         }
     }
 }
@@ -206,6 +226,16 @@ impl TargetDelay {
         self.queue_floor.update(now, q as i64);
         let floor = self.queue_floor.get(now).unwrap_or(q as i64).max(0) as Nanos;
         q.saturating_sub(floor.min(JITTER_MAX_NS))
+    }
+
+    /// A cut to drain a standing queue: the capacity measured while it
+    /// stands starts afresh with the first cut of an episode.
+    fn start_drain(&mut self) {
+        if !self.draining {
+            self.draining = true;
+            self.drain_sum_bps = 0;
+            self.drain_samples = 0;
+        }
     }
 
     /// The target queueing delay for a path with the sample's jitter.
@@ -233,6 +263,10 @@ impl RateControl for TargetDelay {
         {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
             self.loss_cut_at = Some(now);
+            // Losses at a full buffer: the cut drains it, and ends with it.
+            if q > target {
+                self.start_drain();
+            }
             self.step = STEP_MIN;
             self.cuts += 1;
             self.state = "drain";
@@ -252,10 +286,21 @@ impl RateControl for TargetDelay {
                 self.rate = to.max(self.rate / 2);
                 self.cuts += 1;
                 self.drained_at = Some(now);
+                self.start_drain();
             }
             self.step = STEP_MIN;
             self.state = "drain";
         } else if s.limited {
+            if std::mem::take(&mut self.draining) {
+                // The queue a cut drained is gone: back to the capacity
+                // (as BBR's Drain ends in ProbeBW at the estimated
+                // bandwidth), not up again from where the cut left the
+                // rate (on a 40 ms path whose jitter holds the measured
+                // queue near the target, that took seconds).
+                if let Some(mean) = self.drain_sum_bps.checked_div(self.drain_samples) {
+                    self.rate = self.rate.max((mean as f64 * RESUME_SHARE) as u64);
+                }
+            }
             let off = (target - q) as f64 / target as f64;
             let step = if self.starting {
                 self.step.max(STARTUP_STEP)
@@ -289,6 +334,10 @@ impl RateControl for TargetDelay {
             // out of use, delivers little whatever its capacity).
             if s.limited || s.queue_growth_ns.unwrap_or(0) >= target as i64 {
                 self.queued_capacity = capacity;
+                if self.draining {
+                    self.drain_sum_bps = self.drain_sum_bps.saturating_add(sample);
+                    self.drain_samples += 1;
+                }
                 // Each sample, not the better of two: that one reads a
                 // burst as capacity, several percent above the link's,
                 // and 0.95 of it paced a 100 Mbit/s Wi-Fi link at 101 %

@@ -21,11 +21,13 @@
 //!   the tunnel passes in) where that is higher, divided by the flows that
 //!   share the class: those that carried at least 1 / [`SHARING_FRACTION`]
 //!   of an equal share in that window, so that acknowledgements and
-//!   telemetry do not shrink it. It is policed at the input by a token
-//!   bucket [`BUCKET_NS`] deep at that rate, and only while at least one
-//!   other flow shares the class (every packet of the class counts,
-//!   whether it waits in the class queue or, with that queue empty, goes
-//!   straight to a path queue). The policed flow's own admitted rate is
+//!   telemetry do not shrink it; never more than the capacity estimate,
+//!   since what is admitted beyond it does not leave (an unpoliced flood's
+//!   rate would otherwise count as the class's and be shared out). It is
+//!   policed at the input by a token bucket [`BUCKET_NS`] deep at that
+//!   rate, and only while at least one other flow shares the class (every
+//!   packet of the class counts, whether it waits in the class queue or,
+//!   with that queue empty, goes straight to a path queue). The policed flow's own admitted rate is
 //!   part of the class's, so beside elastic flows (TCP) the allowance
 //!   settles where it gets their mean rate (a = (a + T) / n, so
 //!   a = T / (n - 1)): what they leave unused while they grow back after
@@ -126,7 +128,13 @@ impl FairShare {
                 0 => bps,
                 r => r - r / SMOOTHING_DIV + bps / SMOOTHING_DIV,
             };
-            self.base_bps = (self.capacity_bps.unwrap_or(0) / CAPACITY_TRUST).max(self.rate_bps);
+            // What was admitted beyond the capacity did not leave (a flood
+            // before it is flagged): it is not shared out.
+            let capacity = self.capacity_bps.unwrap_or(0);
+            self.base_bps = (capacity / CAPACITY_TRUST).max(self.rate_bps);
+            if capacity > 0 {
+                self.base_bps = self.base_bps.min(capacity);
+            }
             // Flows below a fraction of an equal share (acknowledgements,
             // telemetry) leave the others' shares as they are.
             let active = self.bytes.iter().filter(|b| **b > 0).count() as u64;
@@ -243,6 +251,23 @@ mod tests {
         // half (the estimate comes from pacing rates, which run high).
         s.set_capacity(Some(20_000_000));
         run(&mut s, 400);
+        assert_eq!(s.allowance_bps(), Some(2_000_000));
+    }
+
+    #[test]
+    fn a_flood_admitted_beyond_the_capacity_is_not_shared_out() {
+        // A flood at 50 MB/s before it is flagged, beside four flows at
+        // 1 MB/s, over a tunnel that carries 10 MB/s: each gets a fifth of
+        // the capacity, not of what was admitted.
+        let mut s = FairShare::default();
+        s.set_capacity(Some(10_000_000));
+        for t in 0..=300 {
+            s.on_admitted(t * MS, 7, 50_000);
+            for f in [1, 2, 3, 4] {
+                s.on_admitted(t * MS, f, 1000);
+            }
+        }
+        assert_eq!(s.flows(), 5);
         assert_eq!(s.allowance_bps(), Some(2_000_000));
     }
 
