@@ -9,7 +9,10 @@ At once, from A to B through the system under test:
 * a misbehaving UDP flow at `flood_factor` times the links' capacity.
 
 What comes back: VoIP one-way delay and loss, M2M loss, each bulk flow's
-rate with Jain's fairness index, and the flood's delivered rate.
+rate with Jain's fairness index, and the flood's delivered rate. The rates
+are the receiver's over the window in which VoIP and M2M run (bulk and
+flood have filled the tunnel by then), and over the whole run beside them
+(which includes the flood alone while the TCP flows connect).
 
 Invariants: every part is bounded in time (subprocess timeouts), and a
 part that fails is reported as missing, not as zero.
@@ -23,7 +26,7 @@ from typing import Any
 
 from .netns import Topology
 from .probe import DSCP_EF, stream, voip
-from .traffic import iperf3
+from .traffic import iperf3, window_streams_mbps
 
 M2M_PORT = 7200
 BULK_PORT = 5202
@@ -52,7 +55,14 @@ def run_mix(
 
     def bulk() -> None:
         try:
-            r = iperf3(topo, addr, seconds=seconds + 2 * lead, streams=streams, port=BULK_PORT)
+            r = iperf3(
+                topo,
+                addr,
+                seconds=seconds + 2 * lead,
+                streams=streams,
+                port=BULK_PORT,
+                server_intervals=True,
+            )
             rates = [
                 s["receiver"]["bits_per_second"] / 1e6
                 for s in (r.raw or {}).get("end", {}).get("streams", [])
@@ -66,6 +76,7 @@ def run_mix(
             out["bulk"] = {
                 "mbps": r.mbps,
                 "streams_mbps": rates,
+                "window_streams_mbps": window_streams_mbps(r.raw, lead, lead + seconds),
                 "jain": jain(rates),
                 "retransmits": retrans,
             }
@@ -84,8 +95,15 @@ def run_mix(
                 seconds=seconds + 2 * lead,
                 port=FLOOD_PORT,
                 window="4M",
+                server_intervals=True,
             )
-            out["flood"] = {"offered_mbit": rate, "mbps": r.mbps, "lost_percent": r.lost_percent}
+            w = window_streams_mbps(r.raw, lead, lead + seconds)
+            out["flood"] = {
+                "offered_mbit": rate,
+                "mbps": r.mbps,
+                "window_mbps": sum(w) if w else None,
+                "lost_percent": r.lost_percent,
+            }
         except Exception as e:  # noqa: BLE001
             out["flood_error"] = str(e)
 
@@ -126,6 +144,10 @@ def summary(mix: dict[str, Any]) -> dict[str, Any]:
     """The figures of one run, flat, for the results table."""
     v, m2m = mix.get("voip", {}), mix.get("m2m", {})
     bulk, fl = mix.get("bulk", {}), mix.get("flood", {})
+    # The shares while VoIP runs; the whole run's where the window is missing.
+    streams = bulk.get("window_streams_mbps") or bulk.get("streams_mbps")
+    flood = fl.get("window_mbps") if bulk.get("window_streams_mbps") else None
+    flood = fl.get("mbps") if flood is None else flood
     return {
         "voip_owd_mean_ms": v.get("owd_mean_ms"),
         "voip_owd_p99_ms": v.get("owd_p99_ms"),
@@ -133,12 +155,16 @@ def summary(mix: dict[str, Any]) -> dict[str, Any]:
         "voip_loss": v.get("loss"),
         "m2m_loss": m2m.get("loss"),
         "m2m_owd_mean_ms": m2m.get("owd_mean_ms"),
-        "bulk_mbps": bulk.get("mbps"),
-        "bulk_streams_mbps": bulk.get("streams_mbps"),
-        "bulk_jain": bulk.get("jain"),
+        "bulk_mbps": sum(streams) if streams else bulk.get("mbps"),
+        "bulk_streams_mbps": streams,
+        "bulk_jain": jain(streams) if streams else None,
         "bulk_retransmits": bulk.get("retransmits"),
-        "bulk_share_of_fair": share_of_fair(bulk.get("streams_mbps"), fl.get("mbps")),
-        "flood_mbps": fl.get("mbps"),
+        "bulk_share_of_fair": share_of_fair(streams, flood),
+        "flood_mbps": flood,
+        "run_bulk_mbps": bulk.get("mbps"),
+        "run_bulk_jain": bulk.get("jain"),
+        "run_bulk_share_of_fair": share_of_fair(bulk.get("streams_mbps"), fl.get("mbps")),
+        "run_flood_mbps": fl.get("mbps"),
         "flood_offered_mbit": fl.get("offered_mbit"),
         "dscp_voip": DSCP_EF,
         **{k: v for k, v in mix.items() if k.endswith("_error")},

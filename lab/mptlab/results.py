@@ -125,6 +125,8 @@ MIX_FIGURES = (
     "bulk_share_of_fair",
     "bulk_streams_mbps",
     "flood_mbps",
+    "run_bulk_share_of_fair",
+    "run_flood_mbps",
 )
 
 
@@ -155,7 +157,8 @@ def _mix_notes(det: dict[str, Any]) -> str:
         f"{_realtime_in_mpt(det)}, "
         f"loss {f('voip_loss', '.3%')}; M2M loss {f('m2m_loss', '.3%')}; "
         f"bulk Jain {f('bulk_jain', '.3f')}, {f('bulk_share_of_fair', '.1%')} of fair share; "
-        f"flood {f('flood_mbps', '.1f')} Mbit/s"
+        f"flood {f('flood_mbps', '.1f')} Mbit/s (whole run with the start: "
+        f"{f('run_bulk_share_of_fair', '.1%')} of fair share, flood {f('run_flood_mbps', '.1f')})"
     )
 
 

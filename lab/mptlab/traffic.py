@@ -51,6 +51,28 @@ def steady_mbps(raw: dict | None, after_s: float) -> float | None:
     return sum(s["bytes"] for s in spans) * 8 / secs / 1e6
 
 
+def window_streams_mbps(raw: dict | None, start_s: float, end_s: float) -> list[float] | None:
+    """Each stream's rate at the receiver over its whole intervals within
+    [`start_s`, `end_s`] of the client's run (server intervals, as for
+    `steady_mbps`). None without server intervals in that span."""
+    if not raw:
+        return None
+    server = raw.get("server_output_json") or {}
+    spans = [
+        i
+        for i in server.get("intervals", [])
+        if i.get("sum", {}).get("start", -1) >= start_s - 1e-6
+        and i.get("sum", {}).get("end", 0) <= end_s + 1e-3
+    ]
+    secs = sum(i["sum"]["seconds"] for i in spans)
+    if secs <= 0:
+        return None
+    n = min(len(i.get("streams", [])) for i in spans)
+    if n == 0:
+        return None
+    return [sum(i["streams"][k]["bytes"] for i in spans) * 8 / secs / 1e6 for k in range(n)]
+
+
 def _port_open(topo: Topology, side: str, port: int) -> bool:
     out = run(["ss", "-Hltn", f"sport = :{port}"], ns=topo.ns(side), check=False).stdout
     return bool(out.strip())

@@ -38,3 +38,26 @@ def test_the_notes_name_the_real_time_class_s_delay_inside_mpt() -> None:
     assert "VoIP owd 6.50 ms" in notes and "in mpt p50 0.001 / p99 0.64 ms" in notes
     assert "97.0% of fair share" in notes
     assert "in mpt" not in _mix_notes({"voip_owd_mean_ms": 6.5})
+
+
+def test_the_shares_are_those_while_voip_runs_with_the_whole_run_beside() -> None:
+    from mptlab.qosmix import summary
+
+    mix = {
+        "bulk": {
+            "mbps": 70.0,
+            "streams_mbps": [17.5] * 4,
+            "window_streams_mbps": [20.0] * 4,
+            "jain": 1.0,
+        },
+        "flood": {"mbps": 35.0, "window_mbps": 20.0},
+    }
+    d = summary(mix)
+    assert d["bulk_share_of_fair"] == pytest.approx(1.0)
+    assert d["flood_mbps"] == 20.0 and d["bulk_mbps"] == 80.0
+    assert d["run_bulk_share_of_fair"] == pytest.approx(17.5 / 21.0)
+    # Without server intervals: the whole run's.
+    del mix["bulk"]["window_streams_mbps"]
+    d = summary(mix)
+    assert d["bulk_share_of_fair"] == pytest.approx(17.5 / 21.0)
+    assert d["flood_mbps"] == 35.0
