@@ -28,9 +28,9 @@
 //!   stall of the receiver, so the capacity is the better of the last two.
 //!   The cut is a drain, not a new estimate: once the queue is back under
 //!   the target, the rate returns to [`RESUME_SHARE`] of the mean delivery
-//!   rate measured while the queue stood (BBR's Drain ends at the
-//!   estimated bandwidth too), and a congestion loss at a full buffer
-//!   counts as such a cut;
+//!   rate measured while the queue stood since the last cut (BBR's Drain
+//!   ends at the estimated bandwidth too), and a congestion loss at a full
+//!   buffer counts as such a cut;
 //! * above the target while the pacer held nothing back and the queue
 //!   grew by less than the target over the sample, the queue is not of
 //!   our making (another sender's, or a radio link's jitter) and a cut
@@ -182,8 +182,8 @@ pub struct TargetDelay {
     realtime_ceiling: u64,
     /// The rate is below the capacity to drain a standing queue: once the
     /// queue is back under the target, it returns to the capacity measured
-    /// meanwhile (the mean of the delivery rates while the queue stood:
-    /// its sum and count).
+    /// since the last cut (the mean of the delivery rates while the queue
+    /// stood: their sum and count).
     draining: bool,
     drain_sum_bps: u64,
     drain_samples: u64,
@@ -228,14 +228,13 @@ impl TargetDelay {
         q.saturating_sub(floor.min(JITTER_MAX_NS))
     }
 
-    /// A cut to drain a standing queue: the capacity measured while it
-    /// stands starts afresh with the first cut of an episode.
+    /// A cut to drain a standing queue: the capacity is measured afresh
+    /// from it on (the samples before the last cut may predate a drop of
+    /// the capacity: 100 → 10 Mbit/s resumed at twice the new one).
     fn start_drain(&mut self) {
-        if !self.draining {
-            self.draining = true;
-            self.drain_sum_bps = 0;
-            self.drain_samples = 0;
-        }
+        self.draining = true;
+        self.drain_sum_bps = 0;
+        self.drain_samples = 0;
     }
 
     /// The target queueing delay for a path with the sample's jitter.
