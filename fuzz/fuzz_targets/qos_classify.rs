@@ -1,6 +1,8 @@
 //! Fuzz the QoS classifier and stage with arbitrary inner packets: no input
 //! may panic; a packet's class is one of the configured ones; what enters
 //! the stage leaves it (or is counted as dropped) and the counts add up.
+//! The ECN mark changes nothing but the ECN bits (and IPv4's checksum) of
+//! an ECN-capable packet, and leaves any other input as it was.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -29,6 +31,13 @@ fuzz_target!(|data: &[u8]| {
     cfg.classes.insert(0, picky);
     let mut q = Qos::new(cfg, 7, 1400, 100_000_000);
     let _ = inspect(data);
+    let mut marked = data.to_vec();
+    if mpt_core::qos::ecn::mark_ce(&mut marked) {
+        let changed: Vec<usize> = (0..data.len()).filter(|i| marked[*i] != data[*i]).collect();
+        assert!(changed.iter().all(|i| [1, 10, 11].contains(i)), "{changed:?}");
+    } else {
+        assert_eq!(marked, data);
+    }
     let mut queued = 0;
     for (i, chunk) in data.chunks(97).enumerate() {
         let (class, hash) = (q.classify(chunk), q.flow(chunk));

@@ -63,3 +63,32 @@ def test_voip_keeps_its_delay_beside_a_flood_and_the_classes_show(workdir: Path)
     drops = st["status"]["drops"]
     assert drops["class_full"] + drops["aqm"] + drops["queue_full"] + drops["flow_share"] > 0
     assert "QoS classes" in st["human"] and "realtime (precedence 0, real-time)" in st["human"]
+
+
+def test_an_ecn_capable_tcp_is_marked_instead_of_dropped(workdir: Path) -> None:
+    """A bulk TCP with ECN on (net.ipv4.tcp_ecn = 1 in the sender's
+    namespace) through a 20 Mbit/s path: the standing queue it builds in
+    mpt's stage gets CoDel's signal as CE marks, which the sender answers
+    without a retransmission for them."""
+    from mptlab.util import run
+
+    with Topology(1, shape=[Shape(rate_mbit=20, delay_ms=5)]) as topo:
+        run(["sysctl", "-qw", "net.ipv4.tcp_ecn=1"], ns=topo.ns("a"))
+        opts = TunnelOpts(paths=[PathOpts(1)], tunnel_v6=False)
+        a, b = start_pair(topo, opts, workdir)
+        try:
+            r = iperf3(topo, TUNNEL_V4["b"], seconds=SECONDS)
+            status = a.status()
+            human = a.status_text()
+        finally:
+            a.stop()
+            b.stop()
+    be = {c["name"]: c for c in status["qos"]}["besteffort"]
+    print(
+        f"\nECN TCP over 20 Mbit/s: {r.mbps:.1f} Mbit/s, {r.retransmits} retransmits, "
+        f"{be['marked_aqm']} marked, {be['dropped_aqm']} dropped by CoDel"
+    )
+    assert be["marked_aqm"] > 0, be
+    assert be["marked_aqm"] > be["dropped_aqm"], be
+    assert r.mbps > 0.8 * 20 * 0.91, r.mbps
+    assert "marked CE by CoDel" in human

@@ -424,6 +424,12 @@ fn render_classes(m: &mut Metrics<'_>, classes: &[Value]) {
             "Packets of the class waiting",
             "queued_packets",
         ),
+        (
+            "mpt_class_ecn_marks_total",
+            "counter",
+            "Packets of the class that CoDel marked CE instead of dropping",
+            "marked_aqm",
+        ),
     ] {
         m.family(name, kind, help);
         for c in classes {

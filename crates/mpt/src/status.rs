@@ -503,7 +503,7 @@ fn render_classes(o: &mut String, v: &Value) {
         };
         let _ = writeln!(
             o,
-            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long",
+            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
             c.get("name").and_then(Value::as_str).unwrap_or("?"),
             num(c, "priority"),
             num(c, "packets"),
@@ -522,6 +522,7 @@ fn render_classes(o: &mut String, v: &Value) {
             num(c, "dropped_share"),
             num(c, "dropped_aqm"),
             num(c, "dropped_expired"),
+            num(c, "marked_aqm"),
         );
     }
 }

@@ -16,6 +16,8 @@
 //! not the others; a packet of the fattest flow itself is refused at the
 //! input without being copied. A flow that does not answer drops is, in
 //! addition, held to its fair share at the input ([`super::share`]).
+//! Where CoDel would drop an ECN-capable packet, it is marked CE and served
+//! instead ([`super::ecn`]).
 //!
 //! Invariants:
 //! * `packets` and `bytes` are the sums over the buckets; a bucket that
@@ -28,6 +30,7 @@
 use std::collections::VecDeque;
 
 use super::codel::{Codel, Params};
+use super::ecn;
 use super::share::{FairShare, Police, UNRESPONSIVE_DROPS};
 use crate::Nanos;
 
@@ -45,6 +48,8 @@ pub struct Item {
     /// When it entered mpt.
     pub at: Nanos,
     pub buf: Vec<u8>,
+    /// CoDel marked it CE instead of dropping it ([`super::ecn`]).
+    pub marked: bool,
 }
 
 #[derive(Debug, Default)]
@@ -206,7 +211,11 @@ impl ClassQueue {
             self.new.push_back(f);
         }
         flow.bytes += pkt.len();
-        flow.q.push_back(Item { at, buf });
+        flow.q.push_back(Item {
+            at,
+            buf,
+            marked: false,
+        });
         self.packets += 1;
         self.bytes += pkt.len();
         Pushed::Queued { dropped }
@@ -267,7 +276,9 @@ impl ClassQueue {
 
     /// Serve the next packet by DRR. Packets that entered before
     /// `expired_before`, and those CoDel drops, are dropped on the way and
-    /// handed to `dropped` (`true`: CoDel's; their buffers go to `pool`).
+    /// handed to `dropped` (`true`: CoDel's; their buffers go to `pool`);
+    /// an ECN-capable packet CoDel would drop is marked CE and served
+    /// (`marked`).
     /// A drop does not use the flow's deficit (as in RFC 8290), so a flow
     /// losing packets is not served less for it. `mtu` is CoDel's
     /// one-packet allowance.
@@ -282,7 +293,7 @@ impl ClassQueue {
     ) -> Option<Item> {
         loop {
             let f = self.select()?;
-            let item = self.flows[f].q.pop_front()?;
+            let mut item = self.flows[f].q.pop_front()?;
             let len = item.buf.len();
             self.take(f, len);
             let flow = &mut self.flows[f];
@@ -291,14 +302,19 @@ impl ClassQueue {
             let aqm = !expired
                 && self.aqm
                 && flow.codel.should_drop(now, sojourn, flow.bytes, mtu, codel);
-            if !expired && !aqm {
+            // An ECN-capable packet is marked instead (it still counts
+            // in CoDel's drop count: a flow that ignores the marks is
+            // flagged as one that ignores drops).
+            item.marked = aqm && ecn::mark_ce(&mut item.buf);
+            let drop = expired || (aqm && !item.marked);
+            if !drop {
                 flow.deficit -= len as i64;
             }
             let unresponsive = aqm && flow.codel.count() >= UNRESPONSIVE_DROPS;
             if unresponsive {
                 self.flag(f, now);
             }
-            if expired || aqm {
+            if drop {
                 dropped(&item, aqm);
                 pool.push(item.buf);
                 continue;
@@ -420,6 +436,39 @@ mod tests {
         assert!(drops > 3, "{drops}");
         assert!(sent > 900);
         assert_eq!(q.oldest().is_some(), !q.is_empty());
+    }
+
+    #[test]
+    fn codel_marks_an_ecn_capable_standing_queue_instead() {
+        let mut pool = vec![];
+        let mut q = ClassQueue::new(10_000, 1500, true);
+        let ms = crate::NANOS_PER_MS;
+        // IPv4 with ECT(0) (checksum left zero: the mark only adjusts it).
+        let mut pkt = [0u8; 1500];
+        pkt[0] = 0x45;
+        pkt[1] = 0x02;
+        let (mut drops, mut marked, mut sent) = (0, 0, 0);
+        for t in 0..30 {
+            q.push(1, t * ms, &pkt, &mut pool);
+        }
+        for t in 30..1030 {
+            q.push(1, t * ms, &pkt, &mut pool);
+            let item = q.pop(t * ms, 0, 1500, Params::default(), &mut pool, |_, aqm| {
+                drops += usize::from(aqm)
+            });
+            if let Some(i) = item {
+                sent += 1;
+                if i.marked {
+                    assert_eq!(i.buf[1] & ecn::ECN_MASK, ecn::CE);
+                    marked += 1;
+                }
+            }
+        }
+        // The same signals as the drops of `codel_drops_a_standing_queue`,
+        // as marks, and every packet delivered.
+        assert_eq!(drops, 0);
+        assert!(marked > 3, "{marked}");
+        assert_eq!(sent, 1000);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! * [`meter`] — token buckets (maximum rate at the input, guaranteed
 //!   rate at the output) and delay histograms;
 //! * [`drr`] — a class's per-flow queues, Deficit Round Robin between them
-//!   and CoDel (RFC 8289) in each, as FQ-CoDel (RFC 8290);
+//!   and CoDel (RFC 8289) in each, as FQ-CoDel (RFC 8290), which marks
+//!   ECN-capable packets CE instead of dropping them ([`ecn`], RFC 3168);
 //! * [`Qos`] — the stage: strict priority between classes by configured
 //!   precedence, except that a class under its guaranteed rate is served
 //!   first.
@@ -27,6 +28,7 @@
 pub mod classify;
 pub mod codel;
 pub mod drr;
+pub mod ecn;
 pub mod meter;
 pub mod share;
 
@@ -156,6 +158,8 @@ pub struct ClassCounters {
     pub dropped_share: u64,
     /// Dropped by CoDel.
     pub dropped_aqm: u64,
+    /// Marked CE by CoDel instead of dropped (ECN-capable packets).
+    pub marked_aqm: u64,
     /// Waited beyond the class's bound, or for a path too long.
     pub dropped_expired: u64,
 }
@@ -436,6 +440,9 @@ impl Qos {
                 }
             },
         );
+        if item.as_ref().is_some_and(|i| i.marked) {
+            counters.marked_aqm += 1;
+        }
         item.map(|i| (class, i))
     }
 
