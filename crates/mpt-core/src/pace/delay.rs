@@ -319,9 +319,7 @@ impl RateControl for TargetDelay {
                 self.step = (self.step * 2.0).min(STEP_MAX);
                 self.step_doubled_at = Some(now);
             }
-            if self.state != "startup" {
-                self.state = "grow";
-            }
+            self.state = if self.starting { "startup" } else { "grow" };
         } else {
             self.state = "hold";
         }

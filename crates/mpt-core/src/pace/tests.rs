@@ -242,6 +242,32 @@ fn finds_capacity_within_a_second_and_keeps_the_queue_short() {
 /// the step at 1 %, doubling per sample, 157 Mbit/s at 0.2-0.3 s and 62 at
 /// 0.1-0.2; now 200 and 131). The overshoot stays within the
 /// bottleneck's buffer.
+/// The status names the startup phase for as long as it lasts, whatever
+/// came between (a sample the application did not fill), and "grow" after.
+#[test]
+fn the_state_shows_startup_until_the_first_queue() {
+    let sample = |queue_ms: u64, limited: bool| RateSample {
+        delivered_bps: 10_000_000,
+        interval_ns: 30 * MS,
+        queueing_ns: Some(queue_ms * MS),
+        queue_growth_ns: Some(0),
+        jitter_ns: Some(0),
+        congestion_lost: 0,
+        link_lost: 0,
+        limited,
+        realtime: false,
+    };
+    let mut c = TargetDelay::default();
+    c.on_sample(30 * MS, &sample(0, false), Some(10 * MS));
+    assert_eq!(c.state(), "hold");
+    c.on_sample(60 * MS, &sample(0, true), Some(10 * MS));
+    assert_eq!(c.state(), "startup");
+    c.on_sample(90 * MS, &sample(20, true), Some(10 * MS));
+    assert_eq!(c.state(), "drain");
+    c.on_sample(120 * MS, &sample(0, true), Some(10 * MS));
+    assert_eq!(c.state(), "grow");
+}
+
 #[test]
 fn startup_reaches_the_capacity_within_a_few_samples() {
     let mut s = Sim::with(200, Box::new(TargetDelay::default()));
