@@ -30,21 +30,25 @@ class IperfResult:
 SERVER_INTERVAL_S = 0.5
 
 
+def _server_spans(raw: dict | None, start_s: float, end_s: float | None) -> list[dict]:
+    """The receiver's (iperf3 server's) whole intervals that start at
+    `start_s` or later and end by `end_s` (None: no end)."""
+    server = (raw or {}).get("server_output_json") or {}
+    return [
+        i
+        for i in server.get("intervals", [])
+        if i.get("sum", {}).get("start", -1) >= start_s - 1e-6
+        and (end_s is None or i["sum"].get("end", 0) <= end_s + 1e-3)
+    ]
+
+
 def steady_mbps(raw: dict | None, after_s: float) -> float | None:
     """The receiver's mean rate over its whole intervals that start at
     `after_s` or later and end by the client's duration (the server's last
     interval is the tail after the client stopped): the transfer once
     started, without its slow start. None without server intervals."""
-    if not raw:
-        return None
-    server = raw.get("server_output_json") or {}
-    duration = raw.get("start", {}).get("test_start", {}).get("duration")
-    spans = [
-        i["sum"]
-        for i in server.get("intervals", [])
-        if i.get("sum", {}).get("start", -1) >= after_s - 1e-6
-        and (duration is None or i["sum"].get("end", 0) <= duration + 1e-3)
-    ]
+    duration = (raw or {}).get("start", {}).get("test_start", {}).get("duration")
+    spans = [i["sum"] for i in _server_spans(raw, after_s, duration)]
     secs = sum(s["seconds"] for s in spans)
     if secs <= 0:
         return None
@@ -55,15 +59,7 @@ def window_streams_mbps(raw: dict | None, start_s: float, end_s: float) -> list[
     """Each stream's rate at the receiver over its whole intervals within
     [`start_s`, `end_s`] of the client's run (server intervals, as for
     `steady_mbps`). None without server intervals in that span."""
-    if not raw:
-        return None
-    server = raw.get("server_output_json") or {}
-    spans = [
-        i
-        for i in server.get("intervals", [])
-        if i.get("sum", {}).get("start", -1) >= start_s - 1e-6
-        and i.get("sum", {}).get("end", 0) <= end_s + 1e-3
-    ]
+    spans = _server_spans(raw, start_s, end_s)
     secs = sum(i["sum"]["seconds"] for i in spans)
     if secs <= 0:
         return None

@@ -27,12 +27,12 @@
 //!   policed at the input by a token bucket [`BUCKET_NS`] deep at that
 //!   rate, and only while at least one other flow shares the class (every
 //!   packet of the class counts, whether it waits in the class queue or,
-//!   with that queue empty, goes straight to a path queue). The policed flow's own admitted rate is
-//!   part of the class's, so beside elastic flows (TCP) the allowance
-//!   settles where it gets their mean rate (a = (a + T) / n, so
-//!   a = T / (n - 1)): what they leave unused while they grow back after
-//!   a loss stays unused by it. Beside flows that send little, the
-//!   capacity's half keeps it from being starved.
+//!   with that queue empty, goes straight to a path queue). The policed
+//!   flow's own admitted rate is part of the class's, so beside elastic
+//!   flows (TCP) the allowance settles where it gets their mean rate
+//!   (a = (a + T) / n, so a = T / (n - 1)): what they leave unused while
+//!   they grow back after a loss stays unused by it. Beside flows that
+//!   send little, the capacity's half keeps it from being starved.
 //!
 //! Invariants: no allocation; there is no allowance until one window has
 //! been measured (nothing is policed before), nor after a window of more
