@@ -24,9 +24,17 @@
 //!   the receiver measured is its capacity: the rate goes to that capacity
 //!   less what drains the excess within [`DRAIN_NS`] (at most half at a
 //!   time, and once per round trip: the samples of the next round trip
-//!   still show the queue that cut is draining); one sample alone may be a
-//!   stall of the receiver, so the capacity is the better of the last two.
-//!   The cut is a drain, not a new estimate: once the queue is back under
+//!   still show the queue that cut is draining). The capacity is the
+//!   delivery rate over the last round trip (at least 100 ms) if the
+//!   queue grows fast (the capacity fell), over the last 300 ms if it
+//!   grows slowly (on a radio link one 30 ms sample reads anything from a
+//!   quarter to more than the whole of the link's rate), and only over
+//!   samples whose packets left while the pacer held packets back
+//!   throughout, a round trip before the report, or into a queue that
+//!   stood and grew fast: the others measured the scheduler, not the
+//!   path (application-limited, as the delivery rate estimation draft
+//!   calls them), and a queue above the target while they arrive is
+//!   held, not cut. The cut is a drain, not a new estimate: once the queue is back under
 //!   the target, the rate returns to [`RESUME_SHARE`] of the mean delivery
 //!   rate measured while the queue stood since the last cut (BBR's Drain
 //!   ends at the estimated bandwidth too), and a congestion loss at a full
@@ -146,6 +154,17 @@ pub const MIN_RATE_BPS: u64 = 1_000_000;
 /// Smoothing of the capacity estimate: gain 1 / this per sample (as RFC
 /// 6298's SRTT).
 const SMOOTHING_DIV: i64 = 8;
+/// The capacity a drain cuts to is the delivery rate over at least this
+/// long (or a round trip), ending with the sample, when the queue grows
+/// fast (the capacity fell: follow it), and over the longer span when it
+/// grows slowly (we send a little above a capacity that has not moved);
+/// at most [`RECENT_SAMPLES`] samples (tuning knobs: a radio link's jitter
+/// moves what one 30 ms sample delivers between a quarter and more than
+/// the whole of its rate; over consecutive samples only the jitter at the
+/// ends counts, ±15 % over 100 ms on the lab's LTE-like link).
+const CAPACITY_SPAN_NS: Nanos = 100 * NANOS_PER_MS;
+const CAPACITY_SPAN_SLOW_NS: Nanos = 300 * NANOS_PER_MS;
+const RECENT_SAMPLES: usize = 12;
 /// Shortest interval between two loss cuts (tuning knob, with the RTT).
 const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
 
@@ -187,6 +206,14 @@ pub struct TargetDelay {
     draining: bool,
     drain_sum_bps: u64,
     drain_samples: u64,
+    /// Since when every sample found the pacer holding packets back (the
+    /// start of the first such sample's interval; `None`: the last one
+    /// did not).
+    limited_since: Option<Nanos>,
+    /// The last samples that measured the capacity: when each ended, its
+    /// bits and its length (a ring, `recent_next` the oldest).
+    recent: [(Nanos, u64, Nanos); RECENT_SAMPLES],
+    recent_next: usize,
 }
 
 impl Default for TargetDelay {
@@ -211,6 +238,9 @@ impl Default for TargetDelay {
             draining: false,
             drain_sum_bps: 0,
             drain_samples: 0,
+            limited_since: None,
+            recent: [(0, 0, 0); RECENT_SAMPLES],
+            recent_next: 0,
         }
     }
 }
@@ -237,6 +267,66 @@ impl TargetDelay {
         self.drain_samples = 0;
     }
 
+    /// What the sample says of the path: whether a queue above the target
+    /// is ours (`.0`: the queue grew fast, as when we send more than the
+    /// path carries, or the pacer held packets back over the whole of the
+    /// interval in which the delivered packets were sent, one round trip
+    /// before the report), and whether its delivery rate is the path's
+    /// capacity (`.1`: the pacer held packets back throughout, or a queue
+    /// grew fast from one that already stood, so the bottleneck was busy
+    /// for the whole interval). The delivery rate estimation draft
+    /// (draft-cheng-iccrg-delivery-rate-estimation §3.3) marks the other
+    /// samples application-limited. Over a 40 ms path whose scheduler had
+    /// just begun to fill it, a sample of 8 Mbit/s on a 20 Mbit/s link cut
+    /// the rate to 11, where it stayed for seconds.
+    fn judge(
+        &mut self,
+        now: Nanos,
+        s: &RateSample,
+        q: Nanos,
+        rtt_min: Option<Nanos>,
+        target: Nanos,
+    ) -> (bool, bool) {
+        self.limited_since = match (s.limited, self.limited_since) {
+            (false, _) => None,
+            (true, None) => Some(now.saturating_sub(s.interval_ns)),
+            (true, since) => since,
+        };
+        let window = s.interval_ns + rtt_min.unwrap_or(0);
+        let throughout = self.limited_since.is_some_and(|t| now >= t + window);
+        let growth = s.queue_growth_ns.unwrap_or(0);
+        let fast = growth >= target as i64;
+        let stood = q as i64 - growth >= (target / 2) as i64;
+        (throughout || fast, throughout || (fast && stood))
+    }
+
+    /// Records a sample that measured the capacity.
+    fn remember(&mut self, now: Nanos, s: &RateSample) {
+        let bits = (u128::from(s.delivered_bps) * u128::from(s.interval_ns) / 1_000_000_000) as u64;
+        self.recent[self.recent_next] = (now, bits, s.interval_ns);
+        self.recent_next = (self.recent_next + 1) % RECENT_SAMPLES;
+    }
+
+    /// The delivery rate over the samples that measured the capacity and
+    /// ended within `span` of `now`, newest first, until they span that
+    /// long.
+    fn span_capacity(&self, now: Nanos, span: Nanos) -> Option<u64> {
+        let (mut bits, mut ns) = (0u64, 0 as Nanos);
+        for i in 1..=RECENT_SAMPLES {
+            let (at, b, len) =
+                self.recent[(self.recent_next + RECENT_SAMPLES - i) % RECENT_SAMPLES];
+            if len == 0 || at + span < now {
+                break;
+            }
+            bits += b;
+            ns += len;
+            if ns >= span {
+                break;
+            }
+        }
+        (ns > 0).then(|| (u128::from(bits) * 1_000_000_000 / u128::from(ns)) as u64)
+    }
+
     /// The target queueing delay for a path with the sample's jitter.
     fn target(s: &RateSample) -> Nanos {
         let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);
@@ -253,6 +343,10 @@ impl RateControl for TargetDelay {
         self.prev_sample = sample;
         self.delivered_max.update(now, sample as i64);
         let loss_gap = rtt_min.unwrap_or(0).max(LOSS_CUT_MIN_NS);
+        let (ours, measures) = self.judge(now, s, q, rtt_min, target);
+        if measures {
+            self.remember(now, s);
+        }
         if q > target || s.congestion_lost > 0 {
             self.starting = false;
         }
@@ -269,10 +363,12 @@ impl RateControl for TargetDelay {
             self.step = STEP_MIN;
             self.cuts += 1;
             self.state = "drain";
-        } else if q > target && !s.limited && s.queue_growth_ns.unwrap_or(0) < target as i64 {
+        } else if q > target && !ours {
             // A queue while we send less than our rate and it does not
             // grow fast: not of our making (on a radio link, jitter), and
-            // cutting would not drain it.
+            // cutting would not drain it. Or we do, but only since less
+            // than a round trip: what the receiver measured left while we
+            // did not, and its rate is not the capacity to cut to.
             self.state = "hold";
         } else if q > target {
             // One cut per round trip: the samples of the next round trip
@@ -280,6 +376,15 @@ impl RateControl for TargetDelay {
             // of them took a 40 ms path from 20 Mbit/s to 9).
             let rtt = rtt_min.unwrap_or(0);
             let drain = ((q - target) as f64 / DRAIN_NS as f64).min(0.5);
+            let span = if s.queue_growth_ns.unwrap_or(0) >= target as i64 {
+                rtt_min.unwrap_or(0).max(CAPACITY_SPAN_NS)
+            } else {
+                CAPACITY_SPAN_SLOW_NS
+            };
+            let capacity = self
+                .span_capacity(now, span)
+                .unwrap_or(capacity)
+                .max(MIN_RATE_BPS);
             let to = (capacity as f64 * (1.0 - drain)) as u64;
             if to < self.rate && self.drained_at.is_none_or(|t| now >= t + rtt) {
                 self.rate = to.max(self.rate / 2);
@@ -329,7 +434,7 @@ impl RateControl for TargetDelay {
             // fast): the delivery rate is the capacity. A queue that is
             // not ours says nothing about it (an idle path, a path taken
             // out of use, delivers little whatever its capacity).
-            if s.limited || s.queue_growth_ns.unwrap_or(0) >= target as i64 {
+            if measures {
                 self.queued_capacity = capacity;
                 if self.draining {
                     self.drain_sum_bps = self.drain_sum_bps.saturating_add(sample);
@@ -394,3 +499,7 @@ impl RateControl for TargetDelay {
         self.cuts
     }
 }
+
+#[cfg(test)]
+#[path = "delay_tests.rs"]
+mod tests;
