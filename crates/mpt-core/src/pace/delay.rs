@@ -34,8 +34,8 @@
 //!   stood and grew fast: the others measured the scheduler, not the
 //!   path (application-limited, as the delivery rate estimation draft
 //!   calls them), and a queue above the target while they arrive is
-//!   held, not cut. The cut is a drain, not a new estimate: once the queue is back under
-//!   the target, the rate returns to [`RESUME_SHARE`] of the mean delivery
+//!   held, not cut. The cut is a drain, not a new estimate: once the
+//!   queue is back under the target, the rate returns to [`RESUME_SHARE`] of the mean delivery
 //!   rate measured while the queue stood since the last cut (BBR's Drain
 //!   ends at the estimated bandwidth too), and a congestion loss at a full
 //!   buffer counts as such a cut;
@@ -168,6 +168,16 @@ const RECENT_SAMPLES: usize = 12;
 /// Shortest interval between two loss cuts (tuning knob, with the RTT).
 const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
 
+/// What one sample says of the path ([`TargetDelay::judge`]).
+struct Judgement {
+    /// A queue above the target is of our making: cutting drains it.
+    ours: bool,
+    /// The delivery rate is the path's capacity.
+    measures: bool,
+    /// The queue grew by more than the target over the sample.
+    fast: bool,
+}
+
 /// See the module documentation.
 #[derive(Debug, Clone)]
 pub struct TargetDelay {
@@ -268,11 +278,11 @@ impl TargetDelay {
     }
 
     /// What the sample says of the path: whether a queue above the target
-    /// is ours (`.0`: the queue grew fast, as when we send more than the
+    /// is ours (the queue grew fast, as when we send more than the
     /// path carries, or the pacer held packets back over the whole of the
     /// interval in which the delivered packets were sent, one round trip
     /// before the report), and whether its delivery rate is the path's
-    /// capacity (`.1`: the pacer held packets back throughout, or a queue
+    /// capacity (the pacer held packets back throughout, or a queue
     /// grew fast from one that already stood, so the bottleneck was busy
     /// for the whole interval). The delivery rate estimation draft
     /// (draft-cheng-iccrg-delivery-rate-estimation §3.3) marks the other
@@ -286,7 +296,7 @@ impl TargetDelay {
         q: Nanos,
         rtt_min: Option<Nanos>,
         target: Nanos,
-    ) -> (bool, bool) {
+    ) -> Judgement {
         self.limited_since = match (s.limited, self.limited_since) {
             (false, _) => None,
             (true, None) => Some(now.saturating_sub(s.interval_ns)),
@@ -297,7 +307,11 @@ impl TargetDelay {
         let growth = s.queue_growth_ns.unwrap_or(0);
         let fast = growth >= target as i64;
         let stood = q as i64 - growth >= (target / 2) as i64;
-        (throughout || fast, throughout || (fast && stood))
+        Judgement {
+            ours: throughout || fast,
+            measures: throughout || (fast && stood),
+            fast,
+        }
     }
 
     /// Records a sample that measured the capacity.
@@ -343,7 +357,11 @@ impl RateControl for TargetDelay {
         self.prev_sample = sample;
         self.delivered_max.update(now, sample as i64);
         let loss_gap = rtt_min.unwrap_or(0).max(LOSS_CUT_MIN_NS);
-        let (ours, measures) = self.judge(now, s, q, rtt_min, target);
+        let Judgement {
+            ours,
+            measures,
+            fast,
+        } = self.judge(now, s, q, rtt_min, target);
         if measures {
             self.remember(now, s);
         }
@@ -376,7 +394,7 @@ impl RateControl for TargetDelay {
             // of them took a 40 ms path from 20 Mbit/s to 9).
             let rtt = rtt_min.unwrap_or(0);
             let drain = ((q - target) as f64 / DRAIN_NS as f64).min(0.5);
-            let span = if s.queue_growth_ns.unwrap_or(0) >= target as i64 {
+            let span = if fast {
                 rtt_min.unwrap_or(0).max(CAPACITY_SPAN_NS)
             } else {
                 CAPACITY_SPAN_SLOW_NS
