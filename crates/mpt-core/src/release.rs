@@ -30,6 +30,15 @@
 //!   sender put each packet where it arrives first, so a packet later
 //!   than its path's worst recent delay by more than the margin was lost
 //!   on the way.
+//! * **Unless its path is still delivering older packets.** The one-way
+//!   delay does not hold a packet's wait in the sender's own path queue,
+//!   which grows at once when the sender cuts that path's rate: the
+//!   packets already queued then leave later than the ones it put on other
+//!   paths after them. A path whose latest arrival is still below the gap
+//!   may carry it next, so its lateness counts from that arrival rather
+//!   than from the first later packet's. A loss on a busy path costs no
+//!   wait for this: the path's next arrival passes the gap, and its
+//!   frontier gives the gap up.
 //!
 //! The margin adapts ([`LateMargin`]): a gap given up that arrives after
 //! all widens it, as RACK widens its reordering window (RFC 8985 §6.2).
@@ -132,8 +141,8 @@ impl ReleaseView<'_> {
 
 /// Decides when missing packets can be declared lost before `max_delay`.
 pub trait ReleasePolicy: Send {
-    /// Data packet `seq` arrived on `path`.
-    fn on_data(&mut self, path: PathId, seq: u64);
+    /// Data packet `seq` arrived on `path` at `now`.
+    fn on_data(&mut self, path: PathId, seq: u64, now: Nanos);
     /// A control packet on `path` said the sender's next sequence number was
     /// `next_seq` when it was sent.
     fn on_frontier(&mut self, path: PathId, next_seq: u64);
@@ -153,7 +162,7 @@ pub trait ReleasePolicy: Send {
 pub struct TimeoutOnly;
 
 impl ReleasePolicy for TimeoutOnly {
-    fn on_data(&mut self, _: PathId, _: u64) {}
+    fn on_data(&mut self, _: PathId, _: u64, _: Nanos) {}
     fn on_frontier(&mut self, _: PathId, _: u64) {}
     fn lost_below(&self, _: &ReleaseView) -> u64 {
         0
@@ -167,12 +176,15 @@ impl ReleasePolicy for TimeoutOnly {
 /// Per-path frontier release with expected delays (module documentation).
 pub struct PathFrontier {
     frontier: Vec<u64>,
+    /// Per path: when its latest data packet arrived.
+    heard: Vec<Nanos>,
 }
 
 impl PathFrontier {
     pub fn new(paths: usize) -> Self {
         Self {
             frontier: vec![0; paths],
+            heard: vec![0; paths],
         }
     }
 
@@ -187,31 +199,36 @@ impl PathFrontier {
             .unwrap_or(0)
     }
 
-    /// When the gap at `view.next` stops being waited for: the first later
-    /// arrival plus the largest expected lateness of the live paths that
-    /// could still carry it. `None` when no packet is held, when no live
-    /// path can carry it (the frontier already gave it up) or when one
-    /// that can has no delay estimate.
+    /// When the gap at `view.next` stops being waited for: the latest,
+    /// over the live paths that could still carry it, of its expected
+    /// lateness after the first later arrival or after the path's own
+    /// latest arrival (all below the gap), whichever came last. `None`
+    /// when no packet is held, when no live path can carry it (the
+    /// frontier already gave it up) or when one that can has no delay
+    /// estimate.
     fn give_up_at(&self, view: &ReleaseView) -> Option<Nanos> {
         let (arrived, _) = view.oldest?;
-        let mut wait: Option<Nanos> = None;
+        let mut at: Option<Nanos> = None;
         for (p, (f, live)) in self.frontier.iter().zip(view.live).enumerate() {
             if *live && *f <= view.next {
-                wait = Some(wait.unwrap_or(0).max(view.late(p)?));
+                let from = arrived.max(self.heard[p]);
+                let until = from.saturating_add(view.late(p)?);
+                at = Some(at.unwrap_or(0).max(until));
             }
         }
-        Some(arrived.saturating_add(wait?))
+        at
     }
 }
 
 impl ReleasePolicy for PathFrontier {
-    fn on_data(&mut self, path: PathId, seq: u64) {
+    fn on_data(&mut self, path: PathId, seq: u64, now: Nanos) {
         if let Some(f) = self
             .frontier
             .get_mut(path as usize)
             .filter(|_| seq < crate::reorder::SEQ_LIMIT)
         {
             *f = (*f).max(seq + 1);
+            self.heard[path as usize] = now;
         }
     }
     fn on_frontier(&mut self, path: PathId, next_seq: u64) {
@@ -235,6 +252,7 @@ impl ReleasePolicy for PathFrontier {
     }
     fn reset(&mut self) {
         self.frontier.iter_mut().for_each(|f| *f = 0);
+        self.heard.iter_mut().for_each(|h| *h = 0);
     }
     fn name(&self) -> &'static str {
         "path-frontier"
@@ -259,8 +277,8 @@ mod tests {
     fn frontier_alone() {
         let none = [None; 3];
         let mut p = PathFrontier::new(3);
-        p.on_data(0, 10);
-        p.on_data(1, 7);
+        p.on_data(0, 10, 0);
+        p.on_data(1, 7, 0);
         assert_eq!(p.lost_below(&view(&[true, true, false], &none, 0)), 8);
         // A live path that has shown nothing yet blocks any release.
         assert_eq!(p.lost_below(&view(&[true, true, true], &none, 0)), 0);
@@ -277,7 +295,7 @@ mod tests {
         let mut p = PathFrontier::new(3);
         // Packet 5 arrived at 100 ms on path 0; 0..5 are missing. Path 1
         // may be 40 ms late, path 2 is down.
-        p.on_data(0, 5);
+        p.on_data(0, 5, 100 * ms);
         let live = [true, true, false];
         let late = [Some(10 * ms), Some(40 * ms), None];
         let mut v = view(&live, &late, 100 * ms);
@@ -291,9 +309,40 @@ mod tests {
         assert_eq!(p.lost_below(&v), 5);
         // Path 1 shows it has moved past the gap: given up at once.
         v.now = 101 * ms;
-        p.on_data(1, 6);
+        p.on_data(1, 6, 101 * ms);
         assert_eq!(p.lost_below(&v), 6);
         assert_eq!(p.deadline(&v), None);
+    }
+
+    #[test]
+    fn a_path_still_delivering_older_packets_is_waited_for_from_its_latest_arrival() {
+        let ms = NANOS_PER_MS;
+        let mut p = PathFrontier::new(2);
+        // Packet 20 arrived at 100 ms on path 1; path 0 may be 10 ms late
+        // and has delivered only older packets, the last one at 90 ms.
+        p.on_data(0, 3, 90 * ms);
+        p.on_data(1, 20, 100 * ms);
+        let live = [true, true];
+        let late = [Some(10 * ms), Some(40 * ms)];
+        let mut v = view(&live, &late, 100 * ms);
+        v.next = 10;
+        v.oldest = Some((100 * ms, 20));
+        assert_eq!(p.deadline(&v), Some(110 * ms));
+        // Path 0 goes on delivering packets from before the gap (its
+        // sender's queue drains behind a rate cut): still waited for.
+        for (seq, at) in [(5, 105), (6, 109), (7, 118), (8, 127)] {
+            p.on_data(0, seq, at * ms);
+            v.now = at * ms;
+            assert!(p.lost_below(&v) <= v.next, "at {at} ms");
+        }
+        assert_eq!(p.deadline(&v), Some(137 * ms));
+        v.now = 137 * ms;
+        assert_eq!(p.lost_below(&v), 20);
+        // A loss on the busy path costs no wait: its next packet passes
+        // the gap.
+        v.now = 128 * ms;
+        p.on_data(0, 11, 128 * ms);
+        assert_eq!(p.lost_below(&v), 12);
     }
 
     #[test]
@@ -320,7 +369,7 @@ mod tests {
     #[test]
     fn an_unknown_delay_never_gives_a_gap_up_by_time() {
         let mut p = PathFrontier::new(2);
-        p.on_data(0, 5);
+        p.on_data(0, 5, 0);
         let live = [true, true];
         let late = [Some(1), None];
         let mut v = view(&live, &late, u64::MAX);

@@ -137,7 +137,7 @@ fn sequence_numbers_near_the_top_are_refused() {
     }
     assert!(rb.stats().lost > 0);
     let mut p = PathFrontier::new(1);
-    p.on_data(0, u64::MAX);
+    p.on_data(0, u64::MAX, 0);
     p.on_frontier(0, u64::MAX);
     let view = ReleaseView {
         now: 0,

@@ -215,7 +215,7 @@ impl Tunnel {
             self.policy.reset();
             self.recovery_reset();
         }
-        self.policy.on_data(pid, seq);
+        self.policy.on_data(pid, seq, now);
         self.recovery_on_data(seq);
         let r = match accept {
             Accept::DeliverNow => {
