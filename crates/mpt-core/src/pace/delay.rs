@@ -35,10 +35,10 @@
 //!   path (application-limited, as the delivery rate estimation draft
 //!   calls them), and a queue above the target while they arrive is
 //!   held, not cut. The cut is a drain, not a new estimate: once the
-//!   queue is back under the target, the rate returns to [`RESUME_SHARE`] of the mean delivery
-//!   rate measured while the queue stood since the last cut (BBR's Drain
-//!   ends at the estimated bandwidth too), and a congestion loss at a full
-//!   buffer counts as such a cut;
+//!   queue is back under the target, the rate returns to [`RESUME_SHARE`]
+//!   of the mean delivery rate measured while the queue stood since the
+//!   last cut (BBR's Drain ends at the estimated bandwidth too), and a
+//!   congestion loss at a full buffer counts as such a cut;
 //! * above the target while the pacer held nothing back and the queue
 //!   grew by less than the target over the sample, the queue is not of
 //!   our making (another sender's, or a radio link's jitter) and a cut
@@ -395,7 +395,7 @@ impl RateControl for TargetDelay {
             let rtt = rtt_min.unwrap_or(0);
             let drain = ((q - target) as f64 / DRAIN_NS as f64).min(0.5);
             let span = if fast {
-                rtt_min.unwrap_or(0).max(CAPACITY_SPAN_NS)
+                rtt.max(CAPACITY_SPAN_NS)
             } else {
                 CAPACITY_SPAN_SLOW_NS
             };
