@@ -28,6 +28,8 @@ def test_every_shipped_scenario_loads_and_has_a_drawing() -> None:
         "capacity-drop",
         "voip-wifi-lte",
         "measure",
+        "qos",
+        "qos-wired",
     }
     assert expected <= names
     for sc in scenario.available():

@@ -464,6 +464,29 @@ mod tests {
         assert_eq!(out.len(), 5000);
     }
 
+    /// Held in FIFO order, a frame leaves no earlier than the one before
+    /// it, so on a busy link each frame waits for the latest draw of the
+    /// frames just ahead: 1 ms of jitter adds about 1.1 ms to the mean
+    /// delay of frames 127 µs apart (1514-byte frames at 95 % of
+    /// 100 Mbit/s) and nothing to frames 20 ms apart (a VoIP stream on an
+    /// idle link). No sender can queue less than that on such a link.
+    #[test]
+    fn fifo_jitter_delays_a_busy_link_more_than_an_idle_one() {
+        let spec = DirSpec {
+            delay_ms: 5.0,
+            jitter_ms: 1.0,
+            ..Default::default()
+        };
+        let mean_ms = |gap: u64| {
+            let (d, _) = run(spec.clone(), 20_000, gap);
+            d.stats.added_delay_ns_sum as f64 / d.stats.passed as f64 / 1e6
+        };
+        let idle = mean_ms(20_000_000);
+        let busy = mean_ms(127_000);
+        assert!((idle - 5.0).abs() < 0.05, "idle {idle}");
+        assert!((busy - idle - 1.1).abs() < 0.15, "busy {busy} idle {idle}");
+    }
+
     #[test]
     fn queue_limit_drops_and_counts() {
         let spec = DirSpec {
