@@ -1,4 +1,6 @@
-"""The hybrid node's traffic mix (Masek et al.), for the `qos` scenario.
+"""The hybrid node's traffic mix (Masek et al.), for the `qos` scenario,
+and the ED-SGSN thesis's overload of a high-precedence class
+(`qos-precedence`).
 
 At once, from A to B through the system under test:
 
@@ -13,6 +15,12 @@ rate with Jain's fairness index, and the flood's delivered rate. The rates
 are the receiver's over the window in which VoIP and M2M run (bulk and
 flood have filled the tunnel by then), and over the whole run beside them
 (which includes the flood alone while the TCP flows connect).
+
+Precedence (`run_precedence`): a UDP flow on `HIGH_PORT` at `high_share`
+of the links' capacity, which the scenario puts in a class of its own
+ahead of the rest, beside a UDP flow that brings the offer to `overload`
+times the capacity. The high flow starts once the low one has filled the
+tunnel; what comes back is each flow's loss and delivered rate.
 
 Invariants: every part is bounded in time (subprocess timeouts), and a
 part that fails is reported as missing, not as zero.
@@ -32,6 +40,7 @@ M2M_PORT = 7200
 BULK_PORT = 5202
 FLOOD_PORT = 5203
 FLOOD_PAYLOAD = 1200
+HIGH_PORT = 5204
 
 
 def jain(xs: list[float]) -> float | None:
@@ -128,6 +137,67 @@ def run_mix(
     for t in [m, *background]:
         t.join(timeout=seconds + 90)
     return out
+
+
+def run_precedence(
+    topo: Topology,
+    addr: str,
+    *,
+    seconds: float,
+    capacity_mbit: float,
+    overload: float = 1.25,
+    high_share: float = 0.5,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    lead = 2.0  # the low flow fills the tunnel before the high one starts
+
+    def low(mbit: float) -> None:
+        try:
+            r = iperf3(
+                topo,
+                addr,
+                udp=True,
+                rate=f"{mbit:.1f}M",
+                length=FLOOD_PAYLOAD,
+                seconds=seconds + 2 * lead,
+                port=FLOOD_PORT,
+                window="4M",
+            )
+            out["low"] = {"offered_mbit": mbit, "mbps": r.mbps, "lost_percent": r.lost_percent}
+        except Exception as e:  # noqa: BLE001 - reported as missing
+            out["low_error"] = str(e)
+
+    low_mbit = capacity_mbit * (overload - high_share)
+    t = threading.Thread(target=low, args=(low_mbit,))
+    t.start()
+    time.sleep(lead)
+    # The high flow counts its losses by sequence numbers, with the
+    # receiver up before the first packet (iperf3's UDP test loses a few
+    # of its first packets at tens of Mbit/s even on loopback:
+    # esnet/iperf#799).
+    high_mbit = capacity_mbit * high_share
+    pps = high_mbit * 1e6 / 8 / FLOOD_PAYLOAD
+    try:
+        high = stream(
+            topo, addr, count=int(pps * seconds), pps=pps, size=FLOOD_PAYLOAD, port=HIGH_PORT
+        )
+    except Exception as e:  # noqa: BLE001
+        high, out["high_error"] = {}, str(e)
+    t.join(timeout=seconds + 90)
+    lo = out.get("low", {})
+    return {
+        "overload": overload,
+        "high_offered_mbit": high_mbit,
+        "high_mbps": high.get("mbps"),
+        "high_lost": high.get("lost"),
+        "high_lost_percent": None if high.get("loss") is None else high["loss"] * 100,
+        "high_owd_mean_ms": high.get("owd_mean_ms"),
+        "high_owd_p99_ms": high.get("owd_p99_ms"),
+        "low_offered_mbit": lo.get("offered_mbit"),
+        "low_mbps": lo.get("mbps"),
+        "low_lost_percent": lo.get("lost_percent"),
+        **{k: v for k, v in out.items() if k.endswith("_error")},
+    }
 
 
 def share_of_fair(streams: list[float] | None, flood_mbps: float | None) -> float | None:

@@ -162,6 +162,30 @@ def _mix_notes(det: dict[str, Any]) -> str:
     )
 
 
+def _precedence_notes(det: dict[str, Any]) -> str:
+    def f(k: str, fmt: str) -> str:
+        v = det.get(k)
+        return "–" if v is None else format(v, fmt)
+
+    return (
+        f"offered {f('overload', '.2f')}x the links: high precedence "
+        f"{f('high_offered_mbit', '.0f')} Mbit/s, delivered {f('high_mbps', '.1f')}, "
+        f"lost {f('high_lost', 'd')} ({f('high_lost_percent', '.2f')}%), "
+        f"owd {f('high_owd_mean_ms', '.1f')} ms; low {f('low_offered_mbit', '.0f')}, "
+        f"delivered {f('low_mbps', '.1f')}, loss {f('low_lost_percent', '.2f')}%"
+    )
+
+
+def _event_words(events: list[dict[str, Any]]) -> str:
+    """`link 1 cut at 4 s, restored at 8 s` for the report."""
+    words = {"cut": "cut", "restore": "restored", "shape": "reshaped"}
+    parts = []
+    for e in events:
+        action = words.get(e.get("action", ""), e.get("action"))
+        parts.append(f"link {e.get('link')} {action} at {e.get('at_s'):g} s")
+    return ", ".join(parts)
+
+
 def summary_line(doc: dict[str, Any]) -> str:
     """One JSON line summarising every measured point."""
     pts = [
@@ -240,6 +264,8 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
             det = p.get("details") or {}
             if p["traffic"] == "qos-mix":
                 notes = notes or _mix_notes(det)
+            elif p["traffic"] == "precedence":
+                notes = notes or _precedence_notes(det)
             elif "outage_s" in det:
                 notes = f"survived {det.get('survived')}, outage {det['outage_s']} s"
                 if det.get("rates_after_shape"):
@@ -260,6 +286,8 @@ def markdown(docs: list[tuple[Path, dict[str, Any]]], images_rel: Path) -> str:
                     )
             elif "owd_mean_ms" in det:
                 notes = f"owd {det['owd_mean_ms']:.2f} ms, jitter {det['jitter_ms']:.3f} ms"
+                if det.get("events"):
+                    notes += f"; lost {det.get('lost')} with {_event_words(det['events'])}"
             ref = plain.get((p["traffic"], p["path_v"]))
             bulk = p["efficiency"] is None and p["traffic"] in ("tcp", "udp", "http")
             if bulk and ref and p["system"] != "plain" and p["mbps"]:

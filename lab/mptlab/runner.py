@@ -26,7 +26,7 @@ from . import systems
 from .cpu import CpuSampler
 from .netns import Topology, link_addr
 from .probe import voip
-from .qosmix import run_mix
+from .qosmix import run_mix, run_precedence
 from .qosmix import summary as mix_summary
 from .scenario import Scenario
 from .traffic import http_download, iperf3, steady_mbps
@@ -326,6 +326,11 @@ class Runner:
                     )
                     d = mix_summary(mix)
                     mbps = d.get("bulk_mbps") or 0.0
+                elif point.traffic == "precedence":
+                    d = run_precedence(
+                        topo, target.addr, seconds=sc.seconds, capacity_mbit=total_rate or 100
+                    )
+                    mbps = d.get("high_mbps") or 0.0
                 elif point.traffic == "http":
                     size = (
                         int(sc.http_mb * 1e6)
@@ -342,8 +347,13 @@ class Runner:
                         if point.traffic == "voip-load"
                         else None
                     )
+                    events = sc.events and point.system != "plain"
                     try:
-                        v = voip(topo, target.addr, seconds=sc.seconds)
+                        v = (
+                            self._voip_with_events(topo, target)
+                            if events
+                            else voip(topo, target.addr, seconds=sc.seconds)
+                        )
                     finally:
                         bulk_mbps = bulk() if bulk else None
                     mbps = v["mbps"]
@@ -354,8 +364,11 @@ class Runner:
                             "owd_p99_ms",
                             "jitter_ms",
                             "loss",
+                            "lost",
+                            "duplicates",
                             "reordered",
                             "owd_cdf_ms",
+                            "events",
                         )
                         if k in v
                     }
@@ -453,28 +466,16 @@ class Runner:
                 out["err"] = str(e)
 
         original = list(topo.shapes)
-        shaped_rates: list[float] = []
         t = threading.Thread(target=transfer)
         start = time.monotonic()
         t.start()
         sampler = PathSampler(target.peers[0] if target.peers else None, start).start()
-        for ev in sorted(sc.events, key=lambda e: e.at_s):
-            delay = start + ev.at_s - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            if ev.action == "shape":
-                topo.shape_link(ev.link, **ev.changes())
-                shaped_rates = [s.rate_mbit or 0.0 for s in topo.shapes]
-            else:
-                topo.set_link(ev.link, up=ev.action == "restore")
-        t.join(timeout=sc.seconds + 60)
-        path_timeline = sampler.stop()
-        for ev in sc.events:  # leave links as found
-            topo.set_link(ev.link, up=True)
-        for i, s in enumerate(original, start=1):
-            if topo.shapes[i - 1] != s:
-                keys = ("rate_mbit", "delay_ms", "jitter_ms", "loss")
-                topo.shape_link(i, **{k: getattr(s, k) for k in keys if getattr(s, k) is not None})
+        try:
+            shaped_rates = self._apply_events(topo, start)
+            t.join(timeout=sc.seconds + 60)
+        finally:
+            path_timeline = sampler.stop()
+            self._restore_links(topo, original)
         if "r" not in out:
             return 0.0, {"survived": False, "error": out.get("err", "transfer did not finish")}
         r = out["r"]
@@ -505,6 +506,54 @@ class Runner:
             "rates_after_shape": shaped_rates or None,
             "path_timeline": path_timeline,
         }
+
+    def _apply_events(self, topo: Topology, start: float) -> list[float]:
+        """Apply the scenario's events at their times from `start`; the
+        links' rates after the last shape event (empty without one)."""
+        shaped_rates: list[float] = []
+        for ev in sorted(self.sc.events, key=lambda e: e.at_s):
+            delay = start + ev.at_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if ev.action == "shape":
+                topo.shape_link(ev.link, **ev.changes())
+                shaped_rates = [s.rate_mbit or 0.0 for s in topo.shapes]
+            else:
+                topo.set_link(ev.link, up=ev.action == "restore")
+        return shaped_rates
+
+    def _restore_links(self, topo: Topology, original: list[Any]) -> None:
+        """Leave the links as found: up, with their original shapes."""
+        for ev in self.sc.events:
+            topo.set_link(ev.link, up=True)
+        for i, s in enumerate(original, start=1):
+            if topo.shapes[i - 1] != s:
+                keys = ("rate_mbit", "delay_ms", "jitter_ms", "loss")
+                topo.shape_link(i, **{k: getattr(s, k) for k in keys if getattr(s, k) is not None})
+
+    def _voip_with_events(self, topo: Topology, target: systems.Target) -> dict[str, Any]:
+        """A VoIP stream with the scenario's events applied (a path cut in
+        the middle of a call); the links are put back as they were after."""
+        out: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                out["v"] = voip(topo, target.addr, seconds=self.sc.seconds)
+            except Exception as e:  # noqa: BLE001 - re-raised below
+                out["err"] = e
+
+        original = list(topo.shapes)
+        t = threading.Thread(target=call)
+        start = time.monotonic()
+        t.start()
+        try:
+            self._apply_events(topo, start)
+            t.join(timeout=self.sc.seconds + 60)
+        finally:
+            self._restore_links(topo, original)
+        if "v" not in out:
+            raise RuntimeError(f"VoIP stream with events failed: {out.get('err', 'timed out')}")
+        return {**out["v"], "events": [asdict(e) for e in self.sc.events]}
 
     # -- scenario loop ------------------------------------------------------
 

@@ -27,7 +27,9 @@ A scenario file::
                                               # "voip-load": beside UDP at 80% of the links
                                               # (the links' own delay under load, no queue),
                                               # "qos-mix": VoIP, M2M, 4 bulk TCP and a UDP
-                                              # flood at 5x the links (lab/mptlab/qosmix.py)
+                                              # flood at 5x the links (lab/mptlab/qosmix.py),
+                                              # "precedence": UDP on port 5204 at half the
+                                              # links beside UDP that makes the offer 1.25x
     seconds = 5
     repeats = 1
     tcp_streams = 1
@@ -35,7 +37,7 @@ A scenario file::
     udp_payload = 1392        # bytes per UDP datagram payload
     flood_factor = 5.0        # qos-mix: the UDP flood's rate, times the links' sum
 
-    [[event]]                 # optional, during TCP transfers
+    [[event]]                 # optional, during TCP transfers and VoIP streams
     at_s = 3
     action = "cut"            # or "restore", or "shape" with any of:
     link = 2                  # rate_mbit, delay_ms, jitter_ms, loss (both
@@ -84,7 +86,7 @@ SYSTEMS = (
     "mptcp",
     "hook",
 )
-TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk", "voip-load", "qos-mix")
+TRAFFIC = ("tcp", "udp", "http", "voip", "voip-bulk", "voip-load", "qos-mix", "precedence")
 LINK_KEYS = {
     "rate_mbit",
     "delay_ms",

@@ -61,3 +61,34 @@ def test_the_shares_are_those_while_voip_runs_with_the_whole_run_beside() -> Non
     d = summary(mix)
     assert d["bulk_share_of_fair"] == pytest.approx(17.5 / 21.0)
     assert d["flood_mbps"] == 35.0
+
+
+def test_the_precedence_notes_give_each_flow_s_loss() -> None:
+    from mptlab.results import _precedence_notes
+
+    det = {
+        "overload": 1.25,
+        "high_offered_mbit": 60.0,
+        "high_mbps": 59.5,
+        "high_lost": 0,
+        "high_lost_percent": 0.0,
+        "high_owd_mean_ms": 57.0,
+        "low_offered_mbit": 90.0,
+        "low_mbps": 58.2,
+        "low_lost_percent": 35.3,
+    }
+    notes = _precedence_notes(det)
+    assert notes.startswith("offered 1.25x the links: high precedence 60 Mbit/s")
+    assert "lost 0 (0.00%)" in notes and "loss 35.30%" in notes
+    # A missing part shows as a dash, not as zero.
+    assert "lost – (–%)" in _precedence_notes({"overload": 1.25})
+
+
+def test_a_call_through_a_cut_names_its_events() -> None:
+    from mptlab.results import _event_words
+
+    events = [
+        {"at_s": 4.0, "action": "cut", "link": 1},
+        {"at_s": 8.0, "action": "restore", "link": 1},
+    ]
+    assert _event_words(events) == "link 1 cut at 4 s, link 1 restored at 8 s"

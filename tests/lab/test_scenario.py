@@ -30,6 +30,8 @@ def test_every_shipped_scenario_loads_and_has_a_drawing() -> None:
         "measure",
         "qos",
         "qos-wired",
+        "qos-precedence",
+        "qos-redundant",
     }
     assert expected <= names
     for sc in scenario.available():
