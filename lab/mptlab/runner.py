@@ -13,6 +13,7 @@ plain reference is measured once per path IP version on a single link.
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 import time
@@ -124,7 +125,10 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-base": {"binary": base_binary},
     # QoS off: one FIFO per path, the "classic design" of the QoS scenario.
     "mpt-noqos": {"extra": "[qos]\nenabled = false", "without_qos": True},
+    # Real-time classes on one path: the scenario's `redundant = true` off.
+    "mpt-noredundant": {"transform": lambda own: REDUNDANT_ON.sub("redundant = false", own)},
 }
+REDUNDANT_ON = re.compile(r"(?m)^redundant\s*=\s*true\s*$")
 
 
 def without_qos(extra: str) -> str:
@@ -635,12 +639,14 @@ class Runner:
             kw = {
                 k: (v() if callable(v) else v)
                 for k, v in variant_kw.items()
-                if k not in ("extra", "without_qos")
+                if k not in ("extra", "without_qos", "transform")
             }
             more = str(variant_kw.get("extra", ""))
             own = sc.mpt_extra
             if variant_kw.get("without_qos"):
                 own = without_qos(own)
+            if callable(variant_kw.get("transform")):
+                own = variant_kw["transform"](own)
             extra = "\n".join(x for x in (own, more) if x)
             cm = systems.mpt(topo, tv, pv, rates, work / f"{combo}-{n}-{system}", extra, **kw)
             self._run_system(topo, cm, Point(**{**asdict(base), "system": system}), sc.traffic)

@@ -21,7 +21,8 @@ A scenario file::
                                           # "mpt-recover", "mpt-wrr" (weights
                                           # from the link rates), "mpt-noqos"
                                           # (QoS off; the scenario's [qos] text
-                                          # is left out), "hook"
+                                          # is left out), "mpt-noredundant"
+                                          # (`redundant = true` set false), "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
     traffic = ["tcp", "udp", "http", "voip"]  # and "voip-bulk": VoIP beside a TCP transfer,
                                               # "voip-load": beside UDP at 80% of the links
@@ -83,6 +84,7 @@ SYSTEMS = (
     "mpt-wrr",
     "mpt-base",
     "mpt-noqos",
+    "mpt-noredundant",
     "mptcp",
     "hook",
 )

@@ -173,3 +173,13 @@ def test_the_measure_scenario_has_settings_and_rejects_unknown_keys() -> None:
         scenario.load("measure", ["measure.bogus=1"])
     with pytest.raises(scenario.ScenarioError, match="loss must be a fraction"):
         scenario.load("measure", ["measure.loss=2"])
+
+
+def test_the_noredundant_variant_turns_redundancy_off_and_nothing_else() -> None:
+    from mptlab.runner import MPT_VARIANTS
+
+    extra = scenario.load("qos-redundant").mpt_extra
+    assert "redundant = true" in extra
+    out = MPT_VARIANTS["mpt-noredundant"]["transform"](extra)
+    assert "redundant = true" not in out and "redundant = false" in out
+    assert out.replace("redundant = false", "redundant = true") == extra
