@@ -107,3 +107,31 @@ fn a_fast_growing_queue_cuts_to_the_recent_rate() {
     let rate = c.pacing_rate_bps(now).unwrap() as f64 / MBIT as f64;
     assert!(rate < 10.0, "rate {rate:.1} Mbit/s after 20 -> 5");
 }
+
+/// A short path starts faster than the initial rate, at most one startup
+/// doubling above it; a long one at the initial rate; and the start ends
+/// with the first sample in which the pacer held packets back.
+#[test]
+fn a_short_path_starts_at_the_window_its_round_trip_fits() {
+    let mut c = TargetDelay::default();
+    c.on_start_rtt(100_000); // 0.1 ms: 64 KiB of it is 5 Gbit/s
+    assert_eq!(c.pacing_rate_bps(0), Some(START_RATE_MAX_BPS));
+    let mut c = TargetDelay::default();
+    c.on_start_rtt(8 * MS); // 64 KiB per 8 ms: 65.5 Mbit/s
+    assert_eq!(c.pacing_rate_bps(0), Some(65_536_000));
+    let mut c = TargetDelay::default();
+    c.on_start_rtt(RTT);
+    assert_eq!(c.pacing_rate_bps(0), Some(INITIAL_RATE_BPS));
+    // Idle samples (the tunnel's probes) keep the start; the bound by
+    // what the path delivered does not pull it back to the initial rate.
+    let mut c = TargetDelay::default();
+    c.on_start_rtt(100_000);
+    c.on_sample(30 * MS, &sample(1, 0, 0, false), Some(100_000));
+    c.on_start_rtt(100_000);
+    assert_eq!(c.pacing_rate_bps(0), Some(START_RATE_MAX_BPS));
+    // Once the pacer held packets back, the samples lead.
+    c.on_sample(60 * MS, &sample(40, 20, 10, true), Some(100_000));
+    let after = c.pacing_rate_bps(0).unwrap();
+    c.on_start_rtt(100_000);
+    assert_eq!(c.pacing_rate_bps(0), Some(after));
+}

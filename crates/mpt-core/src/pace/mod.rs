@@ -113,6 +113,9 @@ pub trait RateControl: Send + std::fmt::Debug {
     fn cuts(&self) -> u64 {
         0
     }
+    /// The path's lowest round trip so far, with each report: a policy
+    /// may start from a rate that fits it (default: ignored).
+    fn on_start_rtt(&mut self, _rtt_ns: Nanos) {}
 }
 
 /// A pacing budget: tokens are bytes, refilled at the rate in force.
@@ -352,6 +355,9 @@ impl PathSender {
             lost_link: r.lost_link,
             lost_congestion: r.lost_congestion,
         };
+        if let Some(rtt) = rtt_min {
+            self.control.on_start_rtt(rtt);
+        }
         let Some(m) = self.mark else {
             self.mark = Some(here);
             return None;
