@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,11 +148,18 @@ def _realtime_in_mpt(det: dict[str, Any]) -> str:
     return ""
 
 
-def _mix_notes(det: dict[str, Any]) -> str:
+def _figure(det: dict[str, Any]) -> Callable[[str, str], str]:
+    """A formatter of `det`'s figures: a dash where one is missing."""
+
     def f(k: str, fmt: str) -> str:
         v = det.get(k)
         return "–" if v is None else format(v, fmt)
 
+    return f
+
+
+def _mix_notes(det: dict[str, Any]) -> str:
+    f = _figure(det)
     return (
         f"VoIP owd {f('voip_owd_mean_ms', '.2f')} ms (p99 {f('voip_owd_p99_ms', '.2f')})"
         f"{_realtime_in_mpt(det)}, "
@@ -163,10 +171,7 @@ def _mix_notes(det: dict[str, Any]) -> str:
 
 
 def _precedence_notes(det: dict[str, Any]) -> str:
-    def f(k: str, fmt: str) -> str:
-        v = det.get(k)
-        return "–" if v is None else format(v, fmt)
-
+    f = _figure(det)
     return (
         f"offered {f('overload', '.2f')}x the links: high precedence "
         f"{f('high_offered_mbit', '.0f')} Mbit/s, delivered {f('high_mbps', '.1f')}, "
