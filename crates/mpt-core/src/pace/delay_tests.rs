@@ -114,11 +114,14 @@ fn a_fast_growing_queue_cuts_to_the_recent_rate() {
 #[test]
 fn a_short_path_starts_at_the_window_its_round_trip_fits() {
     let mut c = TargetDelay::default();
-    c.on_start_rtt(100_000); // 0.1 ms: 64 KiB of it is 5 Gbit/s
+    c.on_start_rtt(100_000); // 0.1 ms: 15 kB of it is 1.2 Gbit/s
     assert_eq!(c.pacing_rate_bps(0), Some(START_RATE_MAX_BPS));
     let mut c = TargetDelay::default();
-    c.on_start_rtt(8 * MS); // 64 KiB per 8 ms: 65.5 Mbit/s
-    assert_eq!(c.pacing_rate_bps(0), Some(65_536_000));
+    c.on_start_rtt(1_600_000); // 15 kB per 1.6 ms: 75 Mbit/s
+    assert_eq!(c.pacing_rate_bps(0), Some(75_000_000));
+    let mut c = TargetDelay::default();
+    c.on_start_rtt(7 * MS); // a 7 ms path: 17 Mbit/s, the initial rate
+    assert_eq!(c.pacing_rate_bps(0), Some(INITIAL_RATE_BPS));
     let mut c = TargetDelay::default();
     c.on_start_rtt(RTT);
     assert_eq!(c.pacing_rate_bps(0), Some(INITIAL_RATE_BPS));
