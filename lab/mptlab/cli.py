@@ -134,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup = {
         "seconds": sc.seconds,
         "link_rates_mbit": sc.link_rates(max(sc.link_counts)),
+        "tcp_congestion_control": sc.cc,
     }
     doc = results.write(out, sc.name, command, points, started.isoformat(timespec="seconds"), setup)
     made = plot.plot_all(doc, out)

@@ -220,8 +220,15 @@ def run_header(doc: dict[str, Any]) -> list[str]:
         f"* machine: {m['cpus']} CPUs ({m['cpu_model']}), Linux {m['kernel']}, "
         f"commit {m['commit']}",
         f"* command: `{doc['command']}`",
+        *_cc_line(doc.get("setup") or {}),
         "",
     ]
+
+
+def _cc_line(setup: dict[str, Any]) -> list[str]:
+    """The hosts' TCP congestion control, when a run chose other than CUBIC."""
+    cc = setup.get("tcp_congestion_control")
+    return [f"* the hosts' TCP congestion control (inner TCP): {cc}"] if cc and cc != "cubic" else []
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:

@@ -492,7 +492,7 @@ class Runner:
         if "plain" in sc.systems:
             for pv in sorted({_ip(c)[1] for c in sc.ip}):
                 shapes = sc.shapes_for(1)[:1]
-                with Topology(1, shape=shapes) as topo:
+                with Topology(1, shape=shapes, cc=sc.cc) as topo:
                     proto = Point(
                         sc.name, "plain", f"-in{pv}", 0, pv, 1, "", sum(sc.link_rates(1)[:1])
                     )
@@ -502,7 +502,7 @@ class Runner:
             for n in sc.link_counts:
                 shapes = sc.shapes_for(n)
                 rates = sc.link_rates(n)
-                with Topology(n, shape=shapes) as topo:
+                with Topology(n, shape=shapes, cc=sc.cc) as topo:
                     base = Point(sc.name, "", combo, tv, pv, n, "", sum(rates))
                     self._warm_up(topo)
                     # In the order the scenario (or `systems=`) lists them.

@@ -9,6 +9,8 @@ A scenario file::
     links = [1, 2, 4]         # link counts to sweep
     rate_mbit = 100           # every link (both directions)
     delay_ms = 0              # also jitter_ms, loss, loss_burst, queue_ms
+    cc = "cubic"              # the hosts' own TCP congestion control (the
+                              # inner TCP's): cubic, reno or bbr
     # or explicit links (fixed count), each with its own settings:
     # [[topology.link]]
     # rate_mbit = 100
@@ -111,7 +113,10 @@ TOP_KEYS = {
     "measure",
     "concentrator",
 }
-TOPO_KEYS = LINK_KEYS | {"links", "link"}
+TOPO_KEYS = LINK_KEYS | {"links", "link", "cc"}
+# The hosts' TCP congestion controls a scenario may choose (Linux names;
+# CUBIC is Linux's default and what the other scenarios measure).
+CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
 RUN_KEYS = {
     "systems",
     "ip",
@@ -162,6 +167,7 @@ class Scenario:
     http_mb: float = 0.0
     udp_payload: int = 1392
     flood_factor: float = 5.0
+    cc: str = "cubic"  # the end hosts' TCP congestion control
     events: list[Event] = field(default_factory=list)
     hook_up: str | None = None
     hook_down: str | None = None
@@ -257,6 +263,9 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     _check_keys(f"{source}: [topology]", topo, TOPO_KEYS)
     _check_keys(f"{source}: [run]", run, RUN_KEYS)
     shape = _shape(f"{source}: [topology]", {k: v for k, v in topo.items() if k in LINK_KEYS})
+    cc = _list(f"{source}: topology.cc", topo.get("cc", "cubic"), CONGESTION_CONTROLS)
+    if len(cc) != 1:
+        raise ScenarioError(f"{source}: topology.cc: one congestion control, not a list")
     shapes = None
     if "link" in topo:
         shapes = [
@@ -305,6 +314,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         http_mb=float(run.get("http_mb", 0)),
         udp_payload=int(run.get("udp_payload", 1392)),
         flood_factor=float(run.get("flood_factor", 5.0)),
+        cc=cc[0],
         events=events,
         hook_up=hook.get("up"),
         hook_down=hook.get("down"),

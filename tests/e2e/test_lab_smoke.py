@@ -56,10 +56,24 @@ def test_smoke_scenario(tmp_path: Path) -> None:
     doc = json.loads((out / "raw.json").read_text())
     assert len(doc["machine"]["commit"]) >= 7, doc["machine"]
     assert doc["machine"]["mpt_version"].startswith("mpt "), doc["machine"]
-    assert doc["setup"] == {"seconds": 3.0, "link_rates_mbit": [50.0, 50.0]}
+    assert doc["setup"] == {
+        "seconds": 3.0,
+        "link_rates_mbit": [50.0, 50.0],
+        "tcp_congestion_control": "cubic",
+    }
     # The plain system reads as such, not as "-in4".
     assert "plain  IPv4 N=1" in stderr, stderr
     print("\n" + stderr)
+
+
+@pytest.mark.parametrize("cc", ["reno", "bbr"])
+def test_the_hosts_take_the_scenarios_congestion_control(cc: str) -> None:
+    from mptlab.netns import Topology, run
+
+    with Topology(1, cc=cc) as topo:
+        for ns in (topo.a, topo.b):
+            got = run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"], ns=ns).stdout
+            assert got.strip() == cc, ns
 
 
 def test_hook_system_runs_a_user_tunnel(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ def test_every_shipped_scenario_loads_and_has_a_drawing() -> None:
         "qos-wired",
         "qos-precedence",
         "qos-redundant",
+        "wifi-lte-bbr",
     }
     assert expected <= names
     for sc in scenario.available():
@@ -46,6 +47,13 @@ def test_overrides_reach_run_and_topology() -> None:
     assert sc.ip == ["6in4"]
     sc = scenario.load("smoke", ["topology.rate_mbit=20", "links=3"])
     assert sc.shape.rate_mbit == 20.0 and sc.link_counts == [3]
+
+
+def test_the_hosts_congestion_control_defaults_to_cubic_and_can_be_chosen() -> None:
+    assert scenario.load("wifi-lte").cc == "cubic"
+    assert scenario.load("wifi-lte-bbr").cc == "bbr"
+    assert scenario.load("wifi-lte", ["topology.cc=reno"]).cc == "reno"
+    assert scenario.load("smoke", ["cc=bbr"]).cc == "bbr"
 
 
 def test_explicit_links_fix_the_count() -> None:
@@ -76,6 +84,8 @@ def test_explicit_links_fix_the_count() -> None:
         ),
         ({"event": [{"action": "cut", "link": 1}]}, "at_s: missing"),
         ({"colour": 1}, "unknown key 'colour'"),
+        ({"topology": {"cc": "vegas"}}, "'vegas' is not one of cubic, reno, bbr"),
+        ({"topology": {"cc": ["bbr", "reno"]}}, "one congestion control"),
     ],
 )
 def test_bad_scenarios_are_rejected_with_the_key(data: dict, msg: str) -> None:
