@@ -228,7 +228,9 @@ def run_header(doc: dict[str, Any]) -> list[str]:
 def _cc_line(setup: dict[str, Any]) -> list[str]:
     """The hosts' TCP congestion control, when a run chose other than CUBIC."""
     cc = setup.get("tcp_congestion_control")
-    return [f"* the hosts' TCP congestion control (inner TCP): {cc}"] if cc and cc != "cubic" else []
+    if not cc or cc == "cubic":
+        return []
+    return [f"* the hosts' TCP congestion control (inner TCP): {cc}"]
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
