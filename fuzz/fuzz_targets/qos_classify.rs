@@ -42,6 +42,7 @@ fuzz_target!(|data: &[u8]| {
     for (i, chunk) in data.chunks(97).enumerate() {
         let (class, hash) = (q.classify(chunk), q.flow(chunk));
         assert!(class < q.class_count());
+        assert_eq!(q.outer_tos(class, chunk) & 0x03, 0, "no ECN bits outside");
         let now = i as u64 * 1_000_000;
         if q.police(class, now, chunk.len()) && !q.is_realtime(class) {
             if q.admit(class, hash, now, chunk.len()) {

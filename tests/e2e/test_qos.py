@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mptlab.daemon import TUNNEL_V4, PathOpts, TunnelOpts, start_pair
-from mptlab.netns import Shape, Topology
+from mptlab.netns import Shape, Topology, link_addr
 from mptlab.probe import voip
 from mptlab.traffic import iperf3
 
@@ -62,7 +62,10 @@ def test_voip_keeps_its_delay_beside_a_flood_and_the_classes_show(workdir: Path)
     assert be["dropped_full"] + be["dropped_aqm"] + be["dropped_expired"] + be["dropped_share"] > 0
     drops = st["status"]["drops"]
     assert drops["class_full"] + drops["aqm"] + drops["queue_full"] + drops["flow_share"] > 0
-    assert "QoS classes" in st["human"] and "realtime (precedence 0, real-time)" in st["human"]
+    assert (
+        "QoS classes" in st["human"]
+        and "realtime (precedence 0, real-time, outer DSCP copied)" in st["human"]
+    )
 
 
 def test_an_ecn_capable_tcp_is_marked_instead_of_dropped(workdir: Path) -> None:
@@ -92,3 +95,72 @@ def test_an_ecn_capable_tcp_is_marked_instead_of_dropped(workdir: Path) -> None:
     assert be["marked_aqm"] > be["dropped_aqm"], be
     assert r.mbps > 0.8 * 20 * 0.91, r.mbps
     assert "marked CE by CoDel" in human
+
+
+def _udp_by_dscp(topo: Topology) -> dict[str, int]:
+    """Packets of mpt's datagrams that B received per outer DSCP (EF or
+    0), from an nftables counter in B's namespace."""
+    import json
+
+    from mptlab.util import run
+
+    out = run(["nft", "-j", "list", "table", "inet", "mptdscp"], ns=topo.ns("b")).stdout
+    got = {}
+    for item in json.loads(out)["nftables"]:
+        rule = item.get("rule")
+        if rule:
+            counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
+            got[rule["comment"]] = counter["packets"]
+    return got
+
+
+def test_real_time_datagrams_carry_ef_outside_and_the_rest_none(workdir: Path) -> None:
+    """The outer DSCP of the default classes (RFC 2983's uniform model for
+    real-time, none for best effort): pings marked EF through the tunnel
+    leave as EF-marked UDP on the link, unmarked pings as DSCP 0; with
+    `outer_dscp = 0` on the real-time class nothing is marked."""
+    from mptlab.util import run
+
+    for extra, want_ef in [("", True), (REALTIME_UNMARKED, False)]:
+        with Topology(1) as topo:
+            src = link_addr(1, "a", 4)
+            rules = workdir / "dscp.nft"
+            rule = f"add rule inet mptdscp c ip saddr {src} meta l4proto udp ip dscp"
+            rules.write_text(
+                "add table inet mptdscp\n"
+                "add chain inet mptdscp c { type filter hook input priority 0; }\n"
+                f'{rule} ef counter comment "ef"\n'
+                f'{rule} cs0 counter comment "zero"\n'
+            )
+            run(["nft", "-f", str(rules)], ns=topo.ns("b"))
+            opts = TunnelOpts(paths=[PathOpts(1)], tunnel_v6=False, extra=extra)
+            a, b = start_pair(topo, opts, workdir / ("on" if want_ef else "off"))
+            try:
+                before = _udp_by_dscp(topo)
+                for tos in ["0xb8", "0x00"]:
+                    ping = ["ping", "-q", "-c", "20", "-i", "0.01", "-Q", tos, TUNNEL_V4["b"]]
+                    run(ping, ns=topo.ns("a"))
+                after = _udp_by_dscp(topo)
+                status = a.status()
+            finally:
+                a.stop()
+                b.stop()
+        ef, zero = (after[k] - before[k] for k in ("ef", "zero"))
+        label = "defaults" if want_ef else "realtime outer_dscp = 0"
+        print(f"\nouter DSCP ({label}): {ef} EF, {zero} unmarked")
+        rt = {c["name"]: c for c in status["qos"]}["realtime"]
+        if want_ef:
+            assert ef >= 20 and zero >= 20, (ef, zero)
+            assert rt["outer_dscp"] == "inner"
+        else:
+            assert ef == 0 and zero >= 40, (ef, zero)
+            assert rt["outer_dscp"] == "0"
+
+
+REALTIME_UNMARKED = """
+[[qos.class]]
+name = "realtime"
+dscp = ["EF"]
+realtime = true
+outer_dscp = 0
+"""

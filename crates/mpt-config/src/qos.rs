@@ -19,6 +19,7 @@
 //! min_mbit = 0.5              # served ahead of precedence while under
 //! queue_ms = 50               # longest wait (ordered classes)
 //! aqm = "codel"               # or "none" (ordered classes)
+//! outer_dscp = "inner"        # or a DSCP; default "inner" if realtime, else 0
 //! ```
 //!
 //! Invariants of the result: class names are unique; at most one class
@@ -30,7 +31,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use mpt_core::qos::classify::{ClassMatch, Prefix};
-use mpt_core::qos::{ClassConfig, QosConfig, MAX_CLASSES};
+use mpt_core::qos::{ClassConfig, OuterDscp, QosConfig, MAX_CLASSES};
 use mpt_core::NANOS_PER_MS;
 use toml_edit::{Table, Value};
 
@@ -52,6 +53,7 @@ pub const CLASS_KEYS: &[&str] = &[
     "min_mbit",
     "queue_ms",
     "aqm",
+    "outer_dscp",
 ];
 
 /// Largest rate accepted, Mbit/s (a typo guard).
@@ -78,6 +80,33 @@ fn dscp_of(s: &str) -> Option<u8> {
         return None;
     }
     u.parse::<u8>().ok().filter(|n| *n <= 63)
+}
+
+/// `outer_dscp`: "inner", a DSCP name or a number 0-63.
+fn outer(ctx: &mut Ctx<'_>, r: &TableReader<'_>, t: &Table) -> Option<OuterDscp> {
+    let item = t.get("outer_dscp")?;
+    let s = item
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| item.as_integer().map(|i| i.to_string()))
+        .unwrap_or_default();
+    if s.eq_ignore_ascii_case("inner") {
+        return Some(OuterDscp::Inner);
+    }
+    match dscp_of(&s) {
+        Some(0) => Some(OuterDscp::Zero),
+        Some(d) => Some(OuterDscp::Fixed(d)),
+        None => {
+            ctx.error(
+                r.span("outer_dscp"),
+                &r.key("outer_dscp"),
+                format!(
+                    "'{s}' is not an outer DSCP: \"inner\" (copy the packet's), a name (EF, VA, CS0-CS7, AF11-AF43) or 0 to 63"
+                ),
+            );
+            None
+        }
+    }
 }
 
 fn protocol_of(s: &str) -> Option<u8> {
@@ -255,6 +284,11 @@ fn read_class(ctx: &mut Ctx<'_>, t: &Table, i: usize) -> Option<ClassConfig> {
             }
         }
     }
+    let outer_dscp = outer(ctx, &r, t).unwrap_or(if realtime {
+        OuterDscp::Inner
+    } else {
+        OuterDscp::Zero
+    });
     r.finish(ctx);
     Some(ClassConfig {
         name: name?,
@@ -266,6 +300,7 @@ fn read_class(ctx: &mut Ctx<'_>, t: &Table, i: usize) -> Option<ClassConfig> {
         min_bps: min_bps.filter(|_| !realtime),
         queue_ns,
         aqm: aqm && !realtime,
+        outer_dscp,
     })
 }
 

@@ -80,6 +80,33 @@ fn names_ranges_and_lists_are_parsed() {
 }
 
 #[test]
+fn the_outer_dscp_is_copied_for_real_time_classes_unless_configured() {
+    use mpt_core::qos::OuterDscp;
+    let q = parse("").unwrap().qos.unwrap();
+    assert_eq!(q.classes[0].outer_dscp, OuterDscp::Inner, "realtime");
+    assert_eq!(q.classes[1].outer_dscp, OuterDscp::Zero, "besteffort");
+    let q = parse(
+        "[[qos.class]]\nname = \"v\"\nrealtime = true\ndscp = [\"EF\"]\n\
+         [[qos.class]]\nname = \"v2\"\nrealtime = true\ndscp = [44]\nouter_dscp = 0\n\
+         [[qos.class]]\nname = \"m\"\nports = [\"8883\"]\nouter_dscp = \"AF21\"\n\
+         [[qos.class]]\nname = \"b\"\nouter_dscp = \"inner\"\n",
+    )
+    .unwrap()
+    .qos
+    .unwrap();
+    let got: Vec<_> = q.classes.iter().map(|c| c.outer_dscp).collect();
+    assert_eq!(
+        got,
+        [
+            OuterDscp::Inner,
+            OuterDscp::Zero,
+            OuterDscp::Fixed(18),
+            OuterDscp::Inner
+        ]
+    );
+}
+
+#[test]
 fn mistakes_are_refused_with_their_key() {
     let class = |body: &str| format!("[[qos.class]]\nname = \"c\"\n{body}\n");
     error(&class("dscp = [\"EX\"]"), "qos.class[1].dscp[1]");
@@ -106,6 +133,8 @@ fn mistakes_are_refused_with_their_key() {
     );
     error(&class("priority = 16"), "out of range");
     error(&class("aqm = \"red\""), "is not one of codel, none");
+    error(&class("outer_dscp = \"copy\""), "is not an outer DSCP");
+    error(&class("outer_dscp = 64"), "qos.class[1].outer_dscp");
     error(&class("prio = 1"), "did you mean 'priority'");
     error("[[qos.class]]\ndscp = [1]\n", "qos.class[1].name");
     error(

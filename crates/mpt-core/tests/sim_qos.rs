@@ -6,11 +6,11 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use common::*;
 use mpt_core::qos::classify::ClassMatch;
-use mpt_core::qos::{ClassConfig, QosConfig};
+use mpt_core::qos::{ClassConfig, OuterDscp, QosConfig};
 use mpt_core::tunnel::Tunnel;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
@@ -94,6 +94,9 @@ struct Run {
     seen: usize,
     out: Outcome,
     sent_measured: HashMap<u16, u64>,
+    /// Outer TOS bytes of the datagrams each flow sent at once (those that
+    /// waited are in `Sim::queued_tos`).
+    outer_tos: HashMap<u16, BTreeSet<u8>>,
 }
 
 impl Run {
@@ -105,6 +108,7 @@ impl Run {
             seen: 0,
             out: Outcome::default(),
             sent_measured: HashMap::new(),
+            outer_tos: HashMap::new(),
         }
     }
 
@@ -124,6 +128,7 @@ impl Run {
                     let mut buf = vec![0u8; HEADER_LEN + pkt.len() + 16];
                     buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
                     if let Some(tx) = self.sim.t[0].send(now, &mut buf, pkt.len()) {
+                        self.outer_tos.entry(f.sport).or_default().insert(tx.tos);
                         buf.truncate(tx.len);
                         self.sim.emit(now, 0, tx.path as usize, buf, Some(idx));
                     }
@@ -195,6 +200,27 @@ fn voip_keeps_its_delay_next_to_bulk_with_qos_and_waits_behind_it_without() {
     assert_eq!(classes[0].name, "realtime");
     assert!(classes[0].counters.packets >= 150);
     assert!(classes[1].counters.dropped_full + classes[1].counters.dropped_aqm > 0);
+}
+
+#[test]
+fn real_time_datagrams_carry_the_inner_dscp_outside_unless_configured_not_to() {
+    let tos = |qos: QosConfig| {
+        let mut r = voip_next_to_bulk(Some(qos));
+        for (idx, tos) in &r.sim.queued_tos {
+            let port = (idx >> 48) as u16;
+            r.outer_tos.entry(port).or_default().insert(*tos);
+        }
+        r.outer_tos.remove(&7100).zip(r.outer_tos.remove(&5001))
+    };
+    let (voip, bulk) = tos(QosConfig::standard()).expect("both flows sent");
+    assert_eq!(voip, BTreeSet::from([EF]), "uniform model (RFC 2983)");
+    assert_eq!(bulk, BTreeSet::from([0]), "best effort: pipe model");
+    let mut cfg = QosConfig::standard();
+    cfg.classes[0].outer_dscp = OuterDscp::Zero;
+    cfg.classes[1].outer_dscp = OuterDscp::Fixed(10);
+    let (voip, bulk) = tos(cfg).expect("both flows sent");
+    assert_eq!(voip, BTreeSet::from([0]));
+    assert_eq!(bulk, BTreeSet::from([10 << 2]), "AF11 on every datagram");
 }
 
 /// Three flows at 4 Mbit/s and one at 25 through 20 Mbit/s: the fair

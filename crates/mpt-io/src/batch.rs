@@ -107,6 +107,8 @@ pub struct TxMeta {
     pub len: usize,
     /// Seal before sending (`None`: the datagram is complete).
     pub seal: Option<SealTicket>,
+    /// Outer TOS / traffic-class byte (0: none set).
+    pub tos: u8,
 }
 
 /// A message of the last [`TxBatch::messages`]: its path and how many
@@ -282,6 +284,7 @@ impl TxBatch {
                 if let (Some(msg), Some(info)) = (self.msgs.last_mut(), self.infos.last_mut()) {
                     let seg = self.chunks[msg.first].len;
                     let joins = msg.dst == m.dst
+                        && msg.tos == m.tos
                         && m.len <= seg
                         && info.datagrams < GSO_MAX_SEGMENTS
                         && seg * info.datagrams + m.len <= GSO_MAX_BYTES;
@@ -299,6 +302,7 @@ impl TxBatch {
                 first: self.chunks.len(),
                 count: 1,
                 segment: 0,
+                tos: m.tos,
             });
             self.infos.push(MsgInfo {
                 path: m.path,

@@ -22,6 +22,7 @@ fn commit(tx: &mut TxBatch, socket: usize, dst: SocketAddr, len: usize, mark: u8
         path: socket as u8,
         len,
         seal: None,
+        tos: 0,
     });
 }
 
@@ -92,6 +93,7 @@ fn skipped_unsealed_and_failed_slots_never_leave() {
             path: 0,
             len: 100,
             seal: Some(ticket),
+            tos: 0,
         });
     }
     assert_eq!(tx.len(), 3);
@@ -108,6 +110,25 @@ fn skipped_unsealed_and_failed_slots_never_leave() {
     );
     tx.clear();
     assert!(tx.is_empty() && tx.free() == 8);
+}
+
+#[test]
+fn gso_never_merges_datagrams_of_different_tos() {
+    let mut tx = TxBatch::new(8, 256);
+    for tos in [0, 0, 0xb8, 0xb8, 0] {
+        tx.slot().unwrap();
+        tx.commit(TxMeta {
+            socket: 0,
+            dst: addr(2),
+            path: 0,
+            len: 100,
+            seal: None,
+            tos,
+        });
+    }
+    let (_, msgs, _, _) = tx.messages(0, true);
+    let shape: Vec<_> = msgs.iter().map(|m| (m.count, m.tos)).collect();
+    assert_eq!(shape, [(2, 0), (2, 0xb8), (1, 0)]);
 }
 
 fn path_socket(bind: &str) -> PathSocket {
@@ -167,6 +188,7 @@ fn batch_roundtrip_v4_and_v6_with_and_without_gso_gro() {
                     path: 1,
                     len,
                     seal: None,
+                    tos: 0,
                 });
             }
             let (buf, msgs, chunks, _) = tx.messages(0, gso);

@@ -12,6 +12,9 @@
 //! * a message with `segment > 0` carries one `UDP_SEGMENT` control
 //!   message; the kernel cuts its payload (the concatenation of its chunks)
 //!   into datagrams of that size, the last possibly shorter;
+//! * a message with `tos > 0` carries one `IP_TOS` (IPv4 destination) or
+//!   `IPV6_TCLASS` (IPv6) control message: every datagram of it leaves
+//!   with that TOS / traffic-class byte;
 //! * every message that could not be sent is reported with its index.
 
 use std::io;
@@ -22,7 +25,10 @@ use std::os::fd::AsRawFd;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 /// Space for one control message with a small integer (CMSG_SPACE(4)).
-const CMSG_BYTES: usize = 24;
+const CMSG_ONE: usize = 24;
+/// Space for the control messages of one datagram: `UDP_SEGMENT` and the
+/// TOS.
+const CMSG_BYTES: usize = 2 * CMSG_ONE;
 type Cmsg = [u64; CMSG_BYTES / 8];
 
 fn set_int_opt(sock: &UdpSocket, opt: libc::c_int, v: libc::c_int) -> bool {
@@ -97,21 +103,50 @@ fn from_sockaddr(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// Write a control message `(SOL_UDP, ty, value)` into `buf`; returns the
-/// control length to declare.
-fn write_cmsg(buf: &mut Cmsg, ty: libc::c_int, value: u16) -> usize {
+/// Write a control message `(level, ty, value)` into `buf` at byte `at`
+/// (a multiple of [`CMSG_ONE`]); `value` is 2 or 4 bytes, as the option
+/// wants it. Returns where the next one goes (the control length to
+/// declare so far).
+fn write_cmsg(
+    buf: &mut Cmsg,
+    at: usize,
+    level: libc::c_int,
+    ty: libc::c_int,
+    value: &[u8],
+) -> usize {
     let hdr_len = std::mem::size_of::<libc::cmsghdr>();
-    // SAFETY: `buf` is 8-byte aligned and CMSG_BYTES long, enough for a
-    // cmsghdr (16 bytes on 64-bit Linux) followed by a u16.
+    assert!(at.is_multiple_of(CMSG_ONE) && at + CMSG_ONE <= CMSG_BYTES && value.len() <= 4);
+    // SAFETY: `buf` is 8-byte aligned and `at` a multiple of CMSG_ONE (24)
+    // with CMSG_ONE bytes left (asserted): room for a cmsghdr (16 bytes on
+    // 64-bit Linux) followed by up to 4 bytes of data, and the header's
+    // start is 8-byte aligned.
     unsafe {
-        let c = buf.as_mut_ptr().cast::<libc::cmsghdr>();
-        (*c).cmsg_len = (hdr_len + 2) as _;
-        (*c).cmsg_level = libc::SOL_UDP;
+        let base = buf.as_mut_ptr().cast::<u8>().add(at);
+        let c = base.cast::<libc::cmsghdr>();
+        (*c).cmsg_len = (hdr_len + value.len()) as _;
+        (*c).cmsg_level = level;
         (*c).cmsg_type = ty;
-        let data = buf.as_mut_ptr().cast::<u8>().add(hdr_len).cast::<u16>();
-        data.write_unaligned(value);
+        std::ptr::copy_nonoverlapping(value.as_ptr(), base.add(hdr_len), value.len());
     }
-    CMSG_BYTES
+    at + CMSG_ONE
+}
+
+/// The control messages of one outgoing message: its GSO segment size and
+/// its TOS, each if set. Returns the control length (0: none).
+fn write_send_cmsgs(buf: &mut Cmsg, m: &SendMsg) -> usize {
+    let mut at = 0;
+    if m.segment > 0 && m.segment <= usize::from(u16::MAX) {
+        let seg = (m.segment as u16).to_ne_bytes();
+        at = write_cmsg(buf, at, libc::SOL_UDP, UDP_SEGMENT, &seg);
+    }
+    if m.tos != 0 {
+        let v = libc::c_int::from(m.tos).to_ne_bytes();
+        at = match m.dst {
+            SocketAddr::V4(_) => write_cmsg(buf, at, libc::IPPROTO_IP, libc::IP_TOS, &v),
+            SocketAddr::V6(_) => write_cmsg(buf, at, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, &v),
+        };
+    }
+    at
 }
 
 /// Read the `UDP_GRO` segment size from a received control buffer.
@@ -166,6 +201,8 @@ pub struct SendMsg {
     pub first: usize,
     pub count: usize,
     pub segment: usize,
+    /// TOS / traffic-class byte of its datagrams (0: the socket's).
+    pub tos: u8,
 }
 
 fn zeroed_storage() -> libc::sockaddr_storage {
@@ -324,8 +361,9 @@ impl MmsgSend {
                 h.msg_iov = iovs[m.first..].as_mut_ptr();
                 h.msg_iovlen = m.count as _;
             }
-            if m.segment > 0 && m.segment <= usize::from(u16::MAX) {
-                h.msg_controllen = write_cmsg(&mut ctrl[k], UDP_SEGMENT, m.segment as u16) as _;
+            let controllen = write_send_cmsgs(&mut ctrl[k], m);
+            if controllen > 0 {
+                h.msg_controllen = controllen as _;
                 h.msg_control = ctrl[k].as_mut_ptr().cast();
             }
         }
@@ -353,6 +391,106 @@ impl MmsgSend {
             } else {
                 start += r as usize;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The TOS / traffic-class byte a datagram arrived with, read with
+    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` (set on `sock` by the caller).
+    fn recv_tos(sock: &UdpSocket) -> Option<u8> {
+        let mut data = [0u8; 2048];
+        let mut ctrl: [u64; 8] = [0; 8];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: an all-zero msghdr is valid; the pointers set below refer
+        // to `iov`, `data` and `ctrl`, live for the call.
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = ctrl.as_mut_ptr().cast();
+        h.msg_controllen = std::mem::size_of_val(&ctrl) as _;
+        // SAFETY: `h` describes buffers owned by this frame.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut h, 0) };
+        assert!(n > 0, "recvmsg: {}", io::Error::last_os_error());
+        // SAFETY: the kernel filled `ctrl` with `msg_controllen` bytes of
+        // control messages; CMSG_FIRSTHDR/NXTHDR stay within them.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h);
+            while !c.is_null() {
+                let tos = ((*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS)
+                    || ((*c).cmsg_level == libc::IPPROTO_IPV6
+                        && (*c).cmsg_type == libc::IPV6_TCLASS);
+                if tos {
+                    // IP_TOS arrives as one byte, IPV6_TCLASS as an int.
+                    return Some(*libc::CMSG_DATA(c));
+                }
+                c = libc::CMSG_NXTHDR(&h, c);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn datagrams_leave_with_their_message_s_tos_and_segment() {
+        for (bind, level, opt) in [
+            ("127.0.0.1:0", libc::IPPROTO_IP, libc::IP_RECVTOS),
+            ("[::1]:0", libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
+        ] {
+            let tx = UdpSocket::bind(bind).unwrap();
+            let rx = UdpSocket::bind(bind).unwrap();
+            rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            assert_eq!(
+                crate::packet::setsockopt_int(rx.as_raw_fd(), level, opt, 1),
+                0
+            );
+            let dst = rx.local_addr().unwrap();
+            let buf = [7u8; 3000];
+            let gso = gso_supported(&tx);
+            let chunks = [
+                Chunk {
+                    start: 0,
+                    len: 1000,
+                },
+                Chunk {
+                    start: 1000,
+                    len: 1000,
+                },
+                Chunk {
+                    start: 2000,
+                    len: 100,
+                },
+            ];
+            let msgs = [
+                // EF on two GSO segments (one datagram without GSO), then
+                // one datagram with no TOS.
+                SendMsg {
+                    dst,
+                    first: 0,
+                    count: if gso { 2 } else { 1 },
+                    segment: if gso { 1000 } else { 0 },
+                    tos: 0xb8,
+                },
+                SendMsg {
+                    dst,
+                    first: 2,
+                    count: 1,
+                    segment: 0,
+                    tos: 0,
+                },
+            ];
+            let mut failed = vec![];
+            MmsgSend::new(4).send(&tx, &buf, &msgs, &chunks, |i, e| failed.push((i, e)));
+            assert!(failed.is_empty(), "{bind}: {failed:?}");
+            let expect: &[u8] = if gso { &[0xb8, 0xb8, 0] } else { &[0xb8, 0] };
+            let got: Vec<u8> = expect.iter().map(|_| recv_tos(&rx).unwrap_or(0)).collect();
+            assert_eq!(got, expect, "{bind} gso {gso}");
         }
     }
 }

@@ -501,9 +501,14 @@ fn render_classes(o: &mut String, v: &Value) {
             (Some(true), _) => "real-time",
             _ => "ordered",
         };
+        let outer = match c.get("outer_dscp").and_then(Value::as_str) {
+            Some("inner") => ", outer DSCP copied".to_string(),
+            Some(d) if d != "0" => format!(", outer DSCP {d}"),
+            _ => String::new(),
+        };
         let _ = writeln!(
             o,
-            "  {} (precedence {}, {kind}): sent {} packets ({}), waiting {} in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
+            "  {} (precedence {}, {kind}{outer}): sent {} packets ({}), waiting {} in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
             c.get("name").and_then(Value::as_str).unwrap_or("?"),
             num(c, "priority"),
             num(c, "packets"),

@@ -11,7 +11,10 @@
 //!   ECN-capable packets CE instead of dropping them ([`ecn`], RFC 3168);
 //! * [`Qos`] — the stage: strict priority between classes by configured
 //!   precedence, except that a class under its guaranteed rate is served
-//!   first.
+//!   first;
+//! * [`mark`] — the outer header's DSCP per class (RFC 2983's uniform or
+//!   pipe model), so that the networks a path crosses (a Wi-Fi access
+//!   point's WMM queues, RFC 8325) can put real-time datagrams first too.
 //!
 //! Real-time classes do not wait here: the tunnel sends their packets on
 //! the path with the lowest expected delay at once, or puts them at the
@@ -29,6 +32,7 @@ pub mod classify;
 pub mod codel;
 pub mod drr;
 pub mod ecn;
+pub mod mark;
 pub mod meter;
 pub mod share;
 
@@ -36,6 +40,7 @@ use serde::Serialize;
 
 use self::classify::{flow_hash, inspect, ClassMatch};
 use self::drr::{ClassQueue, Item, Pushed};
+pub use self::mark::OuterDscp;
 use self::meter::{DelayHistogram, DelayPercentiles, RateBucket};
 use crate::Nanos;
 
@@ -73,6 +78,8 @@ pub struct ClassConfig {
     pub queue_ns: Option<Nanos>,
     /// CoDel on the class's flows.
     pub aqm: bool,
+    /// The outer header's DSCP for the class's datagrams ([`mark`]).
+    pub outer_dscp: OuterDscp,
 }
 
 impl ClassConfig {
@@ -88,6 +95,7 @@ impl ClassConfig {
             min_bps: None,
             queue_ns: None,
             aqm: true,
+            outer_dscp: OuterDscp::Zero,
         }
     }
 }
@@ -115,6 +123,7 @@ impl QosConfig {
             min_bps: None,
             queue_ns: None,
             aqm: false,
+            outer_dscp: OuterDscp::Inner,
         };
         Self {
             classes: vec![realtime, ClassConfig::best_effort("besteffort", 1)],
@@ -171,6 +180,8 @@ pub struct ClassStatus {
     pub priority: u8,
     pub realtime: bool,
     pub redundant: bool,
+    /// The outer header's DSCP: "inner" (copied), or a number.
+    pub outer_dscp: String,
     pub queued_packets: usize,
     pub queued_bytes: usize,
     pub flows_now: usize,
@@ -254,6 +265,14 @@ impl Qos {
             next: None,
             codel: codel::Params::default(),
         }
+    }
+
+    /// The outer TOS byte for inner packet `pkt` of class `class` (its
+    /// index, as the class byte's low bits carry it; 0 if unknown).
+    pub fn outer_tos(&self, class: usize, pkt: &[u8]) -> u8 {
+        self.classes
+            .get(class)
+            .map_or(0, |c| c.cfg.outer_dscp.tos(pkt))
     }
 
     /// The round trip the inner flows see (the slowest usable path's):
@@ -495,6 +514,7 @@ impl Qos {
                 priority: c.cfg.priority,
                 realtime: c.cfg.realtime,
                 redundant: c.cfg.redundant,
+                outer_dscp: c.cfg.outer_dscp.describe(),
                 queued_packets: c.queue.packets() + rt_queued.get(i).copied().unwrap_or(0),
                 queued_bytes: c.queue.bytes(),
                 flows_now: c.queue.active_flows(),

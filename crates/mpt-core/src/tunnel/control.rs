@@ -238,6 +238,7 @@ impl Tunnel {
                 dst,
                 len: bytes.len(),
                 seal: None,
+                tos: 0,
             });
         }
         if let Some(t) = self.poll_initiation(now, buf) {
@@ -331,6 +332,7 @@ impl Tunnel {
             dst,
             len,
             seal,
+            tos: 0,
         };
         self.seal_or_count(tx, buf)
     }

@@ -53,6 +53,7 @@ impl Tunnel {
             dst,
             len: total,
             seal: None,
+            tos: 0,
         })
     }
 

@@ -142,6 +142,9 @@ pub struct Transmit {
     /// only from [`Tunnel::send_unsealed`] on a secure tunnel; `None` when
     /// the datagram is complete (sealed, plaintext, or a handshake message).
     pub seal: Option<SealTicket>,
+    /// The outer header's TOS / traffic-class byte (its class's
+    /// [`crate::qos::OuterDscp`]; 0 for control packets).
+    pub tos: u8,
 }
 
 /// Result of [`Tunnel::recv`].

@@ -167,6 +167,12 @@ impl Tunnel {
         len: usize,
     ) -> Option<Transmit> {
         let dst = self.paths[path as usize].remote?;
+        let tos = self.qos.as_ref().map_or(0, |q| {
+            q.outer_tos(
+                usize::from(class & !wire::CLASS_UNORDERED),
+                &buf[HEADER_LEN..HEADER_LEN + len],
+            )
+        });
         let (total, seal) = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
         if self.paced {
             self.senders[path as usize].on_send(total);
@@ -180,6 +186,7 @@ impl Tunnel {
             dst,
             len: total,
             seal,
+            tos,
         })
     }
 

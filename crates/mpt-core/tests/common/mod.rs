@@ -109,6 +109,8 @@ pub struct Sim {
     /// Per side: the link each of its path ids sends on (the identity
     /// unless a side lists its paths in another order).
     pub link_of: [Vec<usize>; 2],
+    /// Side 0's data packets that left its send queue: (index, outer TOS).
+    pub queued_tos: Vec<(u64, u8)>,
 }
 
 impl Sim {
@@ -154,6 +156,7 @@ impl Sim {
             events: vec![],
             sent_on_path: vec![0; n],
             link_of: [(0..n).collect(), (0..n).collect()],
+            queued_tos: vec![],
         }
     }
 
@@ -221,6 +224,7 @@ impl Sim {
                 let link = self.link(side, tx.path as usize);
                 if side == 0 {
                     self.sent_on_path[link] += 1;
+                    self.queued_tos.push((idx, tx.tos));
                 }
                 self.emit(now, side, link, d, Some(idx));
             }

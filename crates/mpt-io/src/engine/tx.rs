@@ -47,6 +47,7 @@ fn meta(tx: &Transmit) -> TxMeta {
         path: tx.path,
         len: tx.len,
         seal: tx.seal,
+        tos: tx.tos,
     }
 }
 
