@@ -96,7 +96,10 @@ class Shape:
     `serialize` makes mpt-netem carry the rate instead of tbf: an exact
     per-frame serialiser without a burst, as a measured link should be
     (tbf lets a bucket's worth of frames through at line rate, which
-    defeats dispersion measurements of capacity).
+    defeats dispersion measurements of capacity). `wmm` makes the link a
+    Wi-Fi link with WMM: frames whose DSCP is in the voice access category
+    (EF, VOICE-ADMIT, CS6, CS7; RFC 8325) have a jitter FIFO of their own
+    and, with `serialize`, go ahead of the best-effort backlog.
     """
 
     rate_mbit: float | None = None
@@ -109,6 +112,7 @@ class Shape:
     duplicate: float = 0.0
     corrupt: float = 0.0
     serialize: bool = False
+    wmm: bool = False
     reverse: Shape | None = None
 
     def impaired(self) -> bool:
@@ -119,6 +123,7 @@ class Shape:
             or self.duplicate
             or self.corrupt
             or self.serialize
+            or self.wmm
         )
         return own or bool(self.reverse and self.reverse.impaired())
 
@@ -135,6 +140,7 @@ class Shape:
             "duplicate": self.duplicate,
             "corrupt": self.corrupt,
             "rate_mbit": (self.rate_mbit or 0.0) if self.serialize else 0.0,
+            "wmm": self.wmm,
         }
 
     def tbf_args(self) -> list[str]:
@@ -310,7 +316,7 @@ class Topology:
             raise ValueError(f"{len(shapes)} link shapes for {self.n} links")
         self.shapes = shapes
         emulate = any(s.impaired() for s in shapes) and not kernel_has_netem()
-        emulate = emulate or any(s.serialize for s in shapes)
+        emulate = emulate or any(s.serialize or s.wmm for s in shapes)
         if emulate:
             self.r = self.a[:-1] + "r"
             run(["ip", "netns", "add", self.r])

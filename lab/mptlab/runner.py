@@ -112,6 +112,16 @@ def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int
 # system under test (2 x 1 Gbit/s: 35 % loss with defaults, 0 % with this).
 UDP_SOCKET_BUFFER = "8M"
 
+REALTIME_ON = re.compile(r"(?m)^realtime\s*=\s*true\s*$")
+OUTER_DSCP = re.compile(r"(?m)^outer_dscp\s*=.*\n?")
+
+
+def unmarked(extra: str) -> str:
+    """The scenario's mpt text with `outer_dscp = 0` on every class that
+    sets `realtime = true` (and no other outer_dscp line)."""
+    return REALTIME_ON.sub("realtime = true\nouter_dscp = 0", OUTER_DSCP.sub("", extra))
+
+
 # mpt run in other ways than the default, by system name.
 MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-insecure": {"security": "insecure"},
@@ -127,6 +137,9 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-noqos": {"extra": "[qos]\nenabled = false", "without_qos": True},
     # Real-time classes on one path: the scenario's `redundant = true` off.
     "mpt-noredundant": {"transform": lambda own: REDUNDANT_ON.sub("redundant = false", own)},
+    # The scenario's real-time classes without the outer DSCP mark (RFC
+    # 2983's pipe model): what a WMM link makes of the mark, in one run.
+    "mpt-nomark": {"transform": unmarked},
 }
 REDUNDANT_ON = re.compile(r"(?m)^redundant\s*=\s*true\s*$")
 

@@ -24,7 +24,9 @@ A scenario file::
                                           # from the link rates), "mpt-noqos"
                                           # (QoS off; the scenario's [qos] text
                                           # is left out), "mpt-noredundant"
-                                          # (`redundant = true` set false), "hook"
+                                          # (`redundant = true` set false),
+                                          # "mpt-nomark" (real-time classes
+                                          # with outer_dscp = 0), "hook"
     ip = ["4in4", "6in4", "4in6", "6in6"] # tunnel-in-path IP versions
     traffic = ["tcp", "udp", "http", "voip"]  # and "voip-bulk": VoIP beside a TCP transfer,
                                               # "voip-load": beside UDP at 80% of the links
@@ -87,6 +89,7 @@ SYSTEMS = (
     "mpt-base",
     "mpt-noqos",
     "mpt-noredundant",
+    "mpt-nomark",
     "mptcp",
     "hook",
 )
@@ -101,7 +104,11 @@ LINK_KEYS = {
     "limit",
     "duplicate",
     "corrupt",
+    "serialize",
+    "wmm",
 }
+# Link keys that are switches, not numbers.
+LINK_FLAGS = {"serialize", "wmm"}
 TOP_KEYS = {
     "name",
     "description",
@@ -202,8 +209,13 @@ def _shape(where: str, d: dict[str, Any]) -> Shape:
             raise ScenarioError(f"{where}.reverse: must be a table of link settings")
         reverse = _shape(f"{where}.reverse", d["reverse"])
         d = {k: v for k, v in d.items() if k != "reverse"}
+    for k in LINK_FLAGS & set(d):
+        if not isinstance(d[k], bool):
+            raise ScenarioError(f"{where}.{k}: must be true or false")
     try:
-        kw = {k: float(v) if k != "limit" else int(v) for k, v in d.items()}
+        kw = {
+            k: v if k in LINK_FLAGS else int(v) if k == "limit" else float(v) for k, v in d.items()
+        }
     except (TypeError, ValueError) as e:
         raise ScenarioError(f"{where}: {e}") from e
     s = Shape(**kw, reverse=reverse)  # type: ignore[arg-type]

@@ -193,3 +193,21 @@ def test_the_noredundant_variant_turns_redundancy_off_and_nothing_else() -> None
     out = MPT_VARIANTS["mpt-noredundant"]["transform"](extra)
     assert "redundant = true" not in out and "redundant = false" in out
     assert out.replace("redundant = false", "redundant = true") == extra
+
+
+def test_the_nomark_variant_unmarks_real_time_classes_only() -> None:
+    from mptlab.runner import MPT_VARIANTS
+
+    extra = scenario.load("qos-wmm").mpt_extra + '\n[[qos.class]]\nname = "x"\nouter_dscp = 10\n'
+    out = MPT_VARIANTS["mpt-nomark"]["transform"](extra)
+    assert out.count("outer_dscp = 0") == extra.count("realtime = true") == 1
+    assert "outer_dscp = 10" not in out
+    assert out.replace("outer_dscp = 0\n", "") == extra.replace("outer_dscp = 10\n", "")
+
+
+def test_link_switches_must_be_booleans() -> None:
+    data = {"name": "x", "topology": {"link": [{"rate_mbit": 10, "wmm": 1}]}}
+    with pytest.raises(scenario.ScenarioError, match=r"wmm: must be true or false"):
+        scenario.parse(data, "x.toml")
+    ok = scenario.parse({**data, "topology": {"link": [{"rate_mbit": 10, "wmm": True}]}}, "x")
+    assert ok.shapes_for(1)[0].wmm is True

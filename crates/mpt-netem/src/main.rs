@@ -14,7 +14,7 @@
 //! Usage: `mpt-netem CONFIG.json`, where the file holds
 //! `{"links": [{"a": "r1a", "b": "r1b", "a_to_b": {...}, "b_to_a": {...}}]}`
 //! with direction fields `delay_ms`, `jitter_ms`, `loss`, `loss_burst`,
-//! `limit`, `reorder`, `rate_mbit`, and at the top `spin_us`: when a
+//! `limit`, `reorder`, `rate_mbit`, `wmm`, and at the top `spin_us`: when a
 //! release is due within that many µs, busy-poll instead of sleeping, so
 //! frames leave within about a microsecond of their time (for measurement
 //! scenarios; it costs a core while traffic flows), and `busy_poll`: never

@@ -21,9 +21,17 @@
 //! reaches the application (the test of authenticated encryption) instead
 //! of being discarded by the kernel.
 //!
+//! `wmm` models a Wi-Fi link with Wi-Fi Multimedia: frames whose IP DSCP
+//! RFC 8325 maps to the voice access category (EF, VOICE-ADMIT, CS6, CS7)
+//! are held in a FIFO of their own, so they neither wait for best-effort
+//! frames that drew a longer delay nor, with `rate_mbit`, for the
+//! best-effort backlog: a voice frame is sent as soon as it arrives
+//! (strict priority; the best-effort frames after it start that much
+//! later). Other frames, and every frame without `wmm`, share one FIFO.
+//!
 //! Invariants:
-//! * without `reorder`, frames leave in arrival order (release times are
-//!   made monotonic, as a real link's FIFO does);
+//! * without `reorder`, frames of one access category leave in arrival
+//!   order (release times are made monotonic, as a real link's FIFO does);
 //! * at most `limit` frames are held; a frame arriving at a full queue is
 //!   dropped and counted (`dropped_queue`);
 //! * every frame is counted exactly once: passed, lost or queue-dropped.
@@ -54,6 +62,8 @@ pub struct DirSpec {
     pub corrupt: f64,
     /// Link capacity in Mbit/s (0: unlimited; rate is then left to tbf).
     pub rate_mbit: f64,
+    /// Voice frames (by DSCP) in a queue of their own, first (Wi-Fi WMM).
+    pub wmm: bool,
 }
 
 impl Default for DirSpec {
@@ -68,6 +78,7 @@ impl Default for DirSpec {
             duplicate: 0.0,
             corrupt: 0.0,
             rate_mbit: 0.0,
+            wmm: false,
         }
     }
 }
@@ -179,6 +190,21 @@ pub fn corrupt_udp4(frame: &mut [u8], r: u64) -> bool {
     true
 }
 
+/// DSCPs of the voice access category (RFC 8325 §4: EF and VOICE-ADMIT
+/// map to UP 6; CS6 and CS7, network control, to UP 7; both are AC_VO).
+const VOICE_DSCP: [u8; 4] = [46, 44, 48, 56];
+
+/// Whether an Ethernet frame carries an IPv4 or IPv6 packet whose DSCP is
+/// in the voice access category.
+fn is_voice(frame: &[u8]) -> bool {
+    let dscp = match (frame.get(12..14), frame.get(14), frame.get(15)) {
+        (Some([0x08, 0x00]), _, Some(tos)) => tos >> 2,
+        (Some([0x86, 0xdd]), Some(b0), Some(b1)) => (((b0 & 0x0f) << 4) | (b1 >> 4)) >> 2,
+        _ => return false,
+    };
+    VOICE_DSCP.contains(&dscp)
+}
+
 /// One emulated direction.
 pub struct Direction {
     spec: DirSpec,
@@ -189,6 +215,9 @@ pub struct Direction {
     fifo: VecDeque<Held>,
     heap: BinaryHeap<Held>,
     last_release: u64,
+    /// The voice access category's FIFO and its last release (`wmm`).
+    voice: VecDeque<Held>,
+    last_voice: u64,
     /// When the emulated link finishes sending the last frame (rate), ns.
     link_free: u64,
     order: u64,
@@ -225,6 +254,8 @@ impl Direction {
             fifo: VecDeque::new(),
             heap: BinaryHeap::new(),
             last_release: 0,
+            voice: VecDeque::new(),
+            last_voice: 0,
             link_free: 0,
             order: 0,
             stats: DirStats::default(),
@@ -232,7 +263,7 @@ impl Direction {
     }
 
     fn held(&self) -> usize {
-        self.fifo.len() + self.heap.len()
+        self.fifo.len() + self.heap.len() + self.voice.len()
     }
 
     fn is_lost(&mut self) -> bool {
@@ -282,16 +313,31 @@ impl Direction {
         if self.spec.jitter_ms > 0.0 {
             delay += self.rng.normal() * self.spec.jitter_ms * 1e6;
         }
+        let voice = self.spec.wmm && is_voice(&frame);
         let mut sent = now;
         if self.spec.rate_mbit > 0.0 {
             // Transmission time in ns: bits / (Mbit/s · 1e6) · 1e9.
             let tx_ns = (frame.len() as f64 * 8.0 * 1e3 / self.spec.rate_mbit).round() as u64;
-            sent = now.max(self.link_free) + tx_ns;
-            self.link_free = sent;
+            if voice {
+                // Ahead of the backlog, which then starts later.
+                sent = now + tx_ns;
+                self.link_free = self.link_free.max(now) + tx_ns;
+            } else {
+                sent = now.max(self.link_free) + tx_ns;
+                self.link_free = sent;
+            }
         }
         let mut release = sent + delay.max(0.0) as u64;
         self.order += 1;
-        if self.spec.reorder {
+        if voice {
+            release = release.max(self.last_voice);
+            self.last_voice = release;
+            self.voice.push_back(Held {
+                release,
+                order: self.order,
+                frame,
+            });
+        } else if self.spec.reorder {
             self.heap.push(Held {
                 release,
                 order: self.order,
@@ -312,17 +358,21 @@ impl Direction {
 
     /// Earliest pending release time.
     pub fn next_release(&self) -> Option<u64> {
-        let a = self.fifo.front().map(|h| h.release);
-        let b = self.heap.peek().map(|h| h.release);
-        match (a, b) {
-            (Some(x), Some(y)) => Some(x.min(y)),
-            (x, y) => x.or(y),
-        }
+        [
+            self.voice.front().map(|h| h.release),
+            self.fifo.front().map(|h| h.release),
+            self.heap.peek().map(|h| h.release),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// A frame due at `now`, if any.
     pub fn poll_release(&mut self, now: u64) -> Option<Vec<u8>> {
-        let h = if self.fifo.front().is_some_and(|h| h.release <= now) {
+        let h = if self.voice.front().is_some_and(|h| h.release <= now) {
+            self.voice.pop_front()
+        } else if self.fifo.front().is_some_and(|h| h.release <= now) {
             self.fifo.pop_front()
         } else if self.heap.peek().is_some_and(|h| h.release <= now) {
             self.heap.pop()
@@ -485,6 +535,114 @@ mod tests {
         let busy = mean_ms(127_000);
         assert!((idle - 5.0).abs() < 0.05, "idle {idle}");
         assert!((busy - idle - 1.1).abs() < 0.15, "busy {busy} idle {idle}");
+    }
+
+    /// An Ethernet/IPv4 frame of `len` bytes with TOS `tos`, carrying `i`
+    /// at bytes 34..42.
+    fn ip_frame(i: u64, tos: u8, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; len.max(42)];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[15] = tos;
+        f[34..42].copy_from_slice(&i.to_be_bytes());
+        f
+    }
+
+    /// Mean time in the link of the frames with TOS `tos`, ms: best-effort
+    /// frames every `gap` ns, a voice frame (EF) every 20 ms among them.
+    fn mean_by_tos(spec: DirSpec, gap: u64, len: usize) -> (f64, f64) {
+        let mut d = Direction::new(spec, 42);
+        let (mut sent, mut got) = (std::collections::HashMap::new(), [(0u64, 0u64); 2]);
+        let mut now = 0;
+        let mut next_voice = 0;
+        let mut i = 0u64;
+        let mut take =
+            |d: &mut Direction, t: u64, sent: &std::collections::HashMap<u64, (u64, usize)>| {
+                while let Some(f) = d.poll_release(t) {
+                    let id = u64::from_be_bytes(f[34..42].try_into().unwrap());
+                    let (at, k) = sent[&id];
+                    got[k].0 += t - at;
+                    got[k].1 += 1;
+                }
+            };
+        while now < 2_000_000_000 {
+            let voice = now >= next_voice;
+            if voice {
+                next_voice += 20_000_000;
+            }
+            let (tos, k) = if voice { (0xb8, 0) } else { (0, 1) };
+            sent.insert(i, (now, k));
+            d.on_frame(now, ip_frame(i, tos, if voice { 200 } else { len }));
+            i += 1;
+            take(&mut d, now, &sent);
+            now += gap;
+        }
+        while let Some(t) = d.next_release() {
+            take(&mut d, t, &sent);
+        }
+        let ms = |(sum, n): (u64, u64)| sum as f64 / n as f64 / 1e6;
+        (ms(got[0]), ms(got[1]))
+    }
+
+    #[test]
+    fn wmm_voice_frames_do_not_wait_behind_best_effort_jitter() {
+        let spec = DirSpec {
+            delay_ms: 5.0,
+            jitter_ms: 1.0,
+            ..Default::default()
+        };
+        let wmm = DirSpec {
+            wmm: true,
+            ..spec.clone()
+        };
+        let (voice_fifo, be_fifo) = mean_by_tos(spec, 127_000, 1514);
+        let (voice_wmm, be_wmm) = mean_by_tos(wmm, 127_000, 1514);
+        // One shared FIFO: voice waits behind frames that drew more delay.
+        assert!(voice_fifo - 5.0 > 0.8, "fifo voice {voice_fifo}");
+        // Its own queue: only its own jitter (20 ms apart, no holding).
+        assert!((voice_wmm - 5.0).abs() < 0.2, "wmm voice {voice_wmm}");
+        assert!(
+            (be_wmm - be_fifo).abs() < 0.1,
+            "best effort {be_wmm} vs {be_fifo}"
+        );
+    }
+
+    #[test]
+    fn wmm_voice_frames_go_ahead_of_the_backlog_at_the_link_rate() {
+        // 100 Mbit/s offered 110: a backlog grows; voice jumps it.
+        let spec = DirSpec {
+            rate_mbit: 100.0,
+            ..Default::default()
+        };
+        let wmm = DirSpec {
+            wmm: true,
+            ..spec.clone()
+        };
+        let (voice_fifo, _) = mean_by_tos(spec, 110_000, 1514);
+        let (voice_wmm, be_wmm) = mean_by_tos(wmm, 110_000, 1514);
+        assert!(
+            voice_fifo > 50.0,
+            "fifo voice waits for the backlog: {voice_fifo}"
+        );
+        // Its own 16 us of transmission, seen at the next poll (one
+        // arrival, 110 us, later).
+        assert!(voice_wmm < 0.15, "wmm voice: {voice_wmm}");
+        assert!(be_wmm > 50.0, "the backlog stays: {be_wmm}");
+    }
+
+    #[test]
+    fn voice_is_told_by_dscp_in_ipv4_and_ipv6() {
+        assert!(is_voice(&ip_frame(0, 0xb8, 60)), "EF");
+        assert!(is_voice(&ip_frame(0, 0xb1, 60)), "VA with ECN");
+        assert!(!is_voice(&ip_frame(0, 0x28, 60)), "AF11");
+        let mut v6 = vec![0u8; 60];
+        v6[12..14].copy_from_slice(&[0x86, 0xdd]);
+        v6[14..16].copy_from_slice(&[0x6b, 0x80]);
+        assert!(is_voice(&v6), "IPv6 EF");
+        assert!(!is_voice(&v6[..15]), "truncated");
+        let mut arp = ip_frame(0, 0xb8, 60);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(!is_voice(&arp), "not IP");
     }
 
     #[test]
