@@ -99,7 +99,8 @@ class Shape:
     defeats dispersion measurements of capacity). `wmm` makes the link a
     Wi-Fi link with WMM: frames whose DSCP is in the voice access category
     (EF, VOICE-ADMIT, CS6, CS7; RFC 8325) have a jitter FIFO of their own
-    and, with `serialize`, go ahead of the best-effort backlog.
+    and go ahead of the best-effort backlog: at the host's shaper (an htb
+    tree instead of tbf) or, with `serialize`, in mpt-netem.
     """
 
     rate_mbit: float | None = None
@@ -143,6 +144,33 @@ class Shape:
             "wmm": self.wmm,
         }
 
+    def rate_qdisc(self, ns: str, dev: str) -> None:
+        """Shape `dev` at this link's rate: tbf, or with `wmm` an htb tree
+        whose voice class (DSCPs of WMM_VOICE_TOS) is served first within
+        the rate, as a WMM station's voice queue is."""
+        if not self.wmm:
+            run(["tc", "qdisc", "replace", "dev", dev, "root", *self.tbf_args()], ns=ns)
+            return
+        assert self.rate_mbit is not None
+        rate = f"{self.rate_mbit}mbit"
+        burst = self.tbf_args()[4]
+        packets = max(int(int(self.tbf_args()[6]) / 1514), 10)
+        tc = ["tc", "qdisc", "add", "dev", dev]
+        cls = ["tc", "class", "add", "dev", dev, "parent"]
+        run([*tc, "root", "handle", "1:", "htb", "default", "20"], ns=ns)
+        run([*cls, "1:", "classid", "1:1", "htb", "rate", rate, "burst", burst], ns=ns)
+        for cid, share, prio in (("1:10", 0.1, "0"), ("1:20", 0.9, "1")):
+            own = f"{self.rate_mbit * share}mbit"
+            spec = ["htb", "rate", own, "ceil", rate, "burst", burst, "prio", prio]
+            run([*cls, "1:1", "classid", cid, *spec, "quantum", "1514"], ns=ns)
+            run([*tc, "parent", cid, "pfifo", "limit", str(packets)], ns=ns)
+        filt = ["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol"]
+        for tos in WMM_VOICE_TOS:
+            match = [["ip", "prio", "1", "u32", "match", "ip", "dsfield"]]
+            match.append(["ipv6", "prio", "2", "u32", "match", "ip6", "priority"])
+            for m in match:
+                run([*filt, *m, hex(tos), "0xfc", "flowid", "1:10"], ns=ns)
+
     def tbf_args(self) -> list[str]:
         assert self.rate_mbit is not None
         rate_bps = self.rate_mbit * 1e6
@@ -151,6 +179,10 @@ class Shape:
         limit = int(rate_bps / 8 * self.queue_ms / 1000) + burst
         return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst), "limit", str(limit)]
 
+
+# TOS bytes (DSCP << 2) of the WMM voice access category (RFC 8325: EF,
+# VOICE-ADMIT, CS6, CS7), for the host's shaper of a `wmm` link.
+WMM_VOICE_TOS = (46 << 2, 44 << 2, 48 << 2, 56 << 2)
 
 _netem_cache: dict[str, bool] = {}
 
@@ -245,7 +277,7 @@ def _qdisc(ns: str, dev: str, s: Shape, netem: bool) -> None:
                 ns=ns,
             )
     elif s.rate_mbit and not (s.serialize and not netem):
-        run(["tc", "qdisc", "replace", "dev", dev, "root", *s.tbf_args()], ns=ns)
+        s.rate_qdisc(ns, dev)
 
 
 class Topology:
@@ -423,7 +455,7 @@ class Topology:
                 # resets.
                 for ns, dev, s in ends:
                     run(["tc", "qdisc", "del", "dev", dev, "root"], ns=ns, check=False)
-                    run(["tc", "qdisc", "add", "dev", dev, "root", *s.tbf_args()], ns=ns)
+                    s.rate_qdisc(ns, dev)
             if impairs:
                 self._emulator_config(self.shapes)
                 self.emulator.send_signal(signal.SIGHUP)
