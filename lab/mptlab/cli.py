@@ -30,7 +30,7 @@ from . import bench, concentrate, measure, plot, results, runner, scenario
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from .netns import Shape, Topology
 from .traffic import iperf3, ping
-from .util import mpt_binary, run
+from .util import mpt_binary, repo_root, run
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -125,6 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return concentrate.run_scenario(sc.concentrator, out, command, say)
     r = runner.Runner(sc, out, progress=say)
     say(f"scenario {sc.name}: {r.total} measurements -> {out}")
+    # Which tree's lab and binary run: `pip install -e` from another clone
+    # (a CI run on a clean clone) silently moves the lab there.
+    say(f"lab {repo_root()}, mpt {mpt_binary()}")
     t0 = time.monotonic()
     try:
         points = r.run()
