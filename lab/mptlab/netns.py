@@ -153,8 +153,9 @@ class Shape:
             return
         assert self.rate_mbit is not None
         rate = f"{self.rate_mbit}mbit"
-        burst = self.tbf_args()[4]
-        packets = max(int(int(self.tbf_args()[6]) / 1514), 10)
+        burst_bytes, limit_bytes = self.bucket_bytes()
+        burst = str(burst_bytes)
+        packets = max(limit_bytes // 1514, 10)
         tc = ["tc", "qdisc", "add", "dev", dev]
         cls = ["tc", "class", "add", "dev", dev, "parent"]
         run([*tc, "root", "handle", "1:", "htb", "default", "20"], ns=ns)
@@ -171,12 +172,16 @@ class Shape:
             for m in match:
                 run([*filt, *m, hex(tos), "0xfc", "flowid", "1:10"], ns=ns)
 
-    def tbf_args(self) -> list[str]:
+    def bucket_bytes(self) -> tuple[int, int]:
+        """The shaper's burst and queue limit in bytes: one timer tick of
+        traffic at least (HZ >= 100), and `queue_ms` at the rate on top."""
         assert self.rate_mbit is not None
         rate_bps = self.rate_mbit * 1e6
-        # Bucket must hold at least one timer tick of traffic (HZ >= 100).
         burst = max(int(rate_bps / 8 / 100), 16_000)
-        limit = int(rate_bps / 8 * self.queue_ms / 1000) + burst
+        return burst, int(rate_bps / 8 * self.queue_ms / 1000) + burst
+
+    def tbf_args(self) -> list[str]:
+        burst, limit = self.bucket_bytes()
         return ["tbf", "rate", f"{self.rate_mbit}mbit", "burst", str(burst), "limit", str(limit)]
 
 
