@@ -89,7 +89,7 @@ fn outer(ctx: &mut Ctx<'_>, r: &TableReader<'_>, t: &Table) -> Option<OuterDscp>
         .as_str()
         .map(str::to_string)
         .or_else(|| item.as_integer().map(|i| i.to_string()))
-        .unwrap_or_default();
+        .unwrap_or_else(|| item.to_string().trim().to_string());
     if s.eq_ignore_ascii_case("inner") {
         return Some(OuterDscp::Inner);
     }

@@ -135,6 +135,7 @@ fn mistakes_are_refused_with_their_key() {
     error(&class("aqm = \"red\""), "is not one of codel, none");
     error(&class("outer_dscp = \"copy\""), "is not an outer DSCP");
     error(&class("outer_dscp = 64"), "qos.class[1].outer_dscp");
+    error(&class("outer_dscp = true"), "'true' is not an outer DSCP");
     error(&class("prio = 1"), "did you mean 'priority'");
     error("[[qos.class]]\ndscp = [1]\n", "qos.class[1].name");
     error(
