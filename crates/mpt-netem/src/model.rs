@@ -205,6 +205,25 @@ fn is_voice(frame: &[u8]) -> bool {
     VOICE_DSCP.contains(&dscp)
 }
 
+/// Queue a frame in FIFO order: it leaves no earlier than the frame
+/// before it (`last`, updated). Returns its release time.
+fn fifo_push(
+    q: &mut VecDeque<Held>,
+    last: &mut u64,
+    release: u64,
+    order: u64,
+    frame: Vec<u8>,
+) -> u64 {
+    let release = release.max(*last);
+    *last = release;
+    q.push_back(Held {
+        release,
+        order,
+        frame,
+    });
+    release
+}
+
 /// One emulated direction.
 pub struct Direction {
     spec: DirSpec,
@@ -329,28 +348,23 @@ impl Direction {
         }
         let mut release = sent + delay.max(0.0) as u64;
         self.order += 1;
+        let order = self.order;
         if voice {
-            release = release.max(self.last_voice);
-            self.last_voice = release;
-            self.voice.push_back(Held {
-                release,
-                order: self.order,
-                frame,
-            });
+            release = fifo_push(&mut self.voice, &mut self.last_voice, release, order, frame);
         } else if self.spec.reorder {
             self.heap.push(Held {
                 release,
-                order: self.order,
+                order,
                 frame,
             });
         } else {
-            release = release.max(self.last_release);
-            self.last_release = release;
-            self.fifo.push_back(Held {
+            release = fifo_push(
+                &mut self.fifo,
+                &mut self.last_release,
                 release,
-                order: self.order,
+                order,
                 frame,
-            });
+            );
         }
         self.stats.added_delay_ns_sum += release - now;
         self.stats.max_held = self.stats.max_held.max(self.held() as u64);
