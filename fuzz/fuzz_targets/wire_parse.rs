@@ -1,14 +1,16 @@
-//! Fuzz the header, probe-body, receiver-report, NACK-body and cookie-reply
-//! parsers and the MAC checks: no input may panic, every accepted header
-//! and report re-encodes to the same bytes, every accepted NACK body re-encodes to the bytes it was
-//! parsed from, and no cookie reply opens without the right key and mac1.
+//! Fuzz the header, probe-body, receiver-report, NACK-body, fragment and
+//! cookie-reply parsers and the MAC checks: no input may panic, every
+//! accepted header, report and fragment header re-encodes to the same
+//! bytes, every accepted NACK body re-encodes to the bytes it was parsed
+//! from, and no cookie reply opens without the right key and mac1.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use mpt_core::crypto::cookie::{self, MacKeys};
 use mpt_core::crypto::keys::PrivateKey;
 use mpt_core::wire::{
-    write_header, Header, NackBody, ProbeBody, ReportBody, HEADER_LEN, REPORT_BODY_LEN,
+    write_fragment_header, write_header, Fragment, Header, NackBody, ProbeBody, ReportBody,
+    FRAGMENT_HEADER_LEN, HEADER_LEN, REPORT_BODY_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -30,6 +32,13 @@ fuzz_target!(|data: &[u8]| {
         if data[2..4] == [0, 0] {
             assert_eq!(&out[..len], &data[..len]);
         }
+    }
+    if let Ok(f) = Fragment::parse(data) {
+        let mut out = [0u8; FRAGMENT_HEADER_LEN];
+        write_fragment_header(&mut out, usize::from(f.index), usize::from(f.count));
+        assert_eq!(&out[..], &data[..FRAGMENT_HEADER_LEN]);
+        assert!(Fragment::is_fragment(data));
+        assert_eq!(f.piece, &data[FRAGMENT_HEADER_LEN..]);
     }
     let _ = mpt_core::wire::inner_traffic_class(data);
     let _ = cookie::cookie_reply_receiver(data);

@@ -29,7 +29,8 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use mpt_core::wire::{
-    HEADER_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, IPV6_MIN_MTU, TAG_RESERVE_LEN, UDP_HEADER_LEN,
+    FRAGMENT_HEADER_LEN, HEADER_LEN, IPV4_HEADER_LEN, IPV6_HEADER_LEN, IPV6_MIN_MTU, MAX_FRAGMENTS,
+    TAG_RESERVE_LEN, UDP_HEADER_LEN,
 };
 pub use mpt_core::MAX_PATHS;
 use path::{read_path, PATH_KEYS};
@@ -46,6 +47,12 @@ pub mod defaults {
     pub const DEAD_MS: u64 = 500;
     pub const WEIGHT: u32 = 1;
     pub const PATH_MTU: u32 = 1500;
+    /// The default tunnel MTU in datagrams: an inner packet of the default
+    /// MTU travels in this many fragments (tuning knob: more spreads the
+    /// inner headers thinner, fewer loses less with a lost datagram).
+    pub const MTU_DATAGRAMS: u32 = 4;
+    /// What one datagram carries with no path configured (tuning knob).
+    pub const DATAGRAM_BODY_BYTES: u32 = 1400;
     pub const REORDER_WINDOW: usize = 4096;
     /// Longest expected wait in the send queue: room for the delay gap of
     /// unequal paths (Wi-Fi + LTE: 35 ms) above what a bulk TCP backs off.
@@ -93,6 +100,10 @@ pub struct TunnelSection {
     /// Effective MTU (configured or derived from the paths).
     pub mtu: u32,
     pub mtu_configured: bool,
+    /// Most inner bytes one datagram carries on the smallest path: the
+    /// link MTU less the encapsulation. Inner packets up to `mtu` that are
+    /// larger travel in fragments.
+    pub datagram_body: u32,
     pub control_socket: PathBuf,
     /// Use TUN offloads (TSO in, GRO out) when the kernel has them.
     pub offload: bool,
@@ -686,18 +697,31 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         .map(|p| p.mtu.saturating_sub(overhead(&p.local)))
         .min();
     let has_v6 = addresses.iter().any(|a| matches!(a, IpNet::V6(_)));
-    let eff_mtu = mtu.or(derived).unwrap_or(1400);
+    let datagram_body = derived.unwrap_or(defaults::DATAGRAM_BODY_BYTES);
+    // Room for inner bytes in one piece of a fragment.
+    let piece = datagram_body.saturating_sub(FRAGMENT_HEADER_LEN as u32);
+    let default_mtu = (piece * defaults::MTU_DATAGRAMS).clamp(datagram_body, 65_535);
+    let eff_mtu = mtu.unwrap_or(default_mtu);
     if let Some(m) = mtu {
-        if let Some(worst) = paths.iter().find(|p| m + overhead(&p.local) > p.mtu) {
+        let most = (piece * MAX_FRAGMENTS as u32).clamp(datagram_body, 65_535);
+        if m > most {
+            let worst = paths
+                .iter()
+                .min_by_key(|p| p.mtu.saturating_sub(overhead(&p.local)));
+            let which = worst.map_or(String::new(), |w| {
+                format!(
+                    " (path '{}': link MTU {} minus {} bytes of encapsulation leaves {})",
+                    w.name,
+                    w.mtu,
+                    overhead(&w.local),
+                    datagram_body
+                )
+            });
             ctx.error(
                 tr.span("mtu"),
                 "tunnel.mtu",
                 format!(
-                    "{m} does not fit path '{}': its link MTU {} minus {} bytes of encapsulation leaves {}",
-                    worst.name,
-                    worst.mtu,
-                    overhead(&worst.local),
-                    worst.mtu.saturating_sub(overhead(&worst.local))
+                    "{m} is more than {MAX_FRAGMENTS} fragments of {piece} bytes: at most {most}{which}"
                 ),
             );
         }
@@ -767,6 +791,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             addresses,
             mtu: eff_mtu,
             mtu_configured: mtu.is_some(),
+            datagram_body,
             workers,
             parallel_always,
             control_socket,

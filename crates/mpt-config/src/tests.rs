@@ -82,8 +82,10 @@ fn examples_load() {
     assert_eq!(c.paths[0].weight, 10);
     assert_eq!(c.paths[2].dead_ms, 900);
     assert_eq!(c.routes.len(), 2);
-    // Smallest path MTU 1500 minus the IPv6 path's 40+8+24+16 bytes.
-    assert_eq!(c.tunnel.mtu, 1412);
+    // Smallest path MTU 1500 minus the IPv6 path's 40+8+24+16 bytes, and
+    // four datagrams' worth of fragments of that by default.
+    assert_eq!(c.tunnel.datagram_body, 1412);
+    assert_eq!(c.tunnel.mtu, 4 * (1412 - 2));
 }
 
 #[test]
@@ -92,7 +94,12 @@ fn defaults_are_filled_in() {
     let p = &c.paths[0];
     assert_eq!(p.name, "path1");
     assert_eq!((p.weight, p.keepalive_ms, p.dead_ms), (1, 100, 500));
-    assert_eq!(c.tunnel.mtu, 1500 - 20 - 8 - 24 - 16);
+    assert_eq!(c.tunnel.datagram_body, 1500 - 20 - 8 - 24 - 16);
+    assert_eq!(c.tunnel.mtu, 4 * (1432 - 2), "four datagrams of fragments");
+    assert!(!c.tunnel.mtu_configured);
+    // An MTU that fits one datagram is never cut.
+    let one = parse(&MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nmtu = 1432")).unwrap();
+    assert_eq!((one.tunnel.mtu, one.tunnel.datagram_body), (1432, 1432));
     assert_eq!(c.tunnel.control_socket, PathBuf::from("/run/mpt/mpt0.sock"));
     assert_eq!(
         c.reorder,
@@ -216,9 +223,17 @@ fn semantic_checks() {
     assert!(errors(&dup)[0].contains("path[2].name: 'a' is already the name"));
     let dead = format!("{MINIMAL}keepalive_ms = 500\ndead_ms = 400\n");
     assert!(errors(&dead)[0].contains("path[1].dead_ms: 400 must be larger than keepalive_ms"));
-    let mtu = MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nmtu = 1480");
-    assert!(errors(&mtu)[0].contains("tunnel.mtu: 1480 does not fit path 'path1'"));
-    let v6 = format!("{MINIMAL}mtu = 1300\n").replace("10.0.0.1/24", "fd00::1/64");
+    let mtu = MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nmtu = 30000");
+    let e = errors(&mtu);
+    assert!(
+        e[0].contains("tunnel.mtu: 30000 is more than 16 fragments of 1430 bytes: at most 22880 (path 'path1': link MTU 1500 minus 68"),
+        "{e:?}"
+    );
+    let fits = MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nmtu = 22880");
+    assert!(parse(&fits).is_ok());
+    let v6 = MINIMAL
+        .replace("name = \"mpt0\"", "name = \"mpt0\"\nmtu = 1200")
+        .replace("10.0.0.1/24", "fd00::1/64");
     assert!(errors(&v6)[0].contains("below 1280"), "{:?}", errors(&v6));
     let name = MINIMAL.replace("\"mpt0\"", "\"a-very-long-interface-name\"");
     assert!(errors(&name)[0].contains("tunnel.name: 'a-very-long-interface-name' must be 1 to 15"));
@@ -261,7 +276,7 @@ local = "10.1.0.1:1"
 remote = "10.1.0.2:1"
 "#;
     let c = parse(text).unwrap();
-    assert_eq!(c.tunnel.mtu, 1412);
+    assert_eq!(c.tunnel.datagram_body, 1412);
 }
 
 const SECURE_CLIENT: &str = r#"

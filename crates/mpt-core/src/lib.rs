@@ -44,6 +44,7 @@ pub mod path;
 pub mod qos;
 pub mod queue;
 pub mod rates;
+pub mod reassembly;
 pub mod release;
 pub mod reorder;
 pub mod sched;

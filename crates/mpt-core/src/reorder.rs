@@ -111,7 +111,7 @@ pub struct ReorderBuffer {
     /// (arrival time, seq) of held packets in arrival order; entries whose
     /// seq is below `next` are stale and skipped lazily.
     arrivals: VecDeque<(Nanos, u64)>,
-    ready: VecDeque<Vec<u8>>,
+    ready: VecDeque<(u64, Vec<u8>)>,
     pool: Vec<Vec<u8>>,
     stats: ReorderStats,
 }
@@ -270,7 +270,7 @@ impl ReorderBuffer {
             match std::mem::replace(&mut self.slots[i], Slot::Empty) {
                 Slot::Held { seq, buf } if seq == self.next => {
                     self.held_count -= 1;
-                    self.ready.push_back(buf);
+                    self.ready.push_back((seq, buf));
                     self.set_delivered(seq, true);
                     self.next += 1;
                 }
@@ -294,7 +294,7 @@ impl ReorderBuffer {
             match std::mem::replace(&mut self.slots[i], Slot::Empty) {
                 Slot::Held { seq: s, buf } if s == seq => {
                     self.held_count -= 1;
-                    self.ready.push_back(buf);
+                    self.ready.push_back((seq, buf));
                     self.set_delivered(seq, true);
                 }
                 other => {
@@ -396,6 +396,11 @@ impl ReorderBuffer {
 
     /// Next packet ready for delivery, in order.
     pub fn pop(&mut self) -> Option<Vec<u8>> {
+        self.ready.pop_front().map(|(_, b)| b)
+    }
+
+    /// Next packet ready for delivery, in order, with its sequence number.
+    pub fn pop_seq(&mut self) -> Option<(u64, Vec<u8>)> {
         self.ready.pop_front()
     }
 

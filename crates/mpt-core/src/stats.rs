@@ -85,10 +85,17 @@ pub enum DropReason {
     /// A concentrator: an inner packet from a peer whose source address is
     /// not in that peer's allowed IPs (another peer's, or nobody's).
     SourceNotAllowed,
+    /// A fragment (type 11) whose header is malformed: index or count out
+    /// of range.
+    BadFragment,
+    /// An inner packet that was cut into fragments and lost a piece: what
+    /// arrived of it is dropped, counted once per packet (and once per
+    /// piece that arrives after its packet was given up).
+    FragmentIncomplete,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 31] = [
+    pub const ALL: [DropReason; 33] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -120,6 +127,8 @@ impl DropReason {
         Self::UnknownPeer,
         Self::NoRoute,
         Self::SourceNotAllowed,
+        Self::BadFragment,
+        Self::FragmentIncomplete,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -155,6 +164,8 @@ impl DropReason {
             Self::UnknownPeer => "unknown_peer",
             Self::NoRoute => "no_route",
             Self::SourceNotAllowed => "source_not_allowed",
+            Self::BadFragment => "bad_fragment",
+            Self::FragmentIncomplete => "fragment_incomplete",
         }
     }
 
@@ -164,9 +175,17 @@ impl DropReason {
 }
 
 /// Counters for every drop reason.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DropCounters {
     counts: [u64; DropReason::ALL.len()],
+}
+
+impl Default for DropCounters {
+    fn default() -> Self {
+        Self {
+            counts: [0; DropReason::ALL.len()],
+        }
+    }
 }
 
 impl DropCounters {

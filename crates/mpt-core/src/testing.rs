@@ -87,6 +87,7 @@ impl TestConfig {
             config: TunnelConfig {
                 paths,
                 mtu: 1400,
+                datagram_body: None,
                 reorder_window: 1024,
                 reorder_max_delay: 200 * MS,
                 release: ReleaseKind::PathFrontier,

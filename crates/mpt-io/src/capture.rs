@@ -276,6 +276,9 @@ impl Tap {
             return;
         };
         let f = match Header::new_checked(dgram) {
+            // A fragment's piece is not a packet: the datagram capture
+            // shows it, the inner one shows packets that travelled whole.
+            Ok(h) if h.packet_type() == PacketType::Fragment => return,
             Ok(h) => h.fields(),
             Err(_) => return,
         };
@@ -336,6 +339,7 @@ fn type_name(t: PacketType) -> &'static str {
         PacketType::PathChallenge => "path_challenge",
         PacketType::PathResponse => "path_response",
         PacketType::Report => "report",
+        PacketType::Fragment => "fragment",
     }
 }
 

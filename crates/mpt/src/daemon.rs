@@ -66,6 +66,7 @@ pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig
             .map(|(p, k)| path_config(p, *k))
             .collect(),
         mtu: cfg.tunnel.mtu as usize,
+        datagram_body: Some(cfg.tunnel.datagram_body as usize),
         reorder_window: cfg.reorder.window,
         reorder_max_delay: cfg.reorder.max_delay_ms * NANOS_PER_MS,
         release: match cfg.reorder.release {

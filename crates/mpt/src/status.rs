@@ -163,12 +163,13 @@ pub fn render(v: &Value) -> String {
         .unwrap_or_default();
     let _ = writeln!(
         o,
-        "tunnel {} ({}), pid {}, up {:.0} s, mtu {}, {}/{} paths up",
+        "tunnel {} ({}), pid {}, up {:.0} s, mtu {}{}, {}/{} paths up",
         s("name"),
         s("role"),
         num(v, "pid"),
         v.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0),
         num(v, "mtu"),
+        fragments_line(v),
         num(v, "paths_up"),
         paths.len()
     );
@@ -663,6 +664,24 @@ fn peer_limits(p: &mpt_config::PeerSection) -> String {
         let _ = write!(out, ", own classes {}", names.join(" "));
     }
     out
+}
+
+/// How the tunnel MTU relates to one datagram: " (fragments above N bytes:
+/// sent S, received R, reassembled K)", or nothing when nothing is cut.
+fn fragments_line(v: &Value) -> String {
+    let Some(f) = v.get("fragments") else {
+        return String::new();
+    };
+    let body = num(f, "datagram_body");
+    if body >= num(v, "mtu") {
+        return String::new();
+    }
+    format!(
+        " (fragments above {body} bytes: {} pieces sent, {} received, {} packets reassembled)",
+        num(f, "tx_pieces"),
+        num(f, "rx_pieces"),
+        num(f, "reassembled")
+    )
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 
 mod address;
 mod control;
+mod fragment;
 mod handshake;
 mod pairing;
 mod paths;
@@ -94,6 +95,11 @@ pub struct TunnelConfig {
     pub paths: Vec<PathConfig>,
     /// Largest inner packet accepted from the TUN.
     pub mtu: usize,
+    /// Most inner bytes one datagram carries on the smallest path (its MTU
+    /// less the outer headers and the tag); inner packets up to `mtu` that
+    /// are larger travel as fragments (`fragment.rs`). `None`: `mtu`, so
+    /// nothing is cut.
+    pub datagram_body: Option<usize>,
     pub reorder_window: usize,
     pub reorder_max_delay: Nanos,
     pub release: ReleaseKind,
@@ -261,6 +267,8 @@ pub struct Tunnel {
     policy: Box<dyn ReleasePolicy>,
     reorder: ReorderBuffer,
     mtu: usize,
+    /// Fragmentation and reassembly (`fragment.rs`).
+    frag: fragment::FragState,
     next_tunnel_seq: u64,
     counter: u64,
     /// The last packet's transit (our clock minus the peer's), ns: where
@@ -388,6 +396,10 @@ impl Tunnel {
             policy,
             reorder: ReorderBuffer::new(cfg.reorder_window, cfg.reorder_max_delay),
             mtu: cfg.mtu,
+            frag: fragment::FragState::new(cfg.datagram_body.unwrap_or(cfg.mtu).clamp(
+                wire::FRAGMENT_HEADER_LEN + 1,
+                cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
+            )),
             next_tunnel_seq: 0,
             counter: 0,
             last_transit_ns: 0,
@@ -577,17 +589,7 @@ impl Tunnel {
         &mut self,
         mut write: impl FnMut(&[u8]) -> Result<(), DropReason>,
     ) -> usize {
-        let mut n = 0;
-        while let Some(b) = self.reorder.pop() {
-            n += 1;
-            self.counters.rx_packets += 1;
-            self.counters.rx_bytes += b.len() as u64;
-            if let Err(r) = write(&b) {
-                self.drops.add(r);
-            }
-            self.reorder.recycle(b);
-        }
-        n
+        self.deliver_released(&mut write)
     }
 
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.

@@ -92,7 +92,9 @@ impl Tunnel {
             self.drops.add(DropReason::ClassRate);
             return Classified::Done(None);
         }
-        if !qos.is_realtime(class) {
+        // A real-time packet too large for one datagram travels in order,
+        // as fragments (pieces are reassembled in sequence only).
+        if !qos.is_realtime(class) || len > self.frag.body_max {
             // The flow hash costs a second look at the headers: only
             // while the class polices a flow (or for a packet that waits
             // in the stage, [`Self::stage_packet`]).

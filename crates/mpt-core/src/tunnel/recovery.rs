@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use super::{Transmit, Tunnel};
 use crate::crypto::TAG_LEN;
-use crate::wire::{NackBody, PacketType, HEADER_LEN, NACK_MAX_SEQS};
+use crate::wire::{self, NackBody, PacketType, HEADER_LEN, MAX_FRAGMENTS, NACK_MAX_SEQS};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
 /// Tuning knobs: packets kept for retransmission, gaps waited for at once,
@@ -112,11 +112,26 @@ impl Recovery {
         s.bytes.extend_from_slice(inner);
     }
 
+    /// The ring slot of the packet that sequence number `seq` belongs to
+    /// (a packet sent as fragments takes one number per piece, and is kept
+    /// under its first), and the piece's index.
+    fn find(&self, seq: u64, body_max: usize) -> Option<(usize, usize)> {
+        for k in 0..(MAX_FRAGMENTS as u64).min(seq + 1) {
+            let i = ((seq - k) % RING_PACKETS as u64) as usize;
+            let s = &self.ring[i];
+            if s.seq == seq - k {
+                let count = wire::pieces(s.bytes.len(), body_max).unwrap_or(1) as u64;
+                return (k < count).then_some((i, k as usize));
+            }
+        }
+        None
+    }
+
     /// The peer asked for these sequence numbers.
-    pub fn on_nack(&mut self, body: &NackBody<'_>) {
+    pub fn on_nack(&mut self, body: &NackBody<'_>, body_max: usize) {
         for seq in body.seqs() {
             self.stats.requests_received += 1;
-            let have = self.ring[(seq % RING_PACKETS as u64) as usize].seq == seq;
+            let have = self.find(seq, body_max).is_some();
             if have && self.retransmit.len() < MAX_RETRANSMIT_QUEUE {
                 self.retransmit.push_back(seq);
             } else {
@@ -257,17 +272,32 @@ impl Tunnel {
             r.stats.nacks_sent += 1;
             return self.control_transmit(now, path, PacketType::Nack, 0, seq_now, buf, body_len);
         }
+        let body_max = self.frag.body_max;
         while let Some(seq) = r.retransmit.pop_front() {
-            let slot = &r.ring[(seq % RING_PACKETS as u64) as usize];
-            let len = slot.bytes.len();
-            if slot.seq != seq || buf.len() < HEADER_LEN + len + TAG_LEN {
+            let Some((i, piece)) = r.find(seq, body_max) else {
                 r.stats.not_available += 1;
                 continue;
-            }
+            };
+            let slot = &r.ring[i];
+            let len = slot.bytes.len();
             let class = slot.class;
-            buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&slot.bytes);
+            let sent = if len > body_max {
+                let body = buf
+                    .get_mut(..buf.len().saturating_sub(TAG_LEN))
+                    .and_then(|b| super::fragment::write_piece(body_max, &slot.bytes, piece, b));
+                body.map(|b| (PacketType::Fragment, b))
+            } else if buf.len() >= HEADER_LEN + len + TAG_LEN {
+                buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&slot.bytes);
+                Some((PacketType::Data, len))
+            } else {
+                None
+            };
+            let Some((ty, body)) = sent else {
+                r.stats.not_available += 1;
+                continue;
+            };
             r.stats.retransmitted += 1;
-            return self.control_transmit(now, path, PacketType::Data, class, seq, buf, len);
+            return self.control_transmit(now, path, ty, class, seq, buf, body);
         }
         None
     }

@@ -74,6 +74,7 @@ impl Tunnel {
                     WireError::BadVersion => DropReason::BadVersion,
                     WireError::BadType => DropReason::BadType,
                     WireError::BadName => DropReason::UnknownPath,
+                    WireError::BadFragment => DropReason::BadFragment,
                 };
                 return RecvStart::Done(self.drop_counted(r));
             }
@@ -168,6 +169,11 @@ impl Tunnel {
         if ty == PacketType::Data && wire::inner_ip_version(body).is_none() {
             return self.drop_counted(DropReason::BadInner);
         }
+        if ty == PacketType::Fragment
+            && (f.class & wire::CLASS_UNORDERED != 0 || wire::Fragment::parse(body).is_err())
+        {
+            return self.drop_counted(DropReason::BadFragment);
+        }
         let (sent_ns, transit) = self.peer_time(now, f.timestamp_us);
         self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
         self.refresh_up(pid, now);
@@ -180,7 +186,7 @@ impl Tunnel {
                 self.paths[pid as usize].on_data(now);
                 self.recv_unordered(f.tunnel_seq, body)
             }
-            PacketType::Data => {
+            PacketType::Data | PacketType::Fragment => {
                 self.paths[pid as usize].on_data(now);
                 self.recv_data(now, pid, w.tunnel_seq, body)
             }
@@ -218,23 +224,11 @@ impl Tunnel {
         self.policy.on_data(pid, seq, now);
         self.recovery_on_data(seq);
         let r = match accept {
-            Accept::DeliverNow => {
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += body.len() as u64;
-                Received::Deliver {
-                    offset: HEADER_LEN,
-                    len: body.len(),
-                }
-            }
+            Accept::DeliverNow => self.deliver_now(seq, body, false),
             Accept::DeliverLate => {
                 // The gap was given up too early: the margin learns it.
                 self.late_margin.on_spurious(now);
-                self.counters.rx_packets += 1;
-                self.counters.rx_bytes += body.len() as u64;
-                Received::Deliver {
-                    offset: HEADER_LEN,
-                    len: body.len(),
-                }
+                self.deliver_now(seq, body, true)
             }
             Accept::Held => Received::Consumed,
             // Both arrive after their gap was given up (or resent).
@@ -256,7 +250,7 @@ impl Tunnel {
         let Some(r) = self.recovery.as_mut() else {
             return self.drop_counted(DropReason::NackUnexpected);
         };
-        r.on_nack(&nack);
+        r.on_nack(&nack, self.frag.body_max);
         self.policy.on_frontier(pid, next_seq);
         self.apply_policy(now);
         Received::Consumed

@@ -73,7 +73,10 @@ impl Tunnel {
     /// the send queue ([`Tunnel::poll_queued`] sends it later) or was
     /// dropped (counted).
     pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
-        if len > self.mtu || buf.len() < HEADER_LEN + len {
+        if len > self.mtu
+            || buf.len() < HEADER_LEN + len
+            || wire::pieces(len, self.frag.body_max).is_none()
+        {
             self.drops.add(DropReason::TooBig);
             return None;
         }
@@ -145,7 +148,7 @@ impl Tunnel {
             }
         }
         self.store_for_recovery(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
-        self.next_tunnel_seq += 1;
+        self.next_tunnel_seq += self.seq_span(len);
         self.record_sent(class, now, 0, len);
         self.emit_data(now, path, seq, class, buf, len)
     }
@@ -173,7 +176,11 @@ impl Tunnel {
                 &buf[HEADER_LEN..HEADER_LEN + len],
             )
         });
-        let (total, seal) = self.emit(now, path, PacketType::Data, class, seq, buf, len)?;
+        let (total, seal) = if len > self.frag.body_max {
+            self.emit_first_fragment(now, path, seq, class, tos, buf, len)?
+        } else {
+            self.emit(now, path, PacketType::Data, class, seq, buf, len)?
+        };
         if self.paced {
             self.senders[path as usize].on_send(total);
         }
@@ -199,6 +206,9 @@ impl Tunnel {
     /// it has budget, so that its packets leave together (one batch send)
     /// before the next path's. Call until `None`, at one `now`.
     pub fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.poll_fragment(now, buf) {
+            return Some(t);
+        }
         if !self.staged.is_empty() && !self.staging() {
             self.unstage(now);
         }
@@ -285,7 +295,7 @@ impl Tunnel {
 
     /// When the next waiting packet's path has budget again.
     pub(super) fn queue_deadline(&self, now: Nanos) -> Option<Nanos> {
-        if !self.staged.is_empty() && !self.staging() {
+        if self.frag.pieces_waiting() > 0 || (!self.staged.is_empty() && !self.staging()) {
             return Some(now);
         }
         let any_up = self.usable.iter().any(|u| *u);
@@ -327,11 +337,12 @@ impl Tunnel {
         self.queue.oldest_seq(path).unwrap_or(self.next_tunnel_seq)
     }
 
-    /// Packets waiting in the send queue.
+    /// Packets waiting in the send queue (and pieces of a packet whose
+    /// first piece has left).
     pub fn queued(&self) -> usize {
         let staged = if self.staging() { 0 } else { self.staged.len() };
         let stage = self.qos.as_ref().map_or(0, crate::qos::Qos::packets);
-        self.queue.packets() + staged + stage
+        self.queue.packets() + staged + stage + self.frag.pieces_waiting()
     }
 
     /// Whether inner packets are held for the tunnel's start: before the
@@ -362,7 +373,7 @@ impl Tunnel {
             return;
         }
         self.store_for_recovery(seq, class, pkt);
-        self.next_tunnel_seq += 1;
+        self.next_tunnel_seq += self.seq_span(pkt.len());
     }
 
     /// Send the next packets (`packets` of them, `bytes` in all: the

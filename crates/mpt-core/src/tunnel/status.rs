@@ -47,6 +47,8 @@ pub struct TunnelStatus {
     pub release_policy: &'static str,
     pub mtu: usize,
     pub counters: TunnelCounters,
+    /// Inner packets larger than one datagram (`fragment.rs`).
+    pub fragments: FragmentStatus,
     pub reorder: ReorderStatus,
     /// `None` when the scheduler does not pace (static weights).
     pub queue: Option<QueueStatus>,
@@ -60,6 +62,17 @@ pub struct TunnelStatus {
     pub qos: Option<Vec<crate::qos::ClassStatus>>,
     /// The peer's paths whose names match none of ours (`pairing.rs`).
     pub unmatched_peer_paths: Vec<PeerPath>,
+}
+
+/// Fragmentation: what one datagram carries, pieces sent and received,
+/// packets reassembled (those that lost a piece are in the drops, as
+/// `fragment_incomplete`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FragmentStatus {
+    pub datagram_body: usize,
+    pub tx_pieces: u64,
+    pub rx_pieces: u64,
+    pub reassembled: u64,
 }
 
 /// One of the peer's paths, by its id and name.
@@ -100,6 +113,7 @@ impl Tunnel {
             release_policy: self.policy.name(),
             mtu: self.mtu,
             counters: self.counters.clone(),
+            fragments: self.fragment_status(),
             reorder: ReorderStatus {
                 window: self.reorder.capacity(),
                 held_now: self.reorder.held(),

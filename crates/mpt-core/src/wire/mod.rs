@@ -43,10 +43,14 @@
 //! header re-encodes to the same bytes.
 
 mod body;
+mod fragment;
 
 pub use body::{
     NackBody, PathName, ProbeBody, ReportBody, NACK_MAX_SEQS, PATH_NAME_MAX, PROBE_BODY_LEN,
     QUEUEING_UNKNOWN, REPORT_BODY_LEN,
+};
+pub use fragment::{
+    piece_range, pieces, write_fragment_header, Fragment, FRAGMENT_HEADER_LEN, MAX_FRAGMENTS,
 };
 
 use crate::PathId;
@@ -61,8 +65,9 @@ use crate::PathId;
 /// the class byte is the sender's QoS class, with [`CLASS_UNORDERED`] for
 /// real-time packets and their own sequence numbers. Version 6: the path
 /// id is the sender's own, and probes and echoes name their path, so peers
-/// pair paths by name (`tunnel/pairing.rs`).
-pub const VERSION: u8 = 6;
+/// pair paths by name (`tunnel/pairing.rs`). Version 7: fragments (type
+/// 11), so that the tunnel's MTU may exceed what one datagram carries.
+pub const VERSION: u8 = 7;
 /// Class-byte flag of a real-time data packet: its tunnel sequence counts
 /// real-time packets only, and the receiver delivers it on arrival
 /// without reordering, dropping duplicates (spec constant).
@@ -131,6 +136,9 @@ pub enum PacketType {
     /// A receiver report alone ([`ReportBody`]): sent on a path every few
     /// milliseconds while data arrives on it, not answered.
     Report = 10,
+    /// One piece of an inner packet too large for one datagram
+    /// ([`Fragment`]); the pieces carry consecutive tunnel sequence numbers.
+    Fragment = 11,
 }
 
 impl PacketType {
@@ -146,6 +154,7 @@ impl PacketType {
             8 => Some(Self::PathChallenge),
             9 => Some(Self::PathResponse),
             10 => Some(Self::Report),
+            11 => Some(Self::Fragment),
             _ => None,
         }
     }
@@ -163,6 +172,8 @@ pub enum WireError {
     /// A probe or echo names its path with more than
     /// [`PATH_NAME_MAX`] bytes.
     BadName,
+    /// A fragment's index or count is out of range ([`Fragment::parse`]).
+    BadFragment,
 }
 
 /// Header fields as plain values, exactly as wide as on the wire; used to
@@ -251,6 +262,7 @@ impl<'a> Header<'a> {
             PacketType::Report => REPORT_BODY_LEN,
             PacketType::PathChallenge | PacketType::PathResponse => PATH_TOKEN_LEN,
             PacketType::CookieReply => crate::crypto::cookie::COOKIE_REPLY_BODY_LEN,
+            PacketType::Fragment => FRAGMENT_HEADER_LEN + 1,
             _ => 0,
         };
         if buf.len() < HEADER_LEN + min_body {
@@ -339,7 +351,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x06, 0x01, 0x05, 0x83, // version 6, data, path 5, class 3, real-time
+        0x07, 0x01, 0x05, 0x83, // version 7, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -376,7 +388,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x06, 0x03, 0x00, 0x00, // version 6, echo, path 0, class 0
+        0x07, 0x03, 0x00, 0x00, // version 7, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3
@@ -429,11 +441,22 @@ mod tests {
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         v[0] = 5; // version 5: paths paired by order, unnamed probes
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        v[0] = 6; // version 6: no fragments
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 11;
+        v[1] = 12;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
+        // A fragment needs its two-byte header and a piece.
+        let mut d = [0u8; HEADER_LEN + FRAGMENT_HEADER_LEN + 1];
+        d[..HEADER_LEN].copy_from_slice(&DATA_VECTOR);
+        d[1] = PacketType::Fragment as u8;
+        assert!(Header::new_checked(&d).is_ok());
+        assert_eq!(
+            Header::new_checked(&d[..d.len() - 1]).unwrap_err(),
+            WireError::Truncated
+        );
         // Types with a body need it: cookie reply, path challenge/response.
         for (ty, need) in [(7u8, 60usize), (8, PATH_TOKEN_LEN), (9, PATH_TOKEN_LEN)] {
             let mut d = vec![0u8; HEADER_LEN + need];

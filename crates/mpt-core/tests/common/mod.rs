@@ -82,6 +82,23 @@ pub fn inner(idx: u64) -> Vec<u8> {
     p
 }
 
+/// A fake IPv4 packet of `len` bytes (at least 60) carrying its index,
+/// every byte after it a function of index and position.
+pub fn big_inner(idx: u64, len: usize) -> Vec<u8> {
+    let mut p = inner(idx);
+    p.resize(len.max(60), 0);
+    for (i, b) in p.iter_mut().enumerate().skip(28) {
+        *b = (idx as usize).wrapping_mul(31).wrapping_add(i) as u8;
+    }
+    p
+}
+
+/// Whether a delivered packet is the one [`big_inner`] made for its index
+/// (60-byte packets from [`inner`] are taken as they are).
+pub fn intact(p: &[u8]) -> bool {
+    p.len() <= 60 || p == big_inner(index_of(p), p.len()).as_slice()
+}
+
 pub fn index_of(p: &[u8]) -> u64 {
     u64::from_be_bytes(p[20..28].try_into().unwrap())
 }
@@ -111,6 +128,9 @@ pub struct Sim {
     pub link_of: [Vec<usize>; 2],
     /// Side 0's data packets that left its send queue: (index, outer TOS).
     pub queued_tos: Vec<(u64, u8)>,
+    /// Delivered packets whose bytes are not [`big_inner`]'s for their
+    /// index and length (checked only for packets longer than 60 bytes).
+    pub corrupt: u64,
 }
 
 impl Sim {
@@ -157,6 +177,7 @@ impl Sim {
             sent_on_path: vec![0; n],
             link_of: [(0..n).collect(), (0..n).collect()],
             queued_tos: vec![],
+            corrupt: 0,
         }
     }
 
@@ -207,14 +228,14 @@ impl Sim {
 
     pub fn pump_control(&mut self, now: Nanos) {
         for side in 0..2 {
-            let mut buf = [0u8; 512];
+            let mut buf = [0u8; 2048];
             while let Some(tx) = self.t[side].poll_transmit(now, &mut buf) {
                 let link = self.link(side, tx.path as usize);
                 self.emit(now, side, link, buf[..tx.len].to_vec(), None);
             }
             // Packets that waited in the send queue (paced paths, or held
             // for the first session).
-            let mut qbuf = vec![0u8; 2048];
+            let mut qbuf = vec![0u8; 8192];
             while let Some(tx) = self.t[side].poll_queued(now, &mut qbuf) {
                 let idx = index_of(&qbuf[HEADER_LEN..]);
                 let mut d = qbuf[..tx.len].to_vec();
@@ -258,7 +279,9 @@ impl Sim {
                 };
                 match self.t[to].recv(now, path, from, &mut dgram) {
                     Received::Deliver { offset, len } => {
-                        self.delivered[to].push(index_of(&dgram[offset..offset + len]))
+                        let p = &dgram[offset..offset + len];
+                        self.corrupt += u64::from(!intact(p));
+                        self.delivered[to].push(index_of(p))
                     }
                     Received::Consumed => {}
                     Received::Dropped(r) => self.drops_seen.push((to, r)),
@@ -270,7 +293,9 @@ impl Sim {
             }
             for side in 0..2 {
                 let delivered = &mut self.delivered[side];
+                let corrupt = &mut self.corrupt;
                 self.t[side].deliver_ready(|p| {
+                    *corrupt += u64::from(!intact(p));
                     delivered.push(index_of(p));
                     Ok(())
                 });

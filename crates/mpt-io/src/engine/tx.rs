@@ -226,7 +226,17 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 None => self.tx.skip(),
             }
         }
+        // The rest of packets cut into fragments, behind the batch (the
+        // batch's packets fill the slots up to here).
+        self.drain_fragments(now);
         n == want
+    }
+
+    /// Send the pieces still waiting of packets cut into fragments
+    /// ([`Tunnel::poll_fragment`]), through the transmit slots.
+    fn drain_fragments(&mut self, now: Nanos) {
+        let (mut flush, tunnel) = self.flush_parts();
+        drain_fragments(&mut flush, tunnel, now);
     }
 
     /// Whether to go on after a failed read (only if interrupted).
@@ -305,6 +315,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             Some(t) => self.tx.commit(meta(&t)),
             None => self.tx.skip(),
         }
+        self.drain_fragments(now);
     }
 
     /// Cut a super-packet into segments, each straight into its transmit
@@ -335,6 +346,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 Some(t) => flush.tx.commit(meta(&t)),
                 None => flush.tx.skip(),
             }
+            drain_fragments(&mut flush, &mut burst, now);
             cut += 1;
         }
         drop(burst);
@@ -346,5 +358,22 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         };
         *supers += 1;
         *segments += cut;
+    }
+}
+
+/// Send the waiting pieces of fragmented packets through the free transmit
+/// slots, flushing when they run out.
+fn drain_fragments<P: PathIo>(flush: &mut Flush<'_, P>, tunnel: &mut Tunnel, now: Nanos) {
+    loop {
+        if flush.tx.is_full() {
+            flush.run(tunnel, now);
+        }
+        let Some(slot) = flush.tx.slot() else {
+            return;
+        };
+        match tunnel.poll_fragment(now, slot) {
+            Some(t) => flush.tx.commit(meta(&t)),
+            None => return,
+        }
     }
 }

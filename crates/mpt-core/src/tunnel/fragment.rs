@@ -1,0 +1,344 @@
+//! Inner packets larger than one datagram: cut into fragments on the way
+//! out, reassembled on the way in (wire type 11, `wire/fragment.rs`).
+//!
+//! Why: each datagram costs the same outer headers, so a tunnel MTU of
+//! several datagrams spreads the inner packet's own headers (52 bytes of
+//! TCP/IP) over more payload, and lets the inner TCP's window grow in
+//! larger segments. The pieces of a packet leave back to back on the path
+//! the packet was given (so a packet waits for one path, never for two),
+//! each a datagram of its own with its own nonce, path sequence and
+//! tunnel sequence.
+//!
+//! Send side: a packet of `len` bytes takes [`Tunnel::seq_span`]
+//! consecutive tunnel sequence numbers when it enters (the queue, the
+//! staging area or the wire); `emit_data` sends its piece 0 in the
+//! caller's buffer and keeps the rest in `FragOut`; [`Tunnel::poll_fragment`]
+//! (and [`Tunnel::poll_queued`], which calls it first) hands out the rest.
+//! Loss recovery keeps the whole packet under its first sequence number
+//! and resends single pieces.
+//!
+//! Receive side: pieces go through the reorder buffer like any data and
+//! are reassembled as it releases them, in order
+//! ([`crate::reassembly::Reassembler`]).
+//!
+//! Invariants:
+//! * a packet that fits one datagram (`len <= body_max`) is sent exactly
+//!   as before: one data packet, one sequence number;
+//! * pieces waiting in `FragOut` are bounded by the caller draining them:
+//!   the engine calls [`Tunnel::poll_fragment`] after every send, and
+//!   [`Tunnel::poll_queued`] drains them before anything else; their
+//!   buffers are reused;
+//! * a reassembled packet is delivered before anything released after
+//!   its last piece (order is kept).
+
+use std::collections::VecDeque;
+
+use super::{Received, Transmit, Tunnel};
+use crate::reassembly::{Piece, Reassembler};
+use crate::stats::DropReason;
+use crate::wire::{self, Fragment, PacketType, FRAGMENT_HEADER_LEN, HEADER_LEN};
+use crate::{Nanos, PathId};
+
+/// The rest of one packet whose piece 0 has left.
+struct FragOut {
+    path: PathId,
+    /// Sequence number of piece 0.
+    seq: u64,
+    class: u8,
+    tos: u8,
+    count: usize,
+    /// Next piece to send.
+    next: usize,
+    /// The whole inner packet.
+    bytes: Vec<u8>,
+}
+
+/// Fragmentation state of one tunnel.
+#[derive(Default)]
+pub(super) struct FragState {
+    /// Most body bytes one datagram carries; larger inner packets are cut.
+    pub body_max: usize,
+    out: VecDeque<FragOut>,
+    /// Buffers of finished [`FragOut`]s, for reuse.
+    pool: Vec<Vec<u8>>,
+    pub reasm: Reassembler,
+    /// Reassembled packets (and whole ones behind them) not yet handed to
+    /// the TUN by [`Tunnel::deliver_ready`].
+    pub ready: VecDeque<Vec<u8>>,
+    pub tx_fragments: u64,
+    pub rx_fragments: u64,
+}
+
+impl FragState {
+    pub fn new(body_max: usize) -> Self {
+        Self {
+            body_max,
+            ..Self::default()
+        }
+    }
+
+    /// Pieces cut but not handed out yet.
+    pub fn pieces_waiting(&self) -> usize {
+        self.out.iter().map(|f| f.count - f.next).sum()
+    }
+}
+
+impl Tunnel {
+    /// How many tunnel sequence numbers an inner packet of `len` bytes
+    /// takes: one per datagram it travels in.
+    pub(super) fn seq_span(&self, len: usize) -> u64 {
+        wire::pieces(len, self.frag.body_max).unwrap_or(1) as u64
+    }
+
+    /// Most inner bytes one datagram carries; larger packets are sent as
+    /// fragments.
+    pub fn datagram_body_max(&self) -> usize {
+        self.frag.body_max
+    }
+
+    /// Fragments sent and received so far, for `mpt status`.
+    pub(super) fn fragment_status(&self) -> super::status::FragmentStatus {
+        super::status::FragmentStatus {
+            datagram_body: self.frag.body_max,
+            tx_pieces: self.frag.tx_fragments,
+            rx_pieces: self.frag.rx_fragments,
+            reassembled: self.frag.reasm.reassembled,
+        }
+    }
+
+    /// Cut the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]` (longer
+    /// than one datagram carries): piece 0 is encapsulated in `buf`, the
+    /// rest waits for [`Tunnel::poll_fragment`]. Accounting as for a data
+    /// packet is the caller's (`emit_data`).
+    #[allow(clippy::too_many_arguments)] // emit_data's, as they are
+    pub(super) fn emit_first_fragment(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        seq: u64,
+        class: u8,
+        tos: u8,
+        buf: &mut [u8],
+        len: usize,
+    ) -> Option<(usize, Option<super::SealTicket>)> {
+        let body_max = self.frag.body_max;
+        let count = wire::pieces(len, body_max)?;
+        let mut bytes = self.frag.pool.pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(&buf[HEADER_LEN..HEADER_LEN + len]);
+        let r = wire::piece_range(len, body_max, 0);
+        buf.copy_within(
+            HEADER_LEN..HEADER_LEN + r.len(),
+            HEADER_LEN + FRAGMENT_HEADER_LEN,
+        );
+        wire::write_fragment_header(&mut buf[HEADER_LEN..], 0, count);
+        self.frag.out.push_back(FragOut {
+            path,
+            seq,
+            class,
+            tos,
+            count,
+            next: 1,
+            bytes,
+        });
+        self.frag.tx_fragments += 1;
+        let body = FRAGMENT_HEADER_LEN + r.len();
+        self.emit(now, path, PacketType::Fragment, class, seq, buf, body)
+    }
+
+    /// The next piece of a packet whose first piece has left, in `buf`
+    /// (room for the header, one datagram's body and the tag), to seal like
+    /// [`Tunnel::send_unsealed`]'s. Call after every send until `None`.
+    pub fn poll_fragment(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        loop {
+            let f = self.frag.out.front_mut()?;
+            let (path, seq, class, tos, i, count) = (
+                f.path,
+                f.seq + f.next as u64,
+                f.class,
+                f.tos,
+                f.next,
+                f.count,
+            );
+            let r = wire::piece_range(f.bytes.len(), self.frag.body_max, i);
+            let body = FRAGMENT_HEADER_LEN + r.len();
+            let room = buf.get_mut(HEADER_LEN..HEADER_LEN + body);
+            let sent = match (room, self.paths[path as usize].remote) {
+                (Some(room), Some(dst)) => {
+                    wire::write_fragment_header(room, i, count);
+                    room[FRAGMENT_HEADER_LEN..].copy_from_slice(&f.bytes[r]);
+                    Some(dst)
+                }
+                _ => None,
+            };
+            f.next += 1;
+            if f.next == f.count {
+                if let Some(done) = self.frag.out.pop_front() {
+                    if self.frag.pool.len() < FRAG_POOL_BUFFERS {
+                        self.frag.pool.push(done.bytes);
+                    }
+                }
+            }
+            let Some(dst) = sent else {
+                // The path lost its peer's address meanwhile: the packet
+                // cannot complete (the receiver counts it incomplete).
+                self.drops.add(DropReason::NoPath);
+                continue;
+            };
+            let Some((total, seal)) =
+                self.emit(now, path, PacketType::Fragment, class, seq, buf, body)
+            else {
+                continue;
+            };
+            if self.paced {
+                self.senders[path as usize].on_send(total);
+            }
+            self.frag.tx_fragments += 1;
+            return Some(Transmit {
+                path,
+                local_key: self.paths[path as usize].cfg.local_key,
+                dst,
+                len: total,
+                seal,
+                tos,
+            });
+        }
+    }
+
+    /// Run `f` on the reassembler and count every packet it gave up.
+    fn reassembly<T>(&mut self, f: impl FnOnce(&mut Reassembler) -> T) -> T {
+        let before = self.frag.reasm.incomplete;
+        let t = f(&mut self.frag.reasm);
+        for _ in before..self.frag.reasm.incomplete {
+            self.drops.add(DropReason::FragmentIncomplete);
+        }
+        t
+    }
+
+    /// A buffer for a packet that waits in `frag.ready`.
+    fn ready_buffer(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.frag.pool.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    /// A data or fragment body released in order (`seq`): a whole packet
+    /// ends any reassembly under way and passes (`Ok(false)`); a piece is
+    /// taken (`Ok(true)`), and a packet it completes waits in `frag.ready`.
+    fn on_released(&mut self, seq: u64, body: &[u8]) -> Result<bool, DropReason> {
+        if !Fragment::is_fragment(body) {
+            self.reassembly(Reassembler::abandon);
+            return Ok(false);
+        }
+        self.frag.rx_fragments += 1;
+        let Ok(f) = Fragment::parse(body) else {
+            self.reassembly(Reassembler::abandon);
+            return Err(DropReason::BadFragment);
+        };
+        if self.reassembly(|r| r.push(seq, &f)) == Piece::Complete {
+            if wire::inner_ip_version(self.frag.reasm.packet()).is_none() {
+                return Err(DropReason::BadInner);
+            }
+            let mut pkt = self.frag.pool.pop().unwrap_or_default();
+            pkt.clear();
+            pkt.extend_from_slice(self.frag.reasm.packet());
+            self.frag.ready.push_back(pkt);
+        }
+        Ok(true)
+    }
+
+    /// A data body the reorder buffer lets through at once (in order, or
+    /// late after its gap was given up): a whole packet goes straight to
+    /// the TUN unless a reassembled one waits before it; a piece is
+    /// reassembled (a late piece's packet was given up already).
+    pub(super) fn deliver_now(&mut self, seq: u64, body: &[u8], late: bool) -> Received {
+        if late && Fragment::is_fragment(body) {
+            self.frag.rx_fragments += 1;
+            return self.drop_counted(DropReason::FragmentIncomplete);
+        }
+        if !late {
+            match self.on_released(seq, body) {
+                Ok(true) => return Received::Consumed,
+                Ok(false) => {}
+                Err(r) => return self.drop_counted(r),
+            }
+        }
+        if !self.frag.ready.is_empty() {
+            // Keep the order: behind the reassembled packet still waiting.
+            let b = self.ready_buffer(body);
+            self.frag.ready.push_back(b);
+            return Received::Consumed;
+        }
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += body.len() as u64;
+        Received::Deliver {
+            offset: HEADER_LEN,
+            len: body.len(),
+        }
+    }
+
+    /// Hand every packet that is ready, in order, to `write`: reassembled
+    /// ones first, then what the reorder buffer releases (pieces among it
+    /// are reassembled on the way). Returns how many were handed over.
+    pub(super) fn deliver_released(
+        &mut self,
+        write: &mut impl FnMut(&[u8]) -> Result<(), DropReason>,
+    ) -> usize {
+        let mut n = 0;
+        loop {
+            if let Some(b) = self.frag.ready.pop_front() {
+                n += 1;
+                self.hand_over(write, &b);
+                if self.frag.pool.len() < FRAG_POOL_BUFFERS {
+                    self.frag.pool.push(b);
+                }
+                continue;
+            }
+            let Some((seq, b)) = self.reorder.pop_seq() else {
+                return n;
+            };
+            match self.on_released(seq, &b) {
+                Ok(true) => {}
+                Ok(false) => {
+                    n += 1;
+                    self.hand_over(write, &b);
+                }
+                Err(r) => self.drops.add(r),
+            }
+            self.reorder.recycle(b);
+        }
+    }
+
+    fn hand_over(&mut self, write: &mut impl FnMut(&[u8]) -> Result<(), DropReason>, b: &[u8]) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += b.len() as u64;
+        if let Err(r) = write(b) {
+            self.drops.add(r);
+        }
+    }
+}
+
+/// Piece `index` of the inner packet `stored` (kept for loss recovery),
+/// written as a fragment body into `buf` after the header; its body
+/// length. `None` if the packet is not cut that far.
+pub(super) fn write_piece(
+    body_max: usize,
+    stored: &[u8],
+    index: usize,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let count = wire::pieces(stored.len(), body_max)?;
+    if index >= count || count < 2 {
+        return None;
+    }
+    let r = wire::piece_range(stored.len(), body_max, index);
+    let body = FRAGMENT_HEADER_LEN + r.len();
+    let room = buf.get_mut(HEADER_LEN..HEADER_LEN + body)?;
+    wire::write_fragment_header(room, index, count);
+    room[FRAGMENT_HEADER_LEN..].copy_from_slice(&stored[r]);
+    Some(body)
+}
+
+/// Buffers kept for reuse by the fragment state (tuning knob).
+const FRAG_POOL_BUFFERS: usize = 64;

@@ -1,0 +1,144 @@
+//! Inner packets larger than one datagram, in virtual time: cut into
+//! fragments on the sender, reassembled whole and in order on the
+//! receiver, over paths of different delays; a lost piece loses its
+//! packet only (counted), never glues two packets together, and loss
+//! recovery resends single pieces.
+
+mod common;
+
+use common::*;
+use mpt_core::tunnel::{ReleaseKind, Tunnel};
+use mpt_core::wire::{PacketType, HEADER_LEN};
+use mpt_core::Nanos;
+
+/// The tunnel MTU and what one datagram carries in these tests.
+const MTU: usize = 6000;
+const BODY: usize = 1400;
+
+fn side(s: u8, recover: bool) -> Tunnel {
+    TestConfig::new(s, 2)
+        .release(ReleaseKind::PathFrontier)
+        .recover(recover)
+        .reorder(4096, 200 * MS)
+        .with(|c| {
+            c.mtu = MTU;
+            c.datagram_body = Some(BODY);
+        })
+        .tunnel()
+}
+
+/// Packet `i`'s length: a mix of whole packets and 2 to 5 pieces.
+fn len_of(i: u64) -> usize {
+    [60, 1400, 1401, 2800, 4000, 6000][(i % 6) as usize]
+}
+
+/// Send `count` packets of [`len_of`] from side 0 every `gap`.
+fn run(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos) -> Nanos {
+    let mut now = start;
+    for idx in 0..count {
+        sim.deliver_until(now);
+        let pkt = big_inner(idx, len_of(idx));
+        let mut buf = vec![0u8; HEADER_LEN + MTU + 16];
+        buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+        if let Some(tx) = sim.t[0].send(now, &mut buf, pkt.len()) {
+            let link = sim.link(0, tx.path as usize);
+            buf.truncate(tx.len);
+            sim.emit(now, 0, link, buf, Some(idx));
+        }
+        // The other pieces leave through the queue's poll.
+        sim.pump_control(now);
+        now += gap;
+    }
+    sim.deliver_until(now + 2000 * MS);
+    now
+}
+
+fn datagrams_of(sim: &Sim, ty: PacketType) -> usize {
+    sim.captured
+        .iter()
+        .filter(|(to, _, d)| *to == 1 && d[1] == ty as u8)
+        .count()
+}
+
+#[test]
+fn large_packets_cross_as_fragments_and_arrive_whole_in_order() {
+    // A 5 ms and a 30 ms path with jitter: packets (and so their pieces)
+    // arrive out of order across paths.
+    let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
+    let mut sim = Sim::with_tunnels(paths, [side(0, false), side(1, false)], 11);
+    run(&mut sim, 0, 600, MS);
+    assert_in_order_exactly_once(&sim.delivered[1], 600, &[]);
+    assert_eq!(sim.corrupt, 0, "every packet whole, byte for byte");
+    // 1401, 2800, 4000 and 6000 bytes: 2, 3, 3 and 5 pieces of at most
+    // 1398 bytes, per six packets.
+    assert_eq!(
+        datagrams_of(&sim, PacketType::Fragment),
+        100 * (2 + 3 + 3 + 5)
+    );
+    assert_eq!(datagrams_of(&sim, PacketType::Data), 200);
+    let st = sim.t[1].status(0);
+    assert_eq!(st.fragments.reassembled, 400);
+    assert_eq!(st.fragments.datagram_body, BODY);
+    assert_eq!(sim.t[1].drops().get(DropReason::FragmentIncomplete), 0);
+    // Both paths carried traffic.
+    assert!(
+        sim.sent_on_path.iter().all(|n| *n > 0),
+        "{:?}",
+        sim.sent_on_path
+    );
+}
+
+#[test]
+fn a_lost_piece_loses_its_packet_only_and_is_counted() {
+    let lossy = links(&[(5, 0, 0.03), (20, 0, 0.0)]);
+    let mut sim = Sim::with_tunnels(lossy, [side(0, false), side(1, false)], 5);
+    run(&mut sim, 0, 600, MS);
+    let got = &sim.delivered[1];
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order, once each");
+    assert_eq!(sim.corrupt, 0, "no packet glued from two");
+    let incomplete = sim.t[1].drops().get(DropReason::FragmentIncomplete);
+    assert!(incomplete > 0, "a 3 % loss hits some pieces");
+    assert!(got.len() < 600 && got.len() > 500, "{}", got.len());
+    assert_eq!(sim.t[1].drops().get(DropReason::BadInner), 0);
+}
+
+#[test]
+fn recovery_resends_the_lost_pieces() {
+    let lossy = links(&[(5, 0, 0.0), (20, 0, 0.03)]);
+    let mut sim = Sim::with_tunnels(lossy, [side(0, true), side(1, true)], 5);
+    run(&mut sim, 0, 600, MS);
+    let got = &sim.delivered[1];
+    // A resend that comes after its gap was given up is delivered late,
+    // out of order (as a plain network would), but never twice.
+    let mut once = got.clone();
+    once.sort_unstable();
+    once.dedup();
+    assert_eq!(once.len(), got.len(), "each packet once");
+    assert_eq!(sim.corrupt, 0);
+    let rec = sim.t[1].recovery_stats().cloned().unwrap_or_default();
+    assert!(rec.recovered > 0, "{rec:?}");
+    // Pieces resent on request, as fragments.
+    let sent_again = sim.t[0].recovery_stats().map_or(0, |r| r.retransmitted);
+    assert!(sent_again > 0);
+    // Without recovery the same losses cost whole packets.
+    let lossy = links(&[(5, 0, 0.0), (20, 0, 0.03)]);
+    let mut plain = Sim::with_tunnels(lossy, [side(0, false), side(1, false)], 5);
+    run(&mut plain, 0, 600, MS);
+    let without = plain.delivered[1].len();
+    assert!(
+        got.len() >= 590 && got.len() > without + 10,
+        "{} vs {without} of 600",
+        got.len()
+    );
+}
+
+#[test]
+fn oversize_and_uncuttable_packets_are_refused_and_counted() {
+    let mut t = side(0, false);
+    // More than the MTU.
+    let mut buf = vec![0u8; HEADER_LEN + MTU + 100];
+    let pkt = big_inner(1, MTU + 1);
+    buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+    assert!(t.send(0, &mut buf, pkt.len()).is_none());
+    assert_eq!(t.drops().get(DropReason::TooBig), 1);
+}
