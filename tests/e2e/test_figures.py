@@ -5,8 +5,8 @@ sum and of N times the plain link measured in the same run. The assertions
 are loose floors that catch a broken data plane, not the targets themselves
 (those are reported in the closing note and docs/results.md).
 
-UDP uses 1432-byte datagrams (1404 bytes of payload), which fill the 1432-byte
-tunnel MTU of IPv4 paths exactly. Each such packet costs 1514 bytes on a
+UDP uses 1432-byte datagrams (1404 bytes of payload), which fill one 1432-byte
+datagram body of IPv4 paths exactly. Each such packet costs 1514 bytes on a
 shaped veth link (14 Ethernet + 20 IP + 8 UDP + 24 mpt header + 1432 + 16 AEAD
 tag), against 1446 bytes for the same datagram sent plainly; the offered rate
 is set just below what the links can carry with that overhead.

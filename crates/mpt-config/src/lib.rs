@@ -50,7 +50,7 @@ pub mod defaults {
     /// The default tunnel MTU in datagrams: an inner packet of the default
     /// MTU travels in this many fragments (tuning knob: more spreads the
     /// inner headers thinner, fewer loses less with a lost datagram).
-    pub const MTU_DATAGRAMS: u32 = 4;
+    pub const MTU_DATAGRAMS: u32 = 8;
     /// What one datagram carries with no path configured (tuning knob).
     pub const DATAGRAM_BODY_BYTES: u32 = 1400;
     pub const REORDER_WINDOW: usize = 4096;

@@ -83,9 +83,9 @@ fn examples_load() {
     assert_eq!(c.paths[2].dead_ms, 900);
     assert_eq!(c.routes.len(), 2);
     // Smallest path MTU 1500 minus the IPv6 path's 40+8+24+16 bytes, and
-    // four datagrams' worth of fragments of that by default.
+    // eight datagrams' worth of fragments of that by default.
     assert_eq!(c.tunnel.datagram_body, 1412);
-    assert_eq!(c.tunnel.mtu, 4 * (1412 - 2));
+    assert_eq!(c.tunnel.mtu, 8 * (1412 - 2));
 }
 
 #[test]
@@ -95,7 +95,7 @@ fn defaults_are_filled_in() {
     assert_eq!(p.name, "path1");
     assert_eq!((p.weight, p.keepalive_ms, p.dead_ms), (1, 100, 500));
     assert_eq!(c.tunnel.datagram_body, 1500 - 20 - 8 - 24 - 16);
-    assert_eq!(c.tunnel.mtu, 4 * (1432 - 2), "four datagrams of fragments");
+    assert_eq!(c.tunnel.mtu, 8 * (1432 - 2), "eight datagrams of fragments");
     assert!(!c.tunnel.mtu_configured);
     // An MTU that fits one datagram is never cut.
     let one = parse(&MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nmtu = 1432")).unwrap();
