@@ -69,7 +69,7 @@ def inner_packet():
 # Wire version of the daemon and its header (crates/mpt-core/src/wire/mod.rs):
 # version, type, path, class, session, counter (48 bits: high 16, low 32),
 # path seq (16), timestamp (us mod 2^32), tunnel seq (32).
-VERSION = 6
+VERSION = 7
 HEADER = "!BBBBIHIHII"
 HEADER_LEN = struct.calcsize(HEADER)
 

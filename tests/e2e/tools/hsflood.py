@@ -25,7 +25,7 @@ import time
 # version, type, path, class, session, counter (48 bits: high 16, low 32),
 # path seq (16), timestamp (us mod 2^32), tunnel seq (32): 24 bytes.
 HEADER = "!BBBBIHIHII"
-VERSION, TYPE_INIT = 6, 4  # wire version (crates/mpt-core/src/wire/mod.rs)
+VERSION, TYPE_INIT = 7, 4  # wire version (crates/mpt-core/src/wire/mod.rs)
 NOISE_LEN, MAC_LEN = 129, 16
 
 pub_b64, targets_arg, seconds, sources, prefix = sys.argv[1:6]
