@@ -16,11 +16,16 @@
 //! * every incomplete packet is counted once in [`Reassembler::incomplete`],
 //!   and so is every stray piece (one that starts no packet and continues
 //!   none);
-//! * the buffer holds at most one packet (at most [`MAX_FRAGMENTS`] pieces
-//!   of one datagram each) and is reused; no allocation after the first
-//!   packet of the largest size.
+//! * the buffer holds at most one packet, of at most
+//!   [`MAX_PACKET_BYTES`]; a finished packet is handed out by swapping
+//!   in a spare buffer from the caller ([`Reassembler::take_packet`]), so
+//!   no byte is copied twice.
 
 use crate::wire::{Fragment, MAX_FRAGMENTS};
+
+/// The longest packet reassembled: the IPv4 total length's limit (spec
+/// constant, RFC 791; longer IPv6 jumbograms never cross a tunnel).
+pub const MAX_PACKET_BYTES: usize = 65_535;
 
 /// What one piece did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +67,11 @@ impl Reassembler {
             self.buf.clear();
             self.under_way = Some((seq, f.count, 0));
         }
+        if self.buf.len() + f.piece.len() > MAX_PACKET_BYTES {
+            // No IP packet is this long: a peer's bug, never buffered.
+            self.abandon();
+            return Piece::Stray;
+        }
         self.buf.extend_from_slice(f.piece);
         let Some((base, count, next)) = self.under_way else {
             return Piece::Stray;
@@ -92,6 +102,12 @@ impl Reassembler {
     pub fn packet(&self) -> &[u8] {
         &self.buf
     }
+
+    /// Take the packet the last [`Piece::Complete`] finished, leaving
+    /// `spare` (a buffer to reuse) in its place: no copy.
+    pub fn take_packet(&mut self, spare: Vec<u8>) -> Vec<u8> {
+        std::mem::replace(&mut self.buf, spare)
+    }
 }
 
 const _: () = assert!(MAX_FRAGMENTS <= u8::MAX as usize);
@@ -115,6 +131,7 @@ mod tests {
         assert_eq!(r.push(11, &frag(1, 3, b"cd")), Piece::Held);
         assert_eq!(r.push(12, &frag(2, 3, b"e")), Piece::Complete);
         assert_eq!(r.packet(), b"abcde");
+        assert_eq!(r.take_packet(Vec::new()), b"abcde");
         assert_eq!((r.reassembled, r.incomplete), (1, 0));
         // The next packet starts fresh.
         assert_eq!(r.push(13, &frag(0, 2, b"x")), Piece::Held);
@@ -154,5 +171,10 @@ mod tests {
         r.push(5, &frag(0, 3, b"a"));
         assert_eq!(r.push(6, &frag(1, 2, b"b")), Piece::Stray);
         assert_eq!(r.incomplete, 4);
+        // Pieces adding up to more than any IP packet are never buffered.
+        let big = vec![0u8; 40_000];
+        assert_eq!(r.push(10, &frag(0, 2, &big)), Piece::Held);
+        assert_eq!(r.push(11, &frag(1, 2, &big)), Piece::Stray);
+        assert!(!r.is_under_way());
     }
 }

@@ -49,8 +49,11 @@ struct FragOut {
     count: usize,
     /// Next piece to send.
     next: usize,
-    /// The whole inner packet.
+    /// The inner packet's length.
+    len: usize,
+    /// Its bytes after piece 0 (from `skip` on).
     bytes: Vec<u8>,
+    skip: usize,
 }
 
 /// Fragmentation state of one tunnel.
@@ -123,15 +126,23 @@ impl Tunnel {
     ) -> Option<(usize, Option<super::SealTicket>)> {
         let body_max = self.frag.body_max;
         let count = wire::pieces(len, body_max)?;
+        let r = wire::piece_range(len, body_max, 0);
+        // Keep what follows piece 0: the shift below and the tag overwrite
+        // its start in `buf`.
         let mut bytes = self.frag.pool.pop().unwrap_or_default();
         bytes.clear();
-        bytes.extend_from_slice(&buf[HEADER_LEN..HEADER_LEN + len]);
-        let r = wire::piece_range(len, body_max, 0);
+        bytes.extend_from_slice(&buf[HEADER_LEN + r.end..HEADER_LEN + len]);
         buf.copy_within(
             HEADER_LEN..HEADER_LEN + r.len(),
             HEADER_LEN + FRAGMENT_HEADER_LEN,
         );
         wire::write_fragment_header(&mut buf[HEADER_LEN..], 0, count);
+        let body = FRAGMENT_HEADER_LEN + r.len();
+        let Some(sent) = self.emit(now, path, PacketType::Fragment, class, seq, buf, body) else {
+            // Not sent (counted by `emit`): nor are the other pieces.
+            self.frag.pool.push(bytes);
+            return None;
+        };
         self.frag.out.push_back(FragOut {
             path,
             seq,
@@ -139,11 +150,23 @@ impl Tunnel {
             tos,
             count,
             next: 1,
+            len,
             bytes,
+            skip: r.end,
         });
         self.frag.tx_fragments += 1;
-        let body = FRAGMENT_HEADER_LEN + r.len();
-        self.emit(now, path, PacketType::Fragment, class, seq, buf, body)
+        Some(sent)
+    }
+
+    /// The lowest tunnel sequence number of a piece still to leave on
+    /// `path`, if any.
+    pub(super) fn fragment_frontier(&self, path: PathId) -> Option<u64> {
+        self.frag
+            .out
+            .iter()
+            .filter(|f| f.path == path)
+            .map(|f| f.seq + f.next as u64)
+            .min()
     }
 
     /// The next piece of a packet whose first piece has left, in `buf`
@@ -160,7 +183,8 @@ impl Tunnel {
                 f.next,
                 f.count,
             );
-            let r = wire::piece_range(f.bytes.len(), self.frag.body_max, i);
+            let r = wire::piece_range(f.len, self.frag.body_max, i);
+            let r = r.start - f.skip..r.end - f.skip;
             let body = FRAGMENT_HEADER_LEN + r.len();
             let room = buf.get_mut(HEADER_LEN..HEADER_LEN + body);
             let sent = match (room, self.paths[path as usize].remote) {
@@ -240,9 +264,8 @@ impl Tunnel {
             if wire::inner_ip_version(self.frag.reasm.packet()).is_none() {
                 return Err(DropReason::BadInner);
             }
-            let mut pkt = self.frag.pool.pop().unwrap_or_default();
-            pkt.clear();
-            pkt.extend_from_slice(self.frag.reasm.packet());
+            let spare = self.frag.pool.pop().unwrap_or_default();
+            let pkt = self.frag.reasm.take_packet(spare);
             self.frag.ready.push_back(pkt);
         }
         Ok(true)

@@ -332,9 +332,11 @@ impl Tunnel {
     }
 
     /// The lowest tunnel sequence that may still leave on `path`: its
-    /// oldest waiting packet's, or the next one given out.
+    /// oldest waiting packet's or piece's, or the next one given out.
     pub(super) fn frontier(&self, path: PathId) -> u64 {
-        self.queue.oldest_seq(path).unwrap_or(self.next_tunnel_seq)
+        let queued = self.queue.oldest_seq(path).unwrap_or(self.next_tunnel_seq);
+        self.fragment_frontier(path)
+            .map_or(queued, |f| f.min(queued))
     }
 
     /// Packets waiting in the send queue (and pieces of a packet whose
