@@ -19,7 +19,9 @@
 //!
 //! Receive side: pieces go through the reorder buffer like any data and
 //! are reassembled as it releases them, in order
-//! ([`crate::reassembly::Reassembler`]).
+//! ([`crate::reassembly::Reassembler`]); a packet a given-up gap
+//! interrupted waits, parked, for its late pieces and is delivered late
+//! once whole, as the reorder buffer delivers a whole late packet.
 //!
 //! Invariants:
 //! * a packet that fits one datagram (`len <= body_max`) is sent exactly
@@ -106,6 +108,8 @@ impl Tunnel {
             tx_pieces: self.frag.tx_fragments,
             rx_pieces: self.frag.rx_fragments,
             reassembled: self.frag.reasm.reassembled,
+            reassembled_late: self.frag.reasm.reassembled_late,
+            parked_now: self.frag.reasm.parked(),
         }
     }
 
@@ -252,33 +256,57 @@ impl Tunnel {
     /// taken (`Ok(true)`), and a packet it completes waits in `frag.ready`.
     fn on_released(&mut self, seq: u64, body: &[u8]) -> Result<bool, DropReason> {
         if !Fragment::is_fragment(body) {
-            self.reassembly(Reassembler::abandon);
+            self.reassembly(Reassembler::interrupt);
             return Ok(false);
         }
         self.frag.rx_fragments += 1;
         let Ok(f) = Fragment::parse(body) else {
-            self.reassembly(Reassembler::abandon);
+            self.reassembly(Reassembler::interrupt);
             return Err(DropReason::BadFragment);
         };
-        if self.reassembly(|r| r.push(seq, &f)) == Piece::Complete {
-            if wire::inner_ip_version(self.frag.reasm.packet()).is_none() {
-                return Err(DropReason::BadInner);
+        let complete = self.reassembly(|r| r.push(seq, &f)) == Piece::Complete;
+        let mut bad = false;
+        if complete {
+            if wire::inner_ip_version(self.frag.reasm.packet()).is_some() {
+                let spare = self.frag.pool.pop().unwrap_or_default();
+                let pkt = self.frag.reasm.take_packet(spare);
+                self.frag.ready.push_back(pkt);
+            } else {
+                bad = true;
             }
-            let spare = self.frag.pool.pop().unwrap_or_default();
-            let pkt = self.frag.reasm.take_packet(spare);
-            self.frag.ready.push_back(pkt);
+        }
+        self.take_late_packets();
+        if bad {
+            return Err(DropReason::BadInner);
         }
         Ok(true)
+    }
+
+    /// Packets that late pieces completed: handed out next (late, out of
+    /// order, as the reorder buffer delivers a whole late packet).
+    fn take_late_packets(&mut self) {
+        while let Some(pkt) = self.frag.reasm.take_late() {
+            if wire::inner_ip_version(&pkt).is_some() {
+                self.frag.ready.push_back(pkt);
+            } else {
+                self.drops.add(DropReason::BadInner);
+            }
+        }
     }
 
     /// A data body the reorder buffer lets through at once (in order, or
     /// late after its gap was given up): a whole packet goes straight to
     /// the TUN unless a reassembled one waits before it; a piece is
-    /// reassembled (a late piece's packet was given up already).
+    /// reassembled (a late piece joins its parked packet).
     pub(super) fn deliver_now(&mut self, seq: u64, body: &[u8], late: bool) -> Received {
         if late && Fragment::is_fragment(body) {
             self.frag.rx_fragments += 1;
-            return self.drop_counted(DropReason::FragmentIncomplete);
+            let Ok(f) = Fragment::parse(body) else {
+                return self.drop_counted(DropReason::BadFragment);
+            };
+            self.reassembly(|r| r.push_late(seq, &f));
+            self.take_late_packets();
+            return Received::Consumed;
         }
         if !late {
             match self.on_released(seq, body) {

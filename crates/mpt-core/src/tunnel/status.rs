@@ -65,14 +65,17 @@ pub struct TunnelStatus {
 }
 
 /// Fragmentation: what one datagram carries, pieces sent and received,
-/// packets reassembled (those that lost a piece are in the drops, as
-/// `fragment_incomplete`).
+/// packets reassembled (in order, and late: completed by a piece that came
+/// after its gap was given up), packets parked for late pieces now (those
+/// given up are in the drops, as `fragment_incomplete`).
 #[derive(Debug, Clone, Serialize)]
 pub struct FragmentStatus {
     pub datagram_body: usize,
     pub tx_pieces: u64,
     pub rx_pieces: u64,
     pub reassembled: u64,
+    pub reassembled_late: u64,
+    pub parked_now: usize,
 }
 
 /// One of the peer's paths, by its id and name.

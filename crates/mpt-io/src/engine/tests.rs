@@ -34,11 +34,26 @@ struct Net {
 impl Net {
     /// Server (side 0) and client (side 1) with `paths` paths each.
     fn new(paths: usize, secure: bool, offload: bool) -> Self {
+        Self::with_mtu(paths, secure, offload, 1500, None)
+    }
+
+    /// Like [`Net::new`], with a tunnel MTU and what one datagram carries
+    /// (`None`: the MTU, nothing is cut).
+    fn with_mtu(
+        paths: usize,
+        secure: bool,
+        offload: bool,
+        mtu: usize,
+        datagram_body: Option<usize>,
+    ) -> Self {
         let net = MemNet::default();
         let clock = VirtualClock::default();
         let sides = (0..2u8)
             .map(|s| {
-                let mut cfg = TestConfig::new(s, paths).with(|c| c.mtu = 1500);
+                let mut cfg = TestConfig::new(s, paths).with(|c| {
+                    c.mtu = mtu;
+                    c.datagram_body = datagram_body;
+                });
                 if secure {
                     cfg = cfg.secure();
                 }
@@ -165,6 +180,35 @@ fn two_daemons_handshake_and_carry_packets_both_ways_in_virtual_time() {
         .log
         .iter()
         .all(|w| !w.bytes.windows(20).any(|x| x == marker)));
+    for s in &n.sides {
+        assert_eq!(s.engine.tunnel().drops().total(), 0);
+    }
+}
+
+#[test]
+fn packets_larger_than_a_datagram_leave_as_fragments_and_come_back_whole() {
+    let mut n = Net::with_mtu(2, true, false, 6000, Some(1400));
+    n.established();
+    // 200 packets of 60 to 6000 bytes: whole ones and 2 to 5 pieces, more
+    // than the transmit slots hold in one batch.
+    let pkts: Vec<_> = (0..200)
+        .map(|i| inner(i, [60, 1400, 1401, 2800, 6000][i as usize % 5]))
+        .collect();
+    n.sides[1]
+        .tun
+        .borrow_mut()
+        .inbound
+        .extend(pkts.iter().cloned());
+    n.run_until(n.clock.now() + 200 * MS);
+    assert_eq!(n.sides[0].tun.borrow().written, pkts, "whole and in order");
+    let st = n.sides[0].engine.tunnel().status(n.clock.now());
+    assert_eq!(st.fragments.reassembled, 120);
+    assert_eq!(st.fragments.rx_pieces, 40 * (2 + 3 + 5));
+    let net = n.net.0.borrow();
+    assert!(
+        net.log.iter().all(|w| w.bytes.len() <= 24 + 1400 + 16),
+        "no datagram over its room"
+    );
     for s in &n.sides {
         assert_eq!(s.engine.tunnel().drops().total(), 0);
     }
