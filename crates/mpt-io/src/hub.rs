@@ -206,6 +206,33 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 }
             }
         }
+        self.send_fragments(peer, now);
+    }
+
+    /// The other pieces of a packet cut into fragments, right behind its
+    /// first (each path carries tunnel sequence numbers in order).
+    fn send_fragments(&mut self, peer: PeerId, now: Nanos) {
+        let Hub {
+            conc,
+            paths,
+            scratch,
+            io,
+            ..
+        } = self;
+        let Some(t) = conc.tunnel_mut(peer) else {
+            return;
+        };
+        while let Some(tx) = t.poll_fragment(now, scratch) {
+            if !t.sealer().seal(tx.seal, &mut scratch[..tx.len]) {
+                t.count_drop(DropReason::NoSession);
+                continue;
+            }
+            io.udp_send_calls += 1;
+            match paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
+                Ok(()) => io.udp_datagrams_sent += 1,
+                Err(e) => t.on_send_error(tx.path, is_hard(&e), now),
+            }
+        }
     }
 
     /// Write a delivered inner packet to the TUN (a failure is a drop).

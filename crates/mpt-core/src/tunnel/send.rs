@@ -23,6 +23,10 @@
 //!   scheduler picks then; with no path up it waits, within its bound;
 //! * with an unpaced scheduler nothing waits once a session is up: the
 //!   behaviour is the static-share tunnel's;
+//! * a path carries tunnel sequence numbers in order: the pieces of a
+//!   packet cut into fragments leave before any later packet on its path
+//!   (callers drain [`Tunnel::poll_fragment`] after every send, and a
+//!   paced send queues behind pieces still waiting);
 //! * before the first session, the latest [`STAGED_MAX_PACKETS`] packets
 //!   wait for it (as wireguard-go stages them; older ones are dropped as
 //!   `no_session`) and then enter the send queue in the order they came.
@@ -130,9 +134,12 @@ impl Tunnel {
         }
         let seq = self.next_tunnel_seq;
         if self.paced {
+            // Pieces of an earlier packet still to leave on this path go
+            // first (a path carries tunnel sequence numbers in order).
+            let pieces_first = self.fragment_frontier(path).is_some();
             let s = &mut self.senders[p];
             s.refill(now);
-            if self.queue.len(path) > 0 || !s.has_budget() {
+            if self.queue.len(path) > 0 || !s.has_budget() || pieces_first {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
                 if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {

@@ -200,7 +200,12 @@ fn packets_larger_than_a_datagram_leave_as_fragments_and_come_back_whole() {
         .inbound
         .extend(pkts.iter().cloned());
     n.run_until(n.clock.now() + 200 * MS);
-    assert_eq!(n.sides[0].tun.borrow().written, pkts, "whole and in order");
+    let got = n.sides[0].tun.borrow().written.clone();
+    let idx = |p: &Vec<u8>| (u32::from_be_bytes(p[28..32].try_into().unwrap()), p.len());
+    let got_idx: Vec<_> = got.iter().map(idx).collect();
+    let want_idx: Vec<_> = pkts.iter().map(idx).collect();
+    assert_eq!(got_idx, want_idx, "every packet, in order");
+    assert!(got == pkts, "byte for byte");
     let st = n.sides[0].engine.tunnel().status(n.clock.now());
     assert_eq!(st.fragments.reassembled, 120);
     assert_eq!(st.fragments.rx_pieces, 40 * (2 + 3 + 5));

@@ -16,6 +16,9 @@
 //! ([`Engine::release_queued`], each turn and at the core's deadline).
 //!
 //! Invariants:
+//! * the pieces of a packet cut into fragments leave right behind its
+//!   first piece, before any later packet
+//!   ([`mpt_core::tunnel::Tunnel::poll_fragment`] after every send);
 //! * nothing leaves unsealed when security is on: a slot whose seal fails
 //!   is dropped and counted (`no_session`);
 //! * a session change between a packet's encapsulation and its seal does
@@ -199,10 +202,27 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
 
     /// One batch read straight into the free transmit slots.
     fn pump_tun_plain(&mut self) -> bool {
+        if self.tunnel.datagram_body_max() >= self.tunnel.mtu() {
+            return self.read_into_slots(BATCH_PACKETS);
+        }
+        // A packet may leave in pieces, which go out before any later
+        // packet (each path carries tunnel sequence numbers in order):
+        // one packet per read, its pieces behind it.
+        for _ in 0..BATCH_PACKETS {
+            if !self.read_into_slots(1) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Up to `max` packets read straight into the free transmit slots and
+    /// encapsulated there; whether the TUN may have more.
+    fn read_into_slots(&mut self, max: usize) -> bool {
         if self.tx.free() == 0 {
             self.flush_tx();
         }
-        let want = self.tx.free().min(BATCH_PACKETS);
+        let want = self.tx.free().min(max);
         let stride = self.tx.slot_bytes();
         let slots = Slots {
             buf: self.tx.free_slots_mut(),
@@ -226,8 +246,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 None => self.tx.skip(),
             }
         }
-        // The rest of packets cut into fragments, behind the batch (the
-        // batch's packets fill the slots up to here).
+        // The rest of a packet cut into fragments (with `max` = 1, right
+        // behind it).
         self.drain_fragments(now);
         n == want
     }
