@@ -223,14 +223,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             return;
         };
         while let Some(tx) = t.poll_fragment(now, scratch) {
-            if !t.sealer().seal(tx.seal, &mut scratch[..tx.len]) {
-                t.count_drop(DropReason::NoSession);
-                continue;
-            }
-            io.udp_send_calls += 1;
-            match paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
-                Ok(()) => io.udp_datagrams_sent += 1,
-                Err(e) => t.on_send_error(tx.path, is_hard(&e), now),
+            if let Some(e) = seal_and_send(t, paths, io, scratch, &tx) {
+                t.on_send_error(tx.path, is_hard(&e), now);
             }
         }
     }
@@ -375,14 +369,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 }
             }
             while let Some(tx) = t.poll_queued(now, scratch) {
-                if !t.sealer().seal(tx.seal, &mut scratch[..tx.len]) {
-                    t.count_drop(DropReason::NoSession);
-                    continue;
-                }
-                io.udp_send_calls += 1;
-                match paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
-                    Ok(()) => io.udp_datagrams_sent += 1,
-                    Err(e) => failed.push((tx.path, is_hard(&e))),
+                if let Some(e) = seal_and_send(t, paths, io, scratch, &tx) {
+                    failed.push((tx.path, is_hard(&e)));
                 }
             }
             for (path, hard) in failed {
@@ -408,5 +396,28 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             })
         });
         conc.rearm(id);
+    }
+}
+
+/// Seal the datagram `tx` describes in `scratch` and send it (a failed
+/// seal is counted as `no_session`); the send's error, if any.
+fn seal_and_send<P: PathIo>(
+    t: &mut mpt_core::tunnel::Tunnel,
+    paths: &mut P,
+    io: &mut IoStats,
+    scratch: &mut [u8],
+    tx: &mpt_core::tunnel::Transmit,
+) -> Option<io::Error> {
+    if !t.sealer().seal(tx.seal, &mut scratch[..tx.len]) {
+        t.count_drop(DropReason::NoSession);
+        return None;
+    }
+    io.udp_send_calls += 1;
+    match paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
+        Ok(()) => {
+            io.udp_datagrams_sent += 1;
+            None
+        }
+        Err(e) => Some(e),
     }
 }

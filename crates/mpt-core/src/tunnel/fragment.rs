@@ -222,14 +222,7 @@ impl Tunnel {
                 self.senders[path as usize].on_send(total);
             }
             self.frag.tx_fragments += 1;
-            return Some(Transmit {
-                path,
-                local_key: self.paths[path as usize].cfg.local_key,
-                dst,
-                len: total,
-                seal,
-                tos,
-            });
+            return Some(self.data_transmit(path, dst, total, seal, tos));
         }
     }
 

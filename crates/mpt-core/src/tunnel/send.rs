@@ -194,14 +194,26 @@ impl Tunnel {
         self.paths[path as usize].tail_since = Some(now);
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
-        Some(Transmit {
+        Some(self.data_transmit(path, dst, total, seal, tos))
+    }
+
+    /// A data datagram of `len` bytes leaving on `path` for `dst`.
+    pub(super) fn data_transmit(
+        &self,
+        path: PathId,
+        dst: std::net::SocketAddr,
+        len: usize,
+        seal: Option<super::SealTicket>,
+        tos: u8,
+    ) -> Transmit {
+        Transmit {
             path,
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
-            len: total,
+            len,
             seal,
             tos,
-        })
+        }
     }
 
     /// The next waiting packet whose path has budget now, encapsulated in
