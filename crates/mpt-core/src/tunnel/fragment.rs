@@ -51,9 +51,7 @@ struct FragOut {
     count: usize,
     /// Next piece to send.
     next: usize,
-    /// The inner packet's length.
-    len: usize,
-    /// Its bytes after piece 0 (from `skip` on).
+    /// The inner packet's bytes after piece 0 (from `skip` on).
     bytes: Vec<u8>,
     skip: usize,
 }
@@ -154,7 +152,6 @@ impl Tunnel {
             tos,
             count,
             next: 1,
-            len,
             bytes,
             skip: r.end,
         });
@@ -187,7 +184,7 @@ impl Tunnel {
                 f.next,
                 f.count,
             );
-            let r = wire::piece_range(f.len, self.frag.body_max, i);
+            let r = wire::piece_range(f.skip + f.bytes.len(), self.frag.body_max, i);
             let r = r.start - f.skip..r.end - f.skip;
             let body = FRAGMENT_HEADER_LEN + r.len();
             let room = buf.get_mut(HEADER_LEN..HEADER_LEN + body);
