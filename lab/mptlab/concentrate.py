@@ -42,6 +42,9 @@ class Settings:
     seconds: float = 10.0
     idle_peers: int = 1000
     systems: list[str] = field(default_factory=lambda: ["mpt", "mptcp"])
+    # One-way delay of each link between the server and its clients, ms
+    # (empty: none): the clients' paths differ as Wi-Fi and LTE do.
+    delay_ms: list[float] = field(default_factory=list)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Settings:
@@ -50,7 +53,10 @@ class Settings:
             if not hasattr(s, k):
                 raise ValueError(f"[concentrator]: unknown key '{k}'")
             cur = getattr(s, k)
-            if isinstance(cur, list):
+            if k == "delay_ms":
+                items = v if isinstance(v, list) else [v]
+                s.delay_ms = [float(x) for x in items]
+            elif isinstance(cur, list):
                 items = v if isinstance(v, list) else [v]
                 setattr(s, k, [str(x) for x in items])
             else:
@@ -59,6 +65,8 @@ class Settings:
             raise ValueError("[concentrator]: 1-500 clients, 1-4 links, seconds > 0")
         if not set(s.systems) <= {"mpt", "mpt-1w", "mptcp"}:
             raise ValueError("[concentrator]: systems are mpt, mpt-1w and mptcp")
+        if s.delay_ms and (len(s.delay_ms) != s.links or min(s.delay_ms) < 0):
+            raise ValueError("[concentrator]: delay_ms: one delay (>= 0 ms) per link")
         if s.rate_mbit < 0:
             raise ValueError("[concentrator]: rate_mbit >= 0 (0: links not shaped)")
         return s
@@ -132,7 +140,7 @@ def _mpt(
     """`mpt`: the concentrator as configured by default (a thread per
     core, each a shard of the peers); `mpt-1w`: with `workers = 1`."""
     workers = 1 if system == "mpt-1w" else None
-    with Star(s.clients, s.links, rate_mbit=_rate(s)) as star:
+    with Star(s.clients, s.links, rate_mbit=_rate(s), delays_ms=s.delay_ms) as star:
         t0 = time.monotonic()
         server, clients = start(star, outdir / system, server_workers=workers)
         assert server.proc is not None
@@ -170,7 +178,7 @@ def _mpt(
 
 
 def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
-    with Star(s.clients, s.links, rate_mbit=_rate(s)) as star:
+    with Star(s.clients, s.links, rate_mbit=_rate(s), delays_ms=s.delay_ms) as star:
         extra = str(s.links - 1)
         for ns in star.namespaces():
             run(["sysctl", "-qw", "net.mptcp.enabled=1"], ns=ns)
@@ -180,7 +188,10 @@ def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
             )
         for link in range(1, s.links):
             run(
-                ["ip", "mptcp", "endpoint", "add", server_link(link), "dev", f"br{link}", "signal"],
+                [
+                    *["ip", "mptcp", "endpoint", "add", server_link(link)],
+                    *["dev", star.server_dev(link), "signal"],
+                ],
                 ns=star.s,
             )
         mbps = _flows(star, server_link(0), s.seconds, ["mptcpize", "run"])

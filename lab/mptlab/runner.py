@@ -473,7 +473,9 @@ class Runner:
         sc = self.sc
         combo, tv, pv, n = base.ip, base.tunnel_v, base.path_v, base.links
         if system == "mpt":
-            cm = systems.mpt(topo, tv, pv, rates, work / f"{combo}-{n}", sc.mpt_extra)
+            cm = systems.mpt(
+                topo, tv, pv, rates, work / f"{combo}-{n}", sc.mpt_extra, learns=sc.server_learns
+            )
             self._run_system(topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic)
         elif system in MPT_VARIANTS:
             variant_kw = MPT_VARIANTS[system]
@@ -489,6 +491,7 @@ class Runner:
             if callable(variant_kw.get("transform")):
                 own = variant_kw["transform"](own)
             extra = "\n".join(x for x in (own, more) if x)
+            kw.setdefault("learns", sc.server_learns)
             cm = systems.mpt(topo, tv, pv, rates, work / f"{combo}-{n}-{system}", extra, **kw)
             self._run_system(topo, cm, Point(**{**asdict(base), "system": system}), sc.traffic)
         elif system == "mptcp" and tv == pv:

@@ -42,6 +42,11 @@ A scenario file::
     udp_payload = 1392        # bytes per UDP datagram payload
     flood_factor = 5.0        # qos-mix: the UDP flood's rate, times the links' sum
 
+    [mpt]                     # optional
+    extra = "..."             # configuration text added to both daemons' files
+    server_learns = true      # side A's paths have no `remote`: the server learns
+                              # its client's addresses (as a concentrator does)
+
     [[event]]                 # optional, during TCP transfers and VoIP streams
     at_s = 3
     action = "cut"            # or "restore", or "shape" with any of:
@@ -181,6 +186,9 @@ class Scenario:
     hook_mtu: int | None = None  # the hook tunnel's MTU, if its up script does not print it
     hook_processes: list[str] = field(default_factory=list)  # its processes' names
     mpt_extra: str = ""
+    # [mpt] server_learns: side A's paths have no `remote`, so the server
+    # learns its client's addresses (as a concentrator always does).
+    server_learns: bool = False
     source: str = ""
     # The `measure` scenario's settings (lab/mptlab/measure.py): present,
     # the run checks the instruments' accuracy instead of comparing systems.
@@ -311,6 +319,11 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     ):
         raise ScenarioError(f"{source}: hook.mtu must be an integer within 576..65535")
     hook_processes = [str(x) for x in _list(f"{source}: hook.processes", hook.get("processes", []))]
+    mpt_sec = data.get("mpt", {})
+    _check_keys(f"{source}: [mpt]", mpt_sec, {"extra", "server_learns"})
+    learns = mpt_sec.get("server_learns", False)
+    if not isinstance(learns, bool):
+        raise ScenarioError(f"{source}: mpt.server_learns must be true or false")
     sc = Scenario(
         name=str(data.get("name", Path(source).stem)),
         description=str(data.get("description", "")),
@@ -332,7 +345,8 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         hook_down=hook.get("down"),
         hook_mtu=hook_mtu,
         hook_processes=hook_processes,
-        mpt_extra=str(data.get("mpt", {}).get("extra", "")),
+        mpt_extra=str(mpt_sec.get("extra", "")),
+        server_learns=learns,
         source=source,
         measure=data.get("measure"),
         concentrator=data.get("concentrator"),

@@ -7,7 +7,11 @@ namespaces, each client joined to S by `links` links.
               e1 --+     concentrator
     ...              (link l of client i: 172.(16+l).(i//250).(i%250+2)/16)
 
-Each client link may be shaped with tbf (both directions). The server's
+Each client link may be shaped with tbf (both directions), and each link
+may have a one-way delay of its own (`delays_ms`): the bridges then move to
+a switch namespace and an `mpt-netem` in a namespace of its own delays
+every frame between server 0 and each bridge, both ways (so a client's
+paths differ in delay as Wi-Fi and LTE do). The server's
 mpt is a concentrator with one [[peer]] per client; each client runs an
 ordinary client configuration. Tunnel addresses: the server 10.201.0.1/16,
 client i 10.201.(1 + i//250).(i%250 + 2)/16 (its allowed IP, /32).
@@ -19,14 +23,16 @@ are stopped by PID.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from .daemon import Peer
-from .netns import _counter, _live, teardown
-from .util import mpt_binary, run
+from .netns import _counter, _live, _no_offloads, _veth, teardown
+from .util import mpt_binary, netem_binary, run
 
 SERVER_TUNNEL = "10.201.0.1"
 PORT = 6100
@@ -49,18 +55,31 @@ class Star:
     """See the module documentation. Sides are "s" and client indices."""
 
     def __init__(
-        self, clients: int, links: int = 2, rate_mbit: float | None = None, servers: int = 1
+        self,
+        clients: int,
+        links: int = 2,
+        rate_mbit: float | None = None,
+        servers: int = 1,
+        delays_ms: list[float] | None = None,
     ):
         """With `servers` = 2, the bridges move to a switch namespace and a
         second server namespace ("s1", link addresses 172.(16+l).255.251)
-        joins them: two concentrators for the same clients."""
+        joins them: two concentrators for the same clients. `delays_ms`:
+        one-way delay of each link between server 0 and its bridge."""
         if not 1 <= clients <= 2000 or not 1 <= links <= 8 or servers not in (1, 2):
             raise ValueError("1 to 2000 clients, 1 to 8 links, 1 or 2 servers")
+        delays = list(delays_ms or [])
+        if delays and (len(delays) != links or any(not 0 <= d <= 10_000 for d in delays)):
+            raise ValueError(f"delays_ms: one delay per link ({links}), each 0..10000 ms")
+        self.delays = delays if any(delays) else []
         uid = f"{os.getpid()}x{next(_counter)}"
         self.s = f"mps{uid}s"
         self.servers = [self.s] + ([f"mps{uid}t"] if servers == 2 else [])
         # Where the bridges are: the server, or a switch between servers.
-        self.w = self.s if servers == 1 else f"mps{uid}w"
+        split = servers == 2 or bool(self.delays)
+        self.w = f"mps{uid}w" if split else self.s
+        # The emulator's namespace (delays only).
+        self.d = f"mps{uid}d" if self.delays else None
         self.c = [f"mps{uid}c{i}" for i in range(clients)]
         self.second: Peer | None = None
         self.links = links
@@ -87,12 +106,17 @@ class Star:
                 continue
             for k, sv in enumerate(self.servers):
                 a, b = f"u{link}", f"s{k}l{link}"
-                run(
-                    [
-                        *["ip", "link", "add", a, "netns", sv, "type", "veth"],
-                        *["peer", "name", b, "netns", self.w],
-                    ]
-                )
+                if k == 0 and self.d is not None:
+                    # server 0 -- d{link}a [mpt-netem] d{link}b -- bridge
+                    da, db = f"d{link}a", f"d{link}b"
+                    _veth(a, sv, da, self.d)
+                    _veth(db, self.d, b, self.w)
+                    for ns, dev in ((sv, a), (self.d, da), (self.d, db), (self.w, b)):
+                        _no_offloads(ns, dev)
+                    for dev in (da, db):
+                        run(["ip", "link", "set", dev, "up"], ns=self.d)
+                else:
+                    _veth(a, sv, b, self.w)
                 run(["ip", "link", "set", b, "master", br, "up"], ns=self.w)
                 run(["ip", "addr", "add", f"{server_link(link, k)}/16", "dev", a], ns=sv)
                 run(["ip", "link", "set", a, "up"], ns=sv)
@@ -115,6 +139,38 @@ class Star:
                     run(["tc", "qdisc", "replace", "dev", a, "root", *tbf], ns=ns)
                     run(["tc", "qdisc", "replace", "dev", b, "root", *tbf], ns=self.w)
 
+        if self.d is not None:
+            self._start_emulator()
+
+    def _start_emulator(self) -> None:
+        """mpt-netem between server 0 and the bridges, one delay per link."""
+        assert self.d is not None
+        links = [
+            {"a": f"d{i}a", "b": f"d{i}b", "a_to_b": {"delay_ms": d}, "b_to_a": {"delay_ms": d}}
+            for i, d in enumerate(self.delays)
+        ]
+        cfg = Path(tempfile.gettempdir()) / f"{self.d}-netem.json"
+        cfg.write_text(json.dumps({"links": links}))
+        p = self.spawn_in(self.d, [str(netem_binary()), str(cfg)])
+        assert p.stdout is not None
+        line = p.stdout.readline().strip()
+        if line != "ready":
+            raise RuntimeError(f"mpt-netem did not start: {line}")
+
+    def server_dev(self, link: int) -> str:
+        """Server 0's interface on link `link`."""
+        return f"br{link}" if self.w == self.s else f"u{link}"
+
+    def spawn_in(self, ns: str, args: list[str]) -> subprocess.Popen[Any]:
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.procs.append(p)
+        return p
+
     def ns(self, side: str | int) -> str:
         if side == "s":
             return self.s
@@ -128,7 +184,8 @@ class Star:
         return p
 
     def namespaces(self) -> list[str]:
-        return list(dict.fromkeys([*self.servers, self.w, *self.c]))
+        extra = [self.d] if self.d else []
+        return list(dict.fromkeys([*self.servers, self.w, *extra, *self.c]))
 
     def close(self) -> None:
         if self._closed:

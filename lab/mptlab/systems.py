@@ -76,8 +76,11 @@ def mpt(
     parallel: str | None = None,
     binary: Path | None = None,
     weights: bool = False,
+    learns: bool = False,
 ) -> Iterator[Target]:
     """mpt over every link; `security` "keys" (encrypted) or "insecure";
+    `learns`: the server (side A) has no `remote` and learns its client's
+    addresses;
     `workers` threads per daemon (None: one per core). Path weights stay at
     their default unless `weights` (set from the emulated rates, which a
     user does not know: the `mpt-wrr` system)."""
@@ -91,6 +94,7 @@ def mpt(
         workers=workers,
         parallel=parallel,
         binary=binary,
+        server_learns=learns,
     )
     a, b = start_pair(topo, opts, workdir)
     try:

@@ -83,6 +83,10 @@ pub struct PathState {
     report_sent: u64,
     /// A new address of the peer waiting for validation (server).
     pub challenge: Option<Challenge>,
+    /// The newest authentic packet accepted on this path, as (session
+    /// index, counter): what a learning path's next address must be newer
+    /// than (`tunnel/address.rs`).
+    pub newest_rx: Option<(u32, u64)>,
     /// Token of a path challenge to return (client).
     pub response_due: Option<[u8; crate::wire::PATH_TOKEN_LEN]>,
     pub next_probe_at: Nanos,
@@ -144,6 +148,7 @@ impl PathState {
             report_at: None,
             report_sent: 0,
             challenge: None,
+            newest_rx: None,
             response_due: None,
             next_probe_at: now,
             probe_due: true,

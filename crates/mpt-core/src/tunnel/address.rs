@@ -7,10 +7,22 @@
 //!   packet from elsewhere is dropped as `unknown_source` before any
 //!   cryptography);
 //! * a learning path takes an address only from a packet that
-//!   authenticated and is newer than every packet accepted so far in its
-//!   session (or a fresh handshake initiation). A replayed packet, even one
-//!   the server never received, or a copy relayed faster than the
-//!   original, cannot be newer than what the real peer sends next;
+//!   authenticated (so passed the replay window: a packet is accepted at
+//!   most once) and is newer than every packet accepted so far **on that
+//!   path** (its counter above the path's newest in the same session, or
+//!   the first of the current session), or from a fresh handshake
+//!   initiation. The order is per path, not per session, because a
+//!   slower path's packets are rarely the newest of the session: with a
+//!   session-wide order a path 20 ms slower than the others was learned
+//!   after seconds, or never. So the first authentic packet on a path
+//!   teaches its address: within one probe interval plus the path's
+//!   one-way delay of the session, whichever path carried the handshake;
+//! * a replayed packet (one the server accepted) fails the replay window.
+//!   A packet the server never received, or a copy relayed faster than
+//!   the original, can teach an attacker's address at most until the real
+//!   peer's next packet on that path, which is newer: for a first address
+//!   the real peer's next packet then starts a validation of its own
+//!   address, and a change is validated anyway;
 //! * the first address of a path is taken at once; a change is validated
 //!   first: the server sends an encrypted random token to the new address,
 //!   and only an authentic answer carrying it, from that address, moves the
@@ -25,6 +37,18 @@ use crate::stats::DropReason;
 use crate::wire::{PacketType, HEADER_LEN, PATH_TOKEN_LEN};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
+/// Where an authentic datagram stands in its session, for the per-path
+/// order of address learning.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Freshness {
+    /// Our index of the session it was sealed in.
+    pub session: u32,
+    /// Its counter in that session.
+    pub counter: u64,
+    /// That session is the one that seals now (after this packet's commit).
+    pub current: bool,
+}
+
 /// Challenges sent for one candidate address before giving up (tuning knob).
 pub const CHALLENGE_SENDS: u32 = 3;
 /// Shortest wait before a challenge is sent again (tuning knob; otherwise
@@ -37,8 +61,29 @@ impl Tunnel {
         self.is_responder() && self.paths[pid as usize].cfg.remote.is_none()
     }
 
+    /// Whether an authentic packet (`f`) is newer than every packet
+    /// accepted on path `pid` before; records it as the path's newest if
+    /// so. Only learning paths keep the mark.
+    pub(super) fn newest_on_path(&mut self, pid: PathId, f: Freshness) -> bool {
+        if !self.learns(pid) {
+            return false;
+        }
+        let p = &mut self.paths[pid as usize];
+        let newest = match p.newest_rx {
+            None => true,
+            Some((s, c)) if s == f.session => f.counter > c,
+            // Another session: only the current one supersedes it.
+            Some(_) => f.current,
+        };
+        if newest {
+            p.newest_rx = Some((f.session, f.counter));
+        }
+        newest
+    }
+
     /// An authentic packet on a learning path came from `from`; `newest`
-    /// says whether it is newer than everything accepted in its session.
+    /// says whether it is newer than everything accepted on that path
+    /// ([`Tunnel::newest_on_path`]) or a fresh handshake initiation.
     pub(super) fn consider_address(&mut self, pid: PathId, from: SocketAddr, newest: bool) {
         if !self.learns(pid) || !newest {
             return;

@@ -10,6 +10,7 @@
 
 use std::net::SocketAddr;
 
+use super::address::Freshness;
 use super::{Event, OpenTicket, Received, RecvStart, Tunnel};
 use crate::reorder::Accept;
 use crate::stats::DropReason;
@@ -122,7 +123,7 @@ impl Tunnel {
             None => {
                 let n = buf.len() - HEADER_LEN;
                 return RecvStart::Done(
-                    self.recv_authentic(now, ty, &f, peer_path, from, false, buf, n),
+                    self.recv_authentic(now, ty, &f, peer_path, from, None, buf, n),
                 );
             }
         };
@@ -130,8 +131,9 @@ impl Tunnel {
     }
 
     /// An authentic datagram (opened, or plaintext from the known remote)
-    /// whose body is `buf[HEADER_LEN..HEADER_LEN + body_len]`; `newest`:
-    /// newer than every packet accepted before in its session.
+    /// whose body is `buf[HEADER_LEN..HEADER_LEN + body_len]`; `fresh`:
+    /// where it stands in its session (None: plaintext, which never
+    /// teaches an address).
     #[allow(clippy::too_many_arguments)] // the header's parts, as parsed
     pub(super) fn recv_authentic(
         &mut self,
@@ -140,7 +142,7 @@ impl Tunnel {
         f: &HeaderFields,
         peer_path: u8,
         from: SocketAddr,
-        newest: bool,
+        fresh: Option<Freshness>,
         buf: &[u8],
         body_len: usize,
     ) -> Received {
@@ -165,6 +167,7 @@ impl Tunnel {
         if ty == PacketType::PathResponse {
             return self.recv_path_response(pid, from, body);
         }
+        let newest = fresh.is_some_and(|f| self.newest_on_path(pid, f));
         self.consider_address(pid, from, newest);
         if ty == PacketType::Data && wire::inner_ip_version(body).is_none() {
             return self.drop_counted(DropReason::BadInner);

@@ -24,6 +24,7 @@
 
 use std::net::SocketAddr;
 
+use super::address::Freshness;
 use super::{Received, Transmit, Tunnel};
 use crate::crypto::state::CryptoState;
 use crate::crypto::TAG_LEN;
@@ -198,10 +199,16 @@ impl Tunnel {
         let Some(c) = self.crypto.as_mut() else {
             return self.drop_counted(DropReason::NoSession);
         };
-        let newest = c.is_newest(f.session, f.counter);
         if let Err(r) = c.commit(f.session, f.counter, now) {
             return self.drop_counted(r);
         }
-        self.recv_authentic(now, ty, &f, t.peer_path, from, newest, buf, body_len)
+        let fresh = Freshness {
+            session: f.session,
+            counter: f.counter,
+            current: c
+                .current_session()
+                .is_some_and(|s| s.local_index == f.session),
+        };
+        self.recv_authentic(now, ty, &f, t.peer_path, from, Some(fresh), buf, body_len)
     }
 }
