@@ -68,7 +68,7 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         conf.write_text(conf.read_text().replace(block, block + "path_rate_mbit = { link1 = 3 }\n"))
         sock = ["-s", str(tmp_path / "server.sock")]
         out = run([str(mpt_binary()), "reload", *sock], ns=star.ns("s")).stdout
-        assert "peer limits changed: client1" in out, out
+        assert "peer changed: client1: limits" in out, out
         peer1 = json.loads(status(star, tmp_path, "--peer", "client1", "--json"))
         caps = [p["sending"]["cap_mbps"] for p in peer1["tunnel"]["paths"]]
         assert caps == [None, 3.0], caps

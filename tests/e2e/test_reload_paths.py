@@ -163,3 +163,63 @@ def test_routes_added_and_removed_by_reload(workdir: Path) -> None:
         assert "10.124.0.0" not in routes and "10.125.0.0/16 dev lo" in routes
         assert a.stop() == 0
         assert "could not remove route" not in a.log_text()
+
+
+def test_a_path_moved_onto_a_port_in_use_stays_where_it_was(workdir: Path) -> None:
+    """The new socket is bound before the path leaves the old one: a move
+    that cannot bind fails (exit 1) and the path keeps running, on both
+    sides, as it was."""
+    with Topology(2) as topo:
+        a, b = start_pair(topo, TunnelOpts(paths=[PathOpts(1), PathOpts(2)]), workdir)
+        busy_addr = a.cfg.read_text().split('name = "link2v4"')[1].split('local = "')[1]
+        busy_addr = busy_addr.split('"')[0].rsplit(":", 1)[0]
+        # Another program holds the port the file now names.
+        holder = topo.spawn(
+            "a",
+            [
+                "python3",
+                "-c",
+                "import socket,sys,time;s=socket.socket(2,2);"
+                f"s.bind(('{busy_addr}',7777));print('bound',flush=True);time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "bound"
+        try:
+            text = a.cfg.read_text()
+            head, two = text.split('name = "link2v4"')
+            old_local = two.split('local = "')[1].split('"')[0]
+            a.cfg.write_text(
+                head + 'name = "link2v4"' + two.replace(old_local, f"{busy_addr}:7777", 1)
+            )
+            r = _mpt(a, "reload")
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert "failed (still running the old value): path link2v4" in r.stdout, r.stdout
+            assert f"the path stays on {old_local}" in r.stdout, r.stdout
+            time.sleep(1.5)
+            for peer in (a, b):
+                st = peer.status()
+                assert [p["name"] for p in st["paths"]] == ["link1v4", "link2v4"], st["paths"]
+                assert st["paths_up"] == 2, (peer.side, st["paths"])
+            # Still carrying: traffic on link2v4 grows.
+            before = _tx(a, "link2v4")
+            r2 = subprocess.run(
+                ["ip", "netns", "exec", topo.a, "ping", "-c", "20", "-i", "0.01", TUNNEL_V4["b"]],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
+            assert " 0% packet loss" in r2.stdout, r2.stdout
+            time.sleep(0.3)
+            assert _tx(a, "link2v4") > before
+            # The same reload once the port is free moves the path.
+            holder.kill()
+            holder.wait(timeout=5)
+            r = _mpt(a, "reload")
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert "applied: path link2v4: moved" in r.stdout, r.stdout
+        finally:
+            if holder.poll() is None:
+                holder.kill()

@@ -85,6 +85,12 @@ pub enum DropReason {
     /// A concentrator: an inner packet from a peer whose source address is
     /// not in that peer's allowed IPs (another peer's, or nobody's).
     SourceNotAllowed,
+    /// A concentrator: an inner packet outside the peer's allowed IPs that
+    /// only speaks to its link (an IPv6 link-local or unspecified source,
+    /// or a link-scope multicast destination: router solicitations, MLD,
+    /// neighbour discovery that a client's own TUN sends). Not an attack,
+    /// so not counted as `source_not_allowed`.
+    LinkLocal,
     /// A fragment (type 11) whose header is malformed: index or count out
     /// of range.
     BadFragment,
@@ -95,7 +101,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 33] = [
+    pub const ALL: [DropReason; 34] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -127,6 +133,7 @@ impl DropReason {
         Self::UnknownPeer,
         Self::NoRoute,
         Self::SourceNotAllowed,
+        Self::LinkLocal,
         Self::BadFragment,
         Self::FragmentIncomplete,
     ];
@@ -164,6 +171,7 @@ impl DropReason {
             Self::UnknownPeer => "unknown_peer",
             Self::NoRoute => "no_route",
             Self::SourceNotAllowed => "source_not_allowed",
+            Self::LinkLocal => "link_local",
             Self::BadFragment => "bad_fragment",
             Self::FragmentIncomplete => "fragment_incomplete",
         }

@@ -106,6 +106,12 @@ impl EventLog {
             }) => {
                 warn!(tunnel = %tunnel_name, attempts, "handshake not complete yet: the peer answers with cookie replies (it is under load, maybe a handshake flood); retrying at its pace")
             }
+            Event::Security(CryptoEvent::Unconfirmed) => {
+                if let Some(suppressed) = self.allow("handshake-unconfirmed") {
+                    let key = t.peer_key_text().unwrap_or_default();
+                    warn!(tunnel = %tunnel_name, peer_key = %key, suppressed, "handshake failed: the peer holding this key sent a new initiation without using the session we answered (a wrong pre-shared key on one side, or our response was lost); no session")
+                }
+            }
             Event::Security(CryptoEvent::Expired) => {
                 warn!(tunnel = %tunnel_name, "session expired without rekey; waiting for a new handshake")
             }

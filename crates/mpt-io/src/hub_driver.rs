@@ -46,8 +46,19 @@ pub trait PeerHooks {
     fn removed(&mut self, cfg: &PeerConfig, routes: &[ipnet::IpNet]);
     /// A peer became live here (a session and a path up) or stopped.
     fn live(&mut self, cfg: &PeerConfig, up: bool);
+    /// A peer's allowed IPs or routes changed (a reload): routes to it.
+    fn updated(&mut self, old: (&PeerConfig, &[ipnet::IpNet]), new: (&PeerConfig, &[ipnet::IpNet]));
     /// The configuration's peers now (for `reload`), or an error.
-    fn reread(&mut self) -> Result<Vec<(PeerConfig, Vec<ipnet::IpNet>)>, String>;
+    fn reread(&mut self) -> Result<Reread, String>;
+}
+
+/// The configuration file as a reload reads it again.
+pub struct Reread {
+    /// Every peer, with the routes it needs.
+    pub peers: Vec<(PeerConfig, Vec<ipnet::IpNet>)>,
+    /// Sections of the server's own that differ from the running ones
+    /// and that a reload cannot change (the daemon's key, its paths, …).
+    pub needs_restart: Vec<String>,
 }
 
 /// See the module documentation.
@@ -392,12 +403,18 @@ impl HubDriver {
     }
 
     /// Re-read the configuration's peers: add the new, remove the gone,
-    /// leave the others (and their sessions) alone.
+    /// update the others in place (their allowed IPs, pre-shared key,
+    /// limits, routes: a new pre-shared key ends that peer's sessions) and
+    /// leave the unchanged ones (and their sessions) alone. The server's
+    /// own sections that differ are listed as needing a restart.
     fn reload(&mut self, who: &str) -> Value {
         let Some(h) = self.hooks.as_mut() else {
             return json!({ "error": "this daemon cannot reload" });
         };
-        let want = match h.reread() {
+        let Reread {
+            peers: want,
+            needs_restart,
+        } = match h.reread() {
             Ok(w) => w,
             Err(e) => return json!({ "error": e }),
         };
@@ -420,15 +437,10 @@ impl HubDriver {
         let mut changed = vec![];
         for (cfg, routes) in want {
             if let Some((id, _)) = have.iter().find(|(_, k)| *k == cfg.public_key.0) {
-                let now = self.hub.clock.now();
-                let c = self.hub.concentrator_mut();
-                if c.peer(*id).is_some_and(|p| p.cfg.limits != cfg.limits) {
-                    info!(peer = %cfg.name, "peer limits changed by reload ({who})");
-                    c.set_limits(*id, cfg.limits.clone(), now);
-                    if let Some(l) = self.link.as_mut() {
-                        l.ask_others(&Op::SetLimits(*id, cfg.limits));
-                    }
-                    changed.push(json!(cfg.name));
+                match self.update(*id, cfg, routes, who) {
+                    Ok(Some(c)) => changed.push(json!(c)),
+                    Ok(None) => {}
+                    Err(e) => errors.push(json!(e)),
                 }
                 continue;
             }
@@ -438,7 +450,80 @@ impl HubDriver {
                 None => added.push(r["name"].clone()),
             }
         }
-        json!({ "ok": errors.is_empty(), "added": added, "removed": removed, "changed": changed, "errors": errors })
+        for k in &needs_restart {
+            warn!(tunnel = %self.name, key = %k, by = %who, "configuration reloaded: this change needs a restart; the concentrator keeps the running value");
+        }
+        json!({
+            "ok": errors.is_empty(),
+            "added": added,
+            "removed": removed,
+            "changed": changed,
+            "needs_restart": needs_restart,
+            "errors": errors,
+        })
+    }
+
+    /// Update peer `id` to `cfg` with `routes` in every shard; what
+    /// changed ("NAME: key, key"), `None` for nothing.
+    fn update(
+        &mut self,
+        id: PeerId,
+        cfg: PeerConfig,
+        routes: Vec<ipnet::IpNet>,
+        who: &str,
+    ) -> Result<Option<String>, String> {
+        let c = self.hub.concentrator();
+        let (Some(old), Some(change)) =
+            (c.peer(id).map(|p| p.cfg.clone()), c.peer_change(id, &cfg))
+        else {
+            return Err(format!("peer {}: no longer configured here", cfg.name));
+        };
+        let old_routes = self.routes.get(id as usize).cloned().unwrap_or_default();
+        let routes_changed = old_routes != routes;
+        if !change.any() && !routes_changed {
+            return Ok(None);
+        }
+        let now = self.hub.clock.now();
+        let mut was_live = false;
+        if change.any() {
+            self.hub
+                .concentrator_mut()
+                .update_peer(id, cfg.clone(), now)
+                .map_err(|e| format!("peer {}: {e}; it keeps its running settings", cfg.name))?;
+            was_live = (change.allowed_ips || change.psk) && self.hub.forget(id);
+            if let Some(l) = self.link.as_mut() {
+                for a in l.ask_others(&Op::Update(id, cfg.clone())) {
+                    was_live |= a["was_live"] == json!(true);
+                    if a["ok"] != json!(true) {
+                        warn!(tunnel = %self.name, peer = %cfg.name, "a shard did not take the update: {a}");
+                    }
+                }
+            }
+        }
+        if let Some(h) = self.hooks.as_mut() {
+            if was_live {
+                // Announced again with its new prefixes once it is live.
+                h.live(&old, false);
+            }
+            if change.allowed_ips || routes_changed {
+                h.updated((&old, &old_routes), (&cfg, &routes));
+            }
+        }
+        if self.routes.len() <= id as usize {
+            self.routes.resize(id as usize + 1, vec![]);
+        }
+        self.routes[id as usize] = routes;
+        let mut keys = change.keys();
+        if routes_changed {
+            keys.push("routes");
+        }
+        let keys = keys.join(", ");
+        if change.psk {
+            warn!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer changed by reload ({keys}): its sessions ended, it must connect again with the new pre-shared key");
+        } else {
+            info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer changed by reload ({keys})");
+        }
+        Ok(Some(format!("{}: {keys}", cfg.name)))
     }
 
     fn peer_detail(&mut self, id: PeerId) -> Value {

@@ -119,6 +119,21 @@ fn family(ip: &IpAddr) -> AddressFamily {
     }
 }
 
+/// No IPv6 link-local address on the TUN (`addr_gen_mode` 1, set before
+/// the link comes up): a point-to-point tunnel has no neighbours, and
+/// without one the kernel sends no router solicitations or other link
+/// chatter through the tunnel (which a concentrator would only drop). The
+/// configured addresses are unaffected. A kernel without IPv6 has no such
+/// file: nothing to quiet.
+fn quiet_ipv6(dev: &str) {
+    let knob = format!("/proc/sys/net/ipv6/conf/{dev}/addr_gen_mode");
+    if std::path::Path::new(&knob).exists() {
+        if let Err(e) = std::fs::write(&knob, "1") {
+            debug!(dev, "cannot turn off the IPv6 link-local address: {e}");
+        }
+    }
+}
+
 /// Give interface `dev` its addresses and MTU and bring it up.
 pub fn configure(dev: &str, addresses: &[IpNet], mtu: u32) -> io::Result<()> {
     let mut nl =
@@ -153,6 +168,7 @@ pub fn configure(dev: &str, addresses: &[IpNet], mtu: u32) -> io::Result<()> {
         )
         .map_err(|e| io::Error::new(e.kind(), format!("cannot add address {a} to {dev}: {e}")))?;
     }
+    quiet_ipv6(dev);
     let mut up = LinkMessage::default();
     up.header.index = index;
     up.header.flags = LinkFlags::Up;

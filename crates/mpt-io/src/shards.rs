@@ -39,7 +39,7 @@ use libc::{
     BPF_W,
 };
 use mio::{Events, Poll, Token, Waker};
-use mpt_core::concentrator::{Handoff, PeerConfig, PeerId, PeerLimits};
+use mpt_core::concentrator::{Handoff, PeerConfig, PeerId};
 use mpt_core::crypto::state::INDEX_SLOT_BITS;
 use mpt_sys::steer::{attach_reuseport_cbpf, BpfInsn};
 use mpt_sys::tun::Tun;
@@ -66,7 +66,10 @@ pub enum Op {
     Add(PeerConfig),
     /// Remove a peer (answer: `{"was_live": bool}`).
     Remove(PeerId),
-    SetLimits(PeerId, PeerLimits),
+    /// Update a peer in place (a reload; answer: `{"ok": bool,
+    /// "was_live": bool}`, its liveness forgotten when its prefixes or
+    /// sessions changed, so that the driver announces it again).
+    Update(PeerId, PeerConfig),
     /// This shard's share of `status` ([`status_part`]).
     Status,
     /// A peer in full, from its owner.
@@ -275,9 +278,13 @@ pub fn answer<T: TunDevice, P: PathIo, C: Clock>(hub: &mut Hub<T, P, C>, op: &Op
             let had = hub.concentrator_mut().remove_peer(*id).is_some();
             json!({ "removed": had, "was_live": hub.forget(*id) })
         }
-        Op::SetLimits(id, l) => {
-            json!({ "ok": hub.concentrator_mut().set_limits(*id, l.clone(), now) })
-        }
+        Op::Update(id, cfg) => match hub.concentrator_mut().update_peer(*id, cfg.clone(), now) {
+            Ok(ch) => {
+                let was_live = (ch.allowed_ips || ch.psk) && hub.forget(*id);
+                json!({ "ok": true, "was_live": was_live })
+            }
+            Err(e) => json!({ "ok": false, "error": e.to_string() }),
+        },
         Op::Status => status_part(hub),
         Op::Detail(id) => {
             let c = hub.concentrator();

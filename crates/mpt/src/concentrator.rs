@@ -13,8 +13,14 @@
 //! the same clients then attract each client's traffic to the one that
 //! holds it (`docs/deploy.md`).
 //!
+//! A reload adds and removes peers, and updates the others in place: their
+//! allowed IPs (at once, routes too), pre-shared key (their sessions end,
+//! so a client without the new key is cut off), limits. The server's own
+//! sections (its key, paths, tunnel, …) are listed as needing a restart.
+//!
 //! Invariants: the daemon starts only with every peer valid (the
 //! configuration was checked as a whole); a failed reload changes nothing;
+//! a security-relevant difference is never "nothing changed";
 //! routes go when the daemon stops (the `Routes` guard).
 
 use std::io;
@@ -26,7 +32,7 @@ use mpt_config::{Config, PeerSection};
 use mpt_core::concentrator::{Concentrator, PeerConfig, PeerLimits};
 use mpt_core::crypto::keys::PresharedKey;
 use mpt_io::control::ControlSocket;
-use mpt_io::hub_driver::{HubDriver, PeerHooks};
+use mpt_io::hub_driver::{HubDriver, PeerHooks, Reread};
 use mpt_io::linux::SystemClock;
 use mpt_io::netcfg::{self, Routes};
 use mpt_io::tun::Tun;
@@ -70,6 +76,9 @@ fn kernel_routes(cfg: &PeerConfig, routes: &[IpNet], own: &[IpNet]) -> Vec<IpNet
 
 struct Hooks {
     file: PathBuf,
+    /// The configuration the daemon started with: the server's own
+    /// sections, which a reload cannot change.
+    running: Config,
     tunnel: String,
     own: Vec<IpNet>,
     routes: Routes,
@@ -110,7 +119,22 @@ impl PeerHooks for Hooks {
         }
     }
 
-    fn reread(&mut self) -> Result<Vec<(PeerConfig, Vec<IpNet>)>, String> {
+    fn updated(&mut self, old: (&PeerConfig, &[IpNet]), new: (&PeerConfig, &[IpNet])) {
+        let before = kernel_routes(old.0, old.1, &self.own);
+        let after = kernel_routes(new.0, new.1, &self.own);
+        for n in before.iter().filter(|n| !after.contains(n)) {
+            if let Err(e) = self.routes.remove(*n, None) {
+                warn!(tunnel = %self.tunnel, peer = %new.0.name, "route {n}: {e}");
+            }
+        }
+        for n in after.iter().filter(|n| !before.contains(n)) {
+            if let Err(e) = self.routes.add(*n, None, &format!("peer {}", new.0.name)) {
+                warn!(tunnel = %self.tunnel, peer = %new.0.name, "route {n}: {e}");
+            }
+        }
+    }
+
+    fn reread(&mut self) -> Result<Reread, String> {
         let c = Config::load(&self.file).map_err(|errs| {
             let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
             format!(
@@ -125,8 +149,44 @@ impl PeerHooks for Hooks {
                 self.file.display()
             ));
         }
-        Ok(c.peers.iter().map(peer_config).collect())
+        Ok(Reread {
+            peers: c.peers.iter().map(peer_config).collect(),
+            needs_restart: server_differences(&self.running, &c),
+        })
     }
+}
+
+/// The server's own sections that differ between the running
+/// configuration and the file: a reload cannot change them (the daemon's
+/// private key and paths are every peer's, its tunnel is the interface).
+fn server_differences(r: &Config, new: &Config) -> Vec<String> {
+    [
+        ("tunnel", r.tunnel == new.tunnel),
+        (
+            "security (the server's own key or cipher)",
+            r.security == new.security,
+        ),
+        ("paths", r.paths == new.paths),
+        ("reorder", r.reorder == new.reorder),
+        ("metrics", r.metrics_listen == new.metrics_listen),
+        ("qos (the server's classes)", r.qos == new.qos),
+        (
+            "tunnel.announce_table",
+            r.announce_table == new.announce_table,
+        ),
+        (
+            "scheduler",
+            r.scheduler == new.scheduler
+                && r.share == new.share
+                && r.adapt_to_loss == new.adapt_to_loss
+                && r.queue_ms == new.queue_ms,
+        ),
+        ("route", r.routes == new.routes),
+    ]
+    .into_iter()
+    .filter(|(_, same)| !same)
+    .map(|(k, _)| k.to_string())
+    .collect()
 }
 
 /// Threads (shards of the peers) to run: `tunnel.workers`, else one per
@@ -216,6 +276,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
     };
     driver.set_hooks(Box::new(Hooks {
         file: cfg.file.clone(),
+        running: cfg.clone(),
         tunnel: cfg.tunnel.name.clone(),
         own,
         routes,

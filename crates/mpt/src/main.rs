@@ -66,8 +66,10 @@ enum Cmd {
     /// does): paths added, removed or moved, per-path remote, weight,
     /// rate_mbit, backup, keepalive_ms and dead_ms, routes,
     /// scheduler.queue_ms and the QoS classes change at once, without
-    /// dropping the session; what needs a restart is listed. A file with
-    /// errors changes nothing.
+    /// dropping the session; what needs a restart is listed (exit 3). A
+    /// file with errors, or a change that fails, changes nothing of that
+    /// part (exit 1). A concentrator adds, removes and updates peers
+    /// (allowed IPs, pre-shared key: the peer's sessions end, limits).
     Reload {
         #[command(flatten)]
         daemon: DaemonArgs,
@@ -351,7 +353,10 @@ fn main() -> ExitCode {
                     json,
                 },
         } => match control_socket(socket, config) {
-            Ok(sock) => done(reload::ask(&sock, json)),
+            Ok(sock) => match reload::ask(&sock, json) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => done(Err(e)),
+            },
             Err(code) => code,
         },
         Cmd::Capture {

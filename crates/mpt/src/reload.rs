@@ -214,13 +214,16 @@ pub fn hook(
     })
 }
 
+/// Exit status of `mpt reload` when everything it could apply was applied
+/// but some differences need a restart (the daemon runs the old values).
+pub const EXIT_NEEDS_RESTART: u8 = 3;
+
 /// `mpt reload`: ask the daemon to read its file again; print what it did.
-pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<()> {
+/// The exit status: 0 all applied (or nothing changed), 1 a change failed
+/// or the file has errors, [`EXIT_NEEDS_RESTART`] some change needs a
+/// restart.
+pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<u8> {
     let v = crate::status::ask(sock, "reload")?;
-    if json_out {
-        println!("{v}");
-        return Ok(());
-    }
     let list = |k: &str| -> Vec<String> {
         v.get(k)
             .and_then(Value::as_array)
@@ -238,10 +241,21 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<()> {
         applied.extend(list(k).into_iter().map(|n| format!("{what}: {n}")));
     }
     let changed = list("changed").into_iter();
-    applied.extend(changed.map(|n| format!("peer limits changed: {n}")));
+    applied.extend(changed.map(|n| format!("peer changed: {n}")));
     failed.extend(list("errors"));
     if let Some(e) = v.get("error").and_then(Value::as_str) {
         failed.push(e.to_string());
+    }
+    let code = if !failed.is_empty() {
+        1
+    } else if !restart.is_empty() {
+        EXIT_NEEDS_RESTART
+    } else {
+        0
+    };
+    if json_out {
+        println!("{v}");
+        return Ok(code);
     }
     if applied.is_empty() && restart.is_empty() && failed.is_empty() {
         println!("configuration reloaded: nothing changed");
@@ -249,18 +263,19 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<()> {
     for a in applied {
         println!("applied: {a}");
     }
-    for k in restart {
+    for k in &restart {
         println!("needs a restart (still running the old value): {k}");
     }
     for f in &failed {
         println!("failed (still running the old value): {f}");
     }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(std::io::Error::other(format!(
-            "{} change(s) of the reload failed",
-            failed.len()
-        )))
+    if !failed.is_empty() {
+        eprintln!("mpt: {} change(s) of the reload failed", failed.len());
+    } else if !restart.is_empty() {
+        eprintln!(
+            "mpt: {} change(s) need a restart (systemctl restart); exit {EXIT_NEEDS_RESTART}",
+            restart.len()
+        );
     }
+    Ok(code)
 }

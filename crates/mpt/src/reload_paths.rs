@@ -2,13 +2,15 @@
 //! configuration and the file, added, removed, moved, or changed in
 //! place.
 //!
-//! Order: new paths first (bound and added), then removals, then changes
+//! Order: new paths first (bound and added), then removals, then moves
+//! (the new socket bound before the path leaves the old one), then changes
 //! in place (primary paths before backups), so that a file that swaps one
 //! path for another never leaves the tunnel without a primary path.
 //!
 //! Invariants: `running.paths` lists exactly the paths in effect, with the
 //! values in effect; a step that fails (a bind, a refused change) is
-//! reported in `failed` and leaves that path as it runs; hostnames are
+//! reported in `failed` and leaves that path as it runs (a move whose new
+//! address cannot be bound keeps the path on its old socket); hostnames are
 //! resolved only for paths whose `remote` as written changed (the
 //! resolver may block the loop for that long).
 
@@ -60,22 +62,22 @@ impl Reloader {
             .filter(|p| named(&self.running.paths, &p.name).is_none())
             .collect();
         for p in added {
-            self.add(p, ctx, out, "added");
+            if let Some((p, key)) = self.prepare(p, ctx, out) {
+                self.attach(p, key, ctx, out, "added");
+            }
         }
         let gone: Vec<String> = self
             .running
             .paths
             .iter()
-            .filter(|p| named(&new.paths, &p.name).is_none() || moved.contains(&p.name))
+            .filter(|p| named(&new.paths, &p.name).is_none())
             .map(|p| p.name.clone())
             .collect();
         for name in gone {
             match ctx.tunnel.remove_path(&name, ctx.now) {
                 Ok(_) => {
                     self.running.paths.retain(|p| p.name != name);
-                    if !moved.contains(&name) {
-                        out.applied.push(format!("path {name}: removed"));
-                    }
+                    out.applied.push(format!("path {name}: removed"));
                 }
                 Err(e) => out
                     .failed
@@ -84,7 +86,7 @@ impl Reloader {
         }
         for name in &moved {
             if let Some(p) = new.paths.iter().find(|p| &p.name == name) {
-                self.add(p, ctx, out, "moved");
+                self.move_path(p, ctx, out);
             }
         }
         // Changes in place, primary paths first: the last primary never
@@ -98,22 +100,47 @@ impl Reloader {
         }
     }
 
-    /// Bind (or reuse) the path's socket and add it to the tunnel.
-    fn add(&mut self, p: &PathSection, ctx: &mut ReloadCtx<'_>, out: &mut Outcome, verb: &str) {
+    /// Resolve the path's remote and bind (or reuse) its socket: what a
+    /// path needs before the tunnel is touched. `None` (reported in
+    /// `failed`) when either fails.
+    fn prepare(
+        &mut self,
+        p: &PathSection,
+        ctx: &mut ReloadCtx<'_>,
+        out: &mut Outcome,
+    ) -> Option<(PathSection, usize)> {
         let name = &p.name;
         let p = match resolved(p) {
             Ok(p) => p,
-            Err(e) => return out.failed.push(format!("path {name}: {e}")),
+            Err(e) => {
+                out.failed.push(format!("path {name}: {e}"));
+                return None;
+            }
         };
         let bind = PathBind {
             name,
             local: p.local,
             interface: p.interface.as_deref(),
         };
-        let key = match ctx.socket_for(&bind) {
-            Ok(k) => k,
-            Err(e) => return out.failed.push(e.to_string()),
-        };
+        match ctx.socket_for(&bind) {
+            Ok(k) => Some((p, k)),
+            Err(e) => {
+                out.failed.push(format!("path {name}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Add a prepared path (socket `key`) to the tunnel.
+    fn attach(
+        &mut self,
+        p: PathSection,
+        key: usize,
+        ctx: &mut ReloadCtx<'_>,
+        out: &mut Outcome,
+        verb: &str,
+    ) -> bool {
+        let name = &p.name;
         match ctx
             .tunnel
             .add_path(crate::daemon::path_config(&p, key), ctx.now)
@@ -123,8 +150,55 @@ impl Reloader {
                 out.applied
                     .push(format!("path {name}: {verb} ({} -> {to})", p.local));
                 self.running.paths.push(p);
+                true
             }
-            Err(e) => out.failed.push(format!("path {name}: {e}")),
+            Err(e) => {
+                out.failed.push(format!("path {name}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// A path whose `local` or `interface` changed: its new socket is bound
+    /// first, and only then is the path taken off the old one and put on
+    /// the new one. A bind that fails leaves the path exactly as it runs.
+    fn move_path(&mut self, p: &PathSection, ctx: &mut ReloadCtx<'_>, out: &mut Outcome) {
+        let Some(i) = self.running.paths.iter().position(|r| r.name == p.name) else {
+            return;
+        };
+        let old = self.running.paths[i].clone();
+        let Some((moved, key)) = self.prepare(p, ctx, out) else {
+            if let Some(f) = out.failed.last_mut() {
+                f.push_str(&format!("; the path stays on {}", old.local));
+            }
+            return;
+        };
+        let name = &p.name;
+        if let Err(e) = ctx.tunnel.remove_path(name, ctx.now) {
+            out.failed.push(format!(
+                "path {name}: cannot move it: {e}; it stays on {}",
+                old.local
+            ));
+            return;
+        }
+        self.running.paths.remove(i);
+        if self.attach(moved, key, ctx, out, "moved") {
+            return;
+        }
+        // Put it back where it was (its old socket is still bound).
+        let back = PathBind {
+            name,
+            local: old.local,
+            interface: old.interface.as_deref(),
+        };
+        if let Ok(k) = ctx.socket_for(&back) {
+            if ctx
+                .tunnel
+                .add_path(crate::daemon::path_config(&old, k), ctx.now)
+                .is_ok()
+            {
+                self.running.paths.push(old);
+            }
         }
     }
 

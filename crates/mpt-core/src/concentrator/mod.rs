@@ -26,8 +26,9 @@
 //!
 //! Invariants:
 //! * every datagram or packet not handed to a peer is counted under one
-//!   [`DropReason`] (`unknown_peer`, `no_route`, `source_not_allowed`, or
-//!   the header's);
+//!   [`DropReason`] (`unknown_peer`, `no_route`, `source_not_allowed`,
+//!   `link_local` for a client TUN's own IPv6 link chatter, or the
+//!   header's);
 //! * an idle peer costs its configuration and its prefixes, nothing else;
 //! * work is proportional to the peers that have something to do: peers
 //!   with output wait in a work list, deadlines in a heap (stale entries
@@ -38,6 +39,7 @@ pub mod guard;
 pub mod peer;
 pub mod shard;
 pub mod table;
+pub mod update;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -48,6 +50,7 @@ use blake2::{Blake2s256, Digest};
 pub use peer::{Peer, PeerConfig, PeerLimits};
 pub use shard::{Handoff, HandoffCounts};
 pub use table::{AllowedIps, PeerId};
+pub use update::PeerChange;
 
 use crate::crypto::cookie::MacKeys;
 use crate::crypto::handshake::{initiator_static, INIT_NOISE_LEN};
@@ -99,6 +102,8 @@ pub enum PeerError {
     /// Another peer holds this prefix.
     PrefixTaken(ipnet::IpNet, PeerId),
     Full,
+    /// No peer with this id (or it holds another key).
+    NoSuchPeer(PeerId),
 }
 
 impl std::fmt::Display for PeerError {
@@ -107,6 +112,7 @@ impl std::fmt::Display for PeerError {
             Self::DuplicateKey(p) => write!(f, "peer {p} has the same public key"),
             Self::PrefixTaken(n, p) => write!(f, "allowed IP {n} belongs to peer {p} already"),
             Self::Full => write!(f, "{MAX_PEERS} peers are configured; at most {MAX_PEERS}"),
+            Self::NoSuchPeer(p) => write!(f, "no peer {p} with this public key"),
         }
     }
 }
@@ -117,6 +123,18 @@ fn src_addr(pkt: &[u8]) -> Option<IpAddr> {
 
 fn dst_addr(pkt: &[u8]) -> Option<IpAddr> {
     addr_at(pkt, false)
+}
+
+/// An IPv6 packet that only speaks to its link: from a link-local or the
+/// unspecified address, or to a link-scope multicast group (ff02::/16).
+fn link_scoped(src: Option<IpAddr>, dst: Option<IpAddr>) -> bool {
+    let link_local = |a: &std::net::Ipv6Addr| a.segments()[0] & 0xffc0 == 0xfe80;
+    match (src, dst) {
+        (Some(IpAddr::V6(s)), Some(IpAddr::V6(d))) => {
+            link_local(&s) || s.is_unspecified() || d.segments()[0] == 0xff02
+        }
+        _ => false,
+    }
 }
 
 fn addr_at(pkt: &[u8], src: bool) -> Option<IpAddr> {
@@ -393,11 +411,17 @@ impl Concentrator {
         };
         let mut r = t.recv(now, local_key, from, buf);
         if let Received::Deliver { offset, len } = r {
-            let src = src_addr(&buf[offset..offset + len]);
+            let pkt = &buf[offset..offset + len];
+            let src = src_addr(pkt);
             if !src.is_some_and(|a| self.allowed.allows(id, a)) {
-                peer.source_not_allowed += 1;
-                t.count_drop(DropReason::SourceNotAllowed);
-                r = Received::Dropped(DropReason::SourceNotAllowed);
+                let why = if link_scoped(src, dst_addr(pkt)) {
+                    DropReason::LinkLocal
+                } else {
+                    peer.source_not_allowed += 1;
+                    DropReason::SourceNotAllowed
+                };
+                t.count_drop(why);
+                r = Received::Dropped(why);
             }
         }
         self.touch(id);
@@ -446,8 +470,11 @@ impl Concentrator {
         };
         let mut refused = 0;
         let n = t.deliver_ready(|pkt| {
-            if src_addr(pkt).is_some_and(|a| allowed.allows(id, a)) {
+            let src = src_addr(pkt);
+            if src.is_some_and(|a| allowed.allows(id, a)) {
                 write(pkt)
+            } else if link_scoped(src, dst_addr(pkt)) {
+                Err(DropReason::LinkLocal)
             } else {
                 refused += 1;
                 Err(DropReason::SourceNotAllowed)

@@ -83,15 +83,14 @@ impl CryptoState {
             Ok(r) => {
                 self.last_init_timestamp = Some(r.timestamp);
                 let rekey = self.current.is_some();
-                self.next = Some(Session::new(&r.established, index, now));
-                self.stats.handshakes_completed += 1;
-                if rekey {
-                    self.stats.rekeys += 1;
+                let answered = Session::new(&r.established, index, now);
+                if self.next.replace(answered).is_some() {
+                    // Our previous response was never confirmed.
+                    self.stats.handshakes_unconfirmed += 1;
+                    self.events.push_back(CryptoEvent::Unconfirmed);
                 }
-                self.events.push_back(CryptoEvent::Established {
-                    cipher: r.established.cipher.name(),
-                    rekey,
-                });
+                // Established once the initiator confirms it ([`commit`]).
+                self.next_meta = (r.established.cipher.name(), rekey);
                 let restarted = self.note_peer(r.established.peer);
                 Ok(InitOutcome::Response {
                     len: RESPONSE_NOISE_LEN + cookie::MACS_LEN,

@@ -81,7 +81,13 @@ pub fn index_slot(index: u32) -> u32 {
 /// Counters shown in `mpt status`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CryptoStats {
+    /// Handshakes this side completed (a responder's once the initiator
+    /// confirmed the session with its first packet).
     pub handshakes_completed: u64,
+    /// Responder: responses the initiator never confirmed (it sent nothing
+    /// under the answered session before its next initiation: a wrong
+    /// pre-shared key on one side, or the response was lost).
+    pub handshakes_unconfirmed: u64,
     pub handshake_failures: u64,
     pub initiations_sent: u64,
     pub initiations_rate_limited: u64,
@@ -118,6 +124,10 @@ pub enum CryptoEvent {
         under_load: bool,
     },
     Expired,
+    /// Responder: the initiator sent a new initiation without a packet
+    /// under the session we answered: it could not use our response (a
+    /// wrong pre-shared key on one side), or the response was lost.
+    Unconfirmed,
 }
 
 struct Pending {
@@ -147,6 +157,9 @@ pub struct CryptoState {
     current: Option<Session>,
     previous: Option<(Session, Nanos)>,
     next: Option<Session>,
+    /// What the `Established` event of `next` will say once confirmed
+    /// (cipher, rekey).
+    next_meta: (&'static str, bool),
     pending: Option<Pending>,
     want_handshake: bool,
     /// Initiator: retry intervals, recent initiations, cookies per path.
@@ -192,6 +205,7 @@ impl CryptoState {
             current: None,
             previous: None,
             next: None,
+            next_meta: ("", false),
             pending: None,
             want_handshake: want,
             retry: Retry::new(crate::MAX_PATHS),
@@ -446,8 +460,17 @@ impl CryptoState {
         }
         if let Some(s) = self.next.as_mut().filter(|s| s.local_index == index) {
             s.commit(counter).map_err(map)?;
-            // Key confirmation: the initiator uses the new session.
+            // Key confirmation: the initiator uses the new session, so the
+            // handshake is complete only now (with a wrong pre-shared key
+            // the initiator cannot read our response and never gets here).
             let confirmed = self.next.take();
+            let (cipher, rekey) = self.next_meta;
+            self.stats.handshakes_completed += 1;
+            if rekey {
+                self.stats.rekeys += 1;
+            }
+            self.events
+                .push_back(CryptoEvent::Established { cipher, rekey });
             if let Some(old) = std::mem::replace(&mut self.current, confirmed) {
                 self.previous = Some((old, now));
             }
