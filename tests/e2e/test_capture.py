@@ -108,3 +108,60 @@ def test_capture_errors_are_clear(workdir: Path) -> None:
             ping_bg.wait(timeout=10)
             assert r.returncode == 0 and "5 packets written" in r.stdout, r.stdout + r.stderr
         assert len(_tshark(workdir / "c2.pcapng", "frame.number")) == 5
+
+
+def test_capture_never_trusts_what_is_at_the_path(workdir: Path) -> None:
+    """A planted file is replaced by a fresh one of mode 0600 (its planter
+    reads nothing), a planted link is refused and its target untouched,
+    and a FIFO nobody reads is refused at once while pings flow on."""
+    import os
+    import stat
+    import time
+
+    with Topology(1) as topo:
+        a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)]), workdir)
+        spot = workdir / "spot"
+        spot.mkdir(mode=0o777)
+        os.chmod(spot, 0o1777)  # like /tmp
+        planted = spot / "planted.pcapng"
+        planted.write_text("")
+        os.chmod(planted, 0o666)
+        before = planted.stat().st_ino
+        with open(planted, "rb") as theirs:
+            ping_bg = subprocess.Popen(
+                ["ip", "netns", "exec", topo.ns("a"), "ping", "-c", "20", "-i", "0.05"]
+                + [TUNNEL_V4["b"]],
+                stdout=subprocess.DEVNULL,
+            )
+            r = _capture(a, "--tun", "-w", str(planted), "--count", "5")
+            ping_bg.wait(timeout=10)
+            assert r.returncode == 0, r.stdout + r.stderr
+            assert theirs.read() == b"", "the planter's handle saw the capture"
+        st = planted.stat()
+        assert st.st_ino != before and stat.S_IMODE(st.st_mode) == 0o600, oct(st.st_mode)
+        assert len(_tshark(planted, "frame.number")) == 5
+
+        victim = spot / "victim"
+        victim.write_text("keep")
+        link = spot / "link.pcapng"
+        link.symlink_to(victim)
+        r = _capture(a, "--tun", "-w", str(link), "--count", "1")
+        assert r.returncode == 1 and "symbolic link" in r.stderr, r.stderr
+        assert victim.read_text() == "keep" and link.is_symlink()
+
+        fifo = spot / "fifo.pcapng"
+        os.mkfifo(fifo)
+        pinger = subprocess.Popen(
+            ["ip", "netns", "exec", topo.ns("a"), "ping", "-c", "40", "-i", "0.05", "-W", "1"]
+            + [TUNNEL_V4["b"]],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        t0 = time.monotonic()
+        r = _capture(a, "--tun", "-w", str(fifo), "--seconds", "5", timeout=10)
+        took = time.monotonic() - t0
+        out, _ = pinger.communicate(timeout=20)
+        assert r.returncode == 1 and "a FIFO" in r.stderr, r.stderr
+        assert took < 3, took
+        assert " 0% packet loss" in out, out
+        assert not [p for p in spot.iterdir() if ".mpt-" in p.name]

@@ -15,16 +15,17 @@
 //!   mpt's datagram as on the wire: its 24-byte header in clear, the body
 //!   encrypted), both directions, with the header's fields as a comment.
 //!
-//! Invariants: off, it costs one branch per batch and per packet; on, the
-//! data path only copies a packet into a bounded channel and never waits:
+//! Invariants: the file is created and written on the writer thread only,
+//! never the event loop's (a file that blocks, on a slow or hung file
+//! system, cannot stall forwarding); off, it costs one branch per batch
+//! and per packet; on, the data path only copies a packet into a bounded
+//! channel and never waits:
 //! when the writer lags, packets are dropped and counted
 //! ([`CaptureStats::dropped`]); the capture ends by itself after its count
 //! or duration, and the file is complete when the writer thread ends.
 
 use std::borrow::Cow;
-use std::fs::OpenOptions;
 use std::io::{self, BufWriter};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -74,6 +75,11 @@ pub struct CaptureStats {
     pub done: AtomicBool,
     /// The writer finished and closed the file.
     pub closed: AtomicBool,
+    /// The writer created the file (on its own thread).
+    pub opened: AtomicBool,
+    /// Why the file could not be created or written, if so.
+    #[serde(skip)]
+    pub error: std::sync::Mutex<Option<String>>,
 }
 
 struct Record {
@@ -105,27 +111,22 @@ pub enum Dir {
 }
 
 impl Tap {
-    /// Open `spec.file` (created with mode 0600: it holds the inner
-    /// traffic in clear; an existing file is replaced) and start the
-    /// writer. `now` is the loop's clock, `names` the paths' names by id.
+    /// Start the writer, which creates `spec.file` on its own thread
+    /// (`capture_file.rs`: mode 0600, a fresh file renamed over any
+    /// regular file there, links and special files refused; it holds the
+    /// inner traffic in clear). What is at the path is checked here first,
+    /// without opening it, for an immediate error. `now` is the loop's clock, `names` the paths' names by id.
     pub fn start(
         spec: &CaptureSpec,
         tunnel: &str,
         now: Nanos,
         names: Vec<String>,
     ) -> io::Result<Tap> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&spec.file)
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot write {}: {e}", spec.file.display()),
-                )
-            })?;
+        // What can be told without touching the file is told at once; the
+        // file itself is made on the writer thread.
+        if let Some(why) = crate::capture_file::check(&spec.file) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+        }
         let mut idbs = vec![];
         let mut iface = 0u32;
         let tun_iface = spec.tun.then(|| {
@@ -155,9 +156,24 @@ impl Tap {
         let (tx, rx) = mpsc::sync_channel(CAPTURE_QUEUE_RECORDS);
         let stats = Arc::new(CaptureStats::default());
         let st = Arc::clone(&stats);
+        let path = spec.file.clone();
         std::thread::Builder::new()
             .name("mpt-capture".into())
-            .spawn(move || write_all(file, idbs, &rx, &st))?;
+            .spawn(move || match crate::capture_file::create(&path) {
+                Ok(file) => {
+                    st.opened.store(true, Ordering::Release);
+                    write_all(file, idbs, &rx, &st);
+                }
+                Err(e) => {
+                    tracing::warn!("capture: {e}");
+                    if let Ok(mut slot) = st.error.lock() {
+                        *slot = Some(e.to_string());
+                    }
+                    drop(rx);
+                    st.done.store(true, Ordering::Release);
+                    st.closed.store(true, Ordering::Release);
+                }
+            })?;
         Ok(Tap {
             tx: Some(tx),
             tun_iface,
@@ -179,7 +195,8 @@ impl Tap {
     /// Whether the capture takes packets (not stopped); the time limit is
     /// checked by [`Tap::active`], once per turn.
     pub fn active_now(&self) -> bool {
-        self.tx.is_some()
+        // A writer that failed (its file could not be made) ended it too.
+        self.tx.is_some() && !self.stats.done.load(Ordering::Acquire)
     }
 
     /// Whether the capture still takes packets at `now` (stops it when its
@@ -310,14 +327,19 @@ impl Tap {
 
 /// The JSON of a capture's counters.
 pub fn status_of(s: &CaptureStats, file: &std::path::Path) -> serde_json::Value {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "file": file.display().to_string(),
         "captured": s.captured.load(Ordering::Relaxed),
         "dropped": s.dropped.load(Ordering::Relaxed),
         "written": s.written.load(Ordering::Relaxed),
+        "opened": s.opened.load(Ordering::Acquire),
         "done": s.done.load(Ordering::Acquire),
         "closed": s.closed.load(Ordering::Acquire),
-    })
+    });
+    if let Some(e) = s.error.lock().ok().and_then(|e| e.clone()) {
+        v["failed"] = serde_json::Value::String(e);
+    }
+    v
 }
 
 fn dir_word(d: Dir) -> &'static str {
@@ -384,6 +406,9 @@ fn write_all(
     };
     if let Err(e) = run() {
         tracing::warn!("capture: writing the file failed: {e}");
+        if let Ok(mut slot) = stats.error.lock() {
+            *slot = Some(format!("writing the file failed: {e}"));
+        }
     }
     stats.done.store(true, Ordering::Release);
     stats.closed.store(true, Ordering::Release);

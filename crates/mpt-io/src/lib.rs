@@ -30,6 +30,7 @@
 
 pub mod batch;
 pub mod capture;
+pub mod capture_file;
 pub mod control;
 pub mod driver;
 pub mod engine;

@@ -3,8 +3,12 @@
 //! its duration, Ctrl-C, or `mpt capture --stop` from elsewhere), and say
 //! what was written and dropped.
 //!
-//! The daemon writes the file itself (mode 0600: it holds the inner
-//! traffic in clear), so its path is made absolute here.
+//! The daemon writes the file itself, on a thread of its own (a fresh file
+//! of mode 0600 renamed over any regular file there: it holds the inner
+//! traffic in clear; links, FIFOs and devices are refused), so its path is
+//! made absolute here. Under the systemd unit (`PrivateTmp=yes`) a path in
+//! `/tmp` is the service's private `/tmp`: capture to `/var/lib/mpt` or
+//! another directory the unit may write.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -46,6 +50,21 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
         "seconds": r.seconds,
     });
     ask(sock, &format!("capture start {spec}"))?;
+    // The daemon creates the file on its writer thread: wait until it did,
+    // or said why not.
+    let mut first = ask(sock, "capture status")?;
+    for _ in 0..50 {
+        if first.get("opened").and_then(Value::as_bool) == Some(true)
+            || first.get("failed").is_some()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        first = ask(sock, "capture status")?;
+    }
+    if let Some(e) = first.get("failed").and_then(Value::as_str) {
+        return Err(io::Error::other(format!("capture failed: {e}")));
+    }
     if !json_out {
         eprintln!(
             "capturing to {} ({}); Ctrl-C stops",
@@ -73,6 +92,9 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
             break v;
         }
     };
+    if let Some(e) = last.get("failed").and_then(Value::as_str) {
+        return Err(io::Error::other(format!("capture failed: {e}")));
+    }
     if json_out {
         println!("{last}");
     } else {
