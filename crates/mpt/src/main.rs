@@ -11,6 +11,7 @@ mod daemon;
 mod failover;
 mod keys;
 mod metrics;
+mod metrics_http;
 mod metrics_peers;
 mod pathcmd;
 mod peercmd;
@@ -341,6 +342,13 @@ fn main() -> ExitCode {
         Cmd::Check { config } => match load(&config) {
             Ok(c) => {
                 println!("{}", status::describe_config(&c));
+                if let Some(w) = c
+                    .metrics_listen
+                    .as_ref()
+                    .and_then(metrics::exposure_warning)
+                {
+                    eprintln!("warning: {w}");
+                }
                 ExitCode::SUCCESS
             }
             Err(code) => code,

@@ -8,26 +8,20 @@
 //! socket for the status document at each scrape, as `mpt status` does, so
 //! the event loop holds no HTTP state and a slow scraper cannot stall it.
 //!
-//! Invariants: one connection at a time, each bounded by
-//! [`IO_TIMEOUT`] and a request of at most [`REQUEST_MAX_BYTES`]; every
-//! response closes its connection; anything but `GET /metrics` is a 404
-//! or 405; a daemon that does not answer yields a 503 with the reason, and
-//! `mpt_up 0`.
+//! Invariants: many connections at once, each bounded by a deadline for
+//! its whole request and answer (`metrics_http.rs`), so a slow or idle
+//! client never delays a scrape; every response closes its connection;
+//! anything but `GET /metrics` is a 404 or 405; a daemon that does not
+//! answer yields a 503 with the reason, and `mpt_up 0`; a `listen` that is
+//! not a loopback address is warned about at start (no authentication).
 
 use std::fmt::Write as _;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde_json::Value;
-use tracing::{debug, info};
-
-/// Longest a scraper may take to send its request or read the answer
-/// (tuning knob).
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest request head read (tuning knob; a scrape is a few hundred).
-const REQUEST_MAX_BYTES: usize = 8 * 1024;
+use tracing::{info, warn};
 
 /// Bind `listen` now (so that a taken port fails the start) and serve
 /// scrapes from a thread for the daemon's lifetime.
@@ -38,54 +32,37 @@ pub fn spawn(listen: SocketAddr, control: PathBuf, tunnel: String) -> io::Result
             format!("metrics.listen {listen}: cannot listen: {e}"),
         )
     })?;
+    if let Some(w) = exposure_warning(&listen) {
+        warn!(tunnel = %tunnel, %listen, "{w}");
+    }
     info!(tunnel = %tunnel, %listen, "serving Prometheus metrics at /metrics");
     std::thread::Builder::new()
         .name("mpt-metrics".into())
         .spawn(move || {
-            for conn in l.incoming() {
-                match conn {
-                    Ok(s) => {
-                        if let Err(e) = serve(s, &control, &tunnel) {
-                            debug!(tunnel = %tunnel, "metrics scrape failed: {e}");
-                        }
-                    }
-                    Err(e) => debug!(tunnel = %tunnel, "metrics accept failed: {e}"),
-                }
+            let answer = |method: &str, path: &str| match (method, path) {
+                ("GET", "/metrics") => match crate::status::fetch(&control) {
+                    Ok(v) => ("200 OK", render(&v, &tunnel)),
+                    Err(e) => ("503 Service Unavailable", unavailable(&tunnel, &e)),
+                },
+                (_, "/metrics") => ("405 Method Not Allowed", "only GET\n".into()),
+                _ => ("404 Not Found", "metrics are at /metrics\n".into()),
+            };
+            if let Err(e) = crate::metrics_http::serve(l, &tunnel, answer) {
+                warn!(tunnel = %tunnel, "metrics endpoint stopped: {e}");
             }
         })?;
     Ok(())
 }
 
-fn serve(mut s: TcpStream, control: &std::path::Path, tunnel: &str) -> io::Result<()> {
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX_BYTES {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let (status, body) = match (method, path) {
-        ("GET", "/metrics") => match crate::status::fetch(control) {
-            Ok(v) => ("200 OK", render(&v, tunnel)),
-            Err(e) => ("503 Service Unavailable", unavailable(tunnel, &e)),
-        },
-        (_, "/metrics") => ("405 Method Not Allowed", "only GET\n".into()),
-        _ => ("404 Not Found", "metrics are at /metrics\n".into()),
-    };
-    let reply = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(reply.as_bytes())
+/// What to say of a `listen` address that others can reach: the endpoint
+/// has no authentication, and what it serves (paths, peers' names and
+/// addresses, counters) the root-only control socket otherwise protects.
+pub fn exposure_warning(listen: &SocketAddr) -> Option<String> {
+    (!listen.ip().is_loopback()).then(|| {
+        format!(
+            "metrics.listen {listen} is not a loopback address: anyone who reaches it reads the tunnel's status (paths, peers and their addresses, counters) without authentication; listen on 127.0.0.1 or a management address, or filter the port (docs/config.md, [metrics])"
+        )
+    })
 }
 
 fn unavailable(tunnel: &str, e: &io::Error) -> String {
