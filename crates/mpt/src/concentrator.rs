@@ -276,7 +276,11 @@ pub fn run(cfg: Config) -> io::Result<()> {
     };
     driver.set_hooks(Box::new(Hooks {
         file: cfg.file.clone(),
-        running: cfg.clone(),
+        // The server's own sections only: the peers are the core's.
+        running: Config {
+            peers: vec![],
+            ..cfg.clone()
+        },
         tunnel: cfg.tunnel.name.clone(),
         own,
         routes,
