@@ -104,3 +104,32 @@ def test_a_concentrator_reload_applies_security_changes(tmp_path: Path) -> None:
         assert server.stop() == 0
         for c in clients:
             c.stop()
+
+
+def test_a_peer_whose_key_changes_is_a_peer_replaced(tmp_path: Path) -> None:
+    """The public key names a peer: a reload with another key for client 0
+    removes the old peer (its session ends at once) and adds the new one,
+    which the client, holding the old key, cannot be."""
+    with Star(2, links=1) as star:
+        server, clients = start(star, tmp_path)
+        wait_for(
+            "both clients connected", lambda: _status(star, tmp_path)["peers_connected"] == 2, 15
+        )
+        conf = tmp_path / "server.toml"
+        text = conf.read_text()
+        old = text.split('[[peer]]\nname = "client0"\npublic_key = "')[1].split('"')[0]
+        other = tmp_path / "other.key"
+        run([str(mpt_binary()), "genkey", "-o", str(other)])
+        new = run([str(mpt_binary()), "pubkey", "-i", str(other)]).stdout.strip()
+        conf.write_text(text.replace(old, new))
+        r = _reload(star, tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "peer removed: client0" in r.stdout and "peer added: client0" in r.stdout, r.stdout
+        assert ping(star, 0, SERVER_TUNNEL, count=3, interval=0.2).received == 0  # type: ignore[arg-type]
+        assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
+        doc = _status(star, tmp_path)
+        connected = {p["name"]: p["connected"] for p in doc["peers"]}
+        assert connected == {"client0": False, "client1": True}, doc["peers"]
+        assert server.stop() == 0
+        for c in clients:
+            c.stop()

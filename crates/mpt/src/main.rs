@@ -164,8 +164,10 @@ enum Cmd {
     /// timestamps: the TUN's inner packets (each with its path, tunnel
     /// sequence, send timestamp and one-way delay as a comment) and each
     /// named path's datagrams. Ends after --count packets, --seconds, or
-    /// Ctrl-C; packets the writer cannot keep up with are dropped and
-    /// counted, never slowing the tunnel.
+    /// Ctrl-C. The daemon's own thread writes the file; packets it cannot
+    /// keep up with are left out and counted, and the tunnel never waits
+    /// for it. Under the systemd unit, write to /var/lib/mpt (its /tmp is
+    /// private).
     Capture {
         #[command(flatten)]
         daemon: DaemonArgs,
@@ -175,8 +177,9 @@ enum Cmd {
         /// Capture this path's datagrams (repeat for several).
         #[arg(long = "path", value_name = "NAME")]
         paths: Vec<String>,
-        /// The pcapng file to write (created with mode 0600, replaced if
-        /// it exists).
+        /// The pcapng file to write: always a fresh file of mode 0600
+        /// (one already there is replaced, not reused); a link, FIFO,
+        /// socket, device or directory there is refused.
         #[arg(
             short = 'w',
             long = "write",
