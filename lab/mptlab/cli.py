@@ -185,6 +185,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    from .trace import generate, parse
+
+    if args.seconds < 1 or not 0 < args.low_mbit <= args.mean_mbit <= args.high_mbit:
+        print("error: --seconds >= 1 and 0 < --low-mbit <= --mean-mbit <= --high-mbit")
+        return 2
+    text = generate(
+        args.seed,
+        seconds=args.seconds,
+        mean_mbps=args.mean_mbit,
+        low_mbps=args.low_mbit,
+        high_mbps=args.high_mbit,
+        outages=args.outages,
+    )
+    t = parse(text, args.out)
+    Path(args.out).write_text(text)
+    rates = sorted(t.rates_mbps(0, args.seconds))
+    pct = [rates[int(q * (len(rates) - 1))] for q in (0.1, 0.5, 0.9)]
+    print(
+        f"{args.out}: {args.seconds} s, mean {t.mean_mbps():.1f} Mbit/s, 1-second rates "
+        f"p10/p50/p90 {pct[0]:.1f}/{pct[1]:.1f}/{pct[2]:.1f} Mbit/s"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="mptlab", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -214,6 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("results", nargs="+")
     rp.add_argument("--out", default="docs/results.md")
     rp.set_defaults(func=cmd_report)
+    tr = sub.add_parser("trace", help="write a synthetic LTE-like capacity trace (mahimahi format)")
+    tr.add_argument("out", help="file to write")
+    tr.add_argument("--seed", type=int, default=1)
+    tr.add_argument("--seconds", type=int, default=120)
+    tr.add_argument("--mean-mbit", type=float, default=10.0)
+    tr.add_argument("--low-mbit", type=float, default=1.0)
+    tr.add_argument("--high-mbit", type=float, default=30.0)
+    tr.add_argument("--outages", type=int, default=2, help="gaps of no capacity")
+    tr.set_defaults(func=cmd_trace)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))

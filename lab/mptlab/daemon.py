@@ -55,6 +55,9 @@ class TunnelOpts:
     parallel: str | None = None
     # The daemon binary; None: mpt_binary() (A/B runs use an earlier build).
     binary: Path | None = None
+    # Configuration text for one side only ({"a": ..., "b": ...}): routes
+    # of routed sites.
+    side_extra: dict[str, str] | None = None
 
 
 def _sock(addr: str, port: int) -> str:
@@ -126,6 +129,8 @@ def config_text(
             lines.append(f"dead_ms = {opts.dead_ms}")
     if opts.extra:
         lines += ["", opts.extra]
+    if opts.side_extra and opts.side_extra.get(side):
+        lines += ["", opts.side_extra[side]]
     return "\n".join(lines) + "\n"
 
 

@@ -33,6 +33,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,11 @@ class Shape:
     `reverse`, if given, describes the B-to-A direction; otherwise both
     directions are alike. `loss` is a fraction (0.02 = 2%); `loss_burst` the
     mean number of packets per loss burst (1 = independent losses).
+    `trace` makes the link's capacity follow a trace of delivery
+    opportunities (mahimahi's format; `trace_back` for B to A, default the
+    same file; `trace_start_s` where the replay starts): mpt-netem queues
+    frames (drop-tail, `queue_ms` at the trace's mean rate) for the trace's
+    opportunities, then applies the delay. `rate_mbit` is then unset.
     `serialize` makes mpt-netem carry the rate instead of tbf: an exact
     per-frame serialiser without a burst, as a measured link should be
     (tbf lets a bucket's worth of frames through at line rate, which
@@ -114,6 +120,11 @@ class Shape:
     corrupt: float = 0.0
     serialize: bool = False
     wmm: bool = False
+    # A capacity trace (mahimahi format) instead of a rate, A to B, and
+    # B to A (None: the same file); where the replay starts, seconds.
+    trace: str | None = None
+    trace_back: str | None = None
+    trace_start_s: float = 0.0
     reverse: Shape | None = None
 
     def impaired(self) -> bool:
@@ -125,10 +136,13 @@ class Shape:
             or self.corrupt
             or self.serialize
             or self.wmm
+            or self.trace
         )
         return own or bool(self.reverse and self.reverse.impaired())
 
     def back(self) -> Shape:
+        if self.reverse is None and self.trace_back:
+            return replace(self, trace=self.trace_back, trace_back=None)
         return self.reverse or self
 
     def netem_dir(self) -> dict[str, float | int]:
@@ -142,6 +156,15 @@ class Shape:
             "corrupt": self.corrupt,
             "rate_mbit": (self.rate_mbit or 0.0) if self.serialize else 0.0,
             "wmm": self.wmm,
+            **(
+                {
+                    "trace": str(Path(self.trace).resolve()),
+                    "trace_start_ms": self.trace_start_s * 1000,
+                    "queue_ms": self.queue_ms,
+                }
+                if self.trace
+                else {}
+            ),
         }
 
     def rate_qdisc(self, ns: str, dev: str) -> None:
@@ -322,6 +345,10 @@ class Topology:
         self.b = f"{prefix}{uid}b"
         self.r: str | None = None
         self.emulator: subprocess.Popen[Any] | None = None
+        self.emulator_t0_ns: int | None = None
+        # Namespaces others add to this topology (LAN hosts, site.py),
+        # torn down with it.
+        self.extra_ns: list[str] = []
         self.procs: list[subprocess.Popen[Any]] = []
         self._closed = False
         _live.append(self)
@@ -419,9 +446,25 @@ class Topology:
         self.procs.append(self.emulator)
         assert self.emulator.stdout is not None
         line = self.emulator.stdout.readline().strip()
-        if line != "ready":
+        # "ready T0": forwarding, and its start on the monotonic clock (ns),
+        # where trace-driven links start their replay.
+        if not line.startswith("ready"):
             err = self.emulator.stderr.read() if self.emulator.stderr else ""
             raise RuntimeError(f"mpt-netem did not start: {line} {err}")
+        parts = line.split()
+        self.emulator_t0_ns = int(parts[1]) if len(parts) > 1 else time.monotonic_ns()
+
+    def restart_traces(self) -> None:
+        """Replay every trace-driven link from its start offset, now (each
+        system and repeat then sees the same window of the trace)."""
+        if self.emulator is None or self.emulator.stdout is None:
+            return
+        if not any(s.trace or s.back().trace for s in self.shapes):
+            return
+        self.emulator.send_signal(signal.SIGUSR1)
+        line = self.emulator.stdout.readline().split()
+        if len(line) == 2 and line[0] == "restart":
+            self.emulator_t0_ns = int(line[1])
 
     def emulator_stats(self) -> dict[str, Any] | None:
         """Stop the emulator and return its counters (None if not used)."""
@@ -486,7 +529,7 @@ class Topology:
         return p
 
     def namespaces(self) -> list[str]:
-        return [ns for ns in (self.a, self.b, self.r) if ns]
+        return [ns for ns in (self.a, self.b, self.r, *self.extra_ns) if ns]
 
     def close(self) -> None:
         if self._closed:

@@ -31,6 +31,7 @@ from .probe import voip
 from .qosmix import run_mix, run_precedence
 from .qosmix import summary as mix_summary
 from .scenario import Scenario
+from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
 from .traffic import http_download, iperf3, steady_mbps
 from .util import base_binary
 
@@ -47,6 +48,27 @@ ETHERNET = 14
 # packet load), and its payload.
 LOAD_SHARE = 0.8
 LOAD_PAYLOAD = 1200
+
+
+def offered_mbit(
+    topo: Topology, shapes: list[Any], t_from_ns: int, t_to_ns: int, system: str
+) -> float:
+    """The capacity the links offered A to B between two monotonic times,
+    Mbit/s: a fixed link's rate, a trace-driven link's opportunities in the
+    window (as mpt-netem served them, from its start `emulator_t0_ns`).
+    `plain` uses the first link only."""
+    from .trace import load_trace
+
+    t0 = topo.emulator_t0_ns or t_from_ns
+    a, b = (t_from_ns - t0) / 1e9, (t_to_ns - t0) / 1e9
+    total = 0.0
+    for s in shapes[:1] if system == "plain" else shapes:
+        if s.trace:
+            bits = load_trace(Path(s.trace)).offered_bits(s.trace_start_s * 1000, a, b)
+            total += bits / max(b - a, 1e-9) / 1e6
+        else:
+            total += s.rate_mbit or 0.0
+    return total
 
 
 @dataclass
@@ -200,6 +222,8 @@ class Runner:
         self.outdir = outdir
         self.progress = progress
         self.points: list[Point] = []
+        # The LAN view of each topology of a routed-sites scenario, by id.
+        self.lans: dict[int, LanView] = {}
         self.total = self._count()
         self.done = 0
 
@@ -213,7 +237,7 @@ class Runner:
                     n += len(sc.traffic)
                 if "hook" in sc.systems:
                     n += len(sc.traffic)
-                if "mptcp" in sc.systems and tv == pv:
+                if "mptcp" in sc.systems and tv == pv and not sc.lans:
                     n += len([t for t in sc.traffic if t in ("tcp", "http")])
         if "plain" in sc.systems:
             n += len({_ip(c)[1] for c in sc.ip}) * len(sc.traffic)
@@ -229,7 +253,12 @@ class Runner:
         if point.system == "plain":
             rates = rates[:1]
         total_rate = sum(rates)
+        traced = any(s.trace for s in sc.shapes_for(point.links))
+        offered: list[float] = []
         for _ in range(sc.repeats):
+            if traced:
+                topo.restart_traces()
+            t_begin = time.monotonic_ns()
             sides = {"a": topo.a, "b": topo.b}
             sampler = CpuSampler(target.pids, namespaces=sides).start()
             try:
@@ -251,11 +280,19 @@ class Runner:
                             d["steady_mbps"] = steady
                             d["steady_after_s"] = STEADY_AFTER_S
                 elif point.traffic == "udp":
-                    payload = udp_payload_for(
-                        sc.udp_payload, point.system, point.tunnel_v, point.path_v, target.mtu
+                    payload = (
+                        # A LAN host sends what its LAN of MTU 1500 carries.
+                        min(sc.udp_payload, 1500 - UDP_IP[4])
+                        if sc.lans
+                        else udp_payload_for(
+                            sc.udp_payload, point.system, point.tunnel_v, point.path_v, target.mtu
+                        )
                     )
                     wire = udp_wire_bytes(payload, point.system, point.tunnel_v, point.path_v)
-                    rate = f"{total_rate * payload / wire * 0.98:.2f}M" if total_rate else "0"
+                    share = total_rate * payload / wire * 0.98
+                    if sc.udp_load is not None:
+                        share = total_rate * sc.udp_load
+                    rate = f"{share:.2f}M" if total_rate else "0"
                     r = iperf3(
                         topo,
                         target.addr,
@@ -330,6 +367,14 @@ class Runner:
             finally:
                 cpu = sampler.stop()
             results.append(mbps)
+            if traced:
+                # What the links offered while this transfer ran (its last
+                # `seconds`): a trace's capacity is what it was then.
+                t_end = time.monotonic_ns()
+                t_from = max(t_begin, t_end - int(sc.seconds * 1e9))
+                offered.append(
+                    offered_mbit(topo, sc.shapes_for(point.links), t_from, t_end, point.system)
+                )
             details = d
             point.cpu_pct = cpu["mean_pct"]
             point.cpu_samples = cpu["samples"]
@@ -340,6 +385,11 @@ class Runner:
             if total_rate and point.traffic in ("tcp", "udp", "http")
             else None
         )
+        if offered and point.traffic in ("tcp", "udp", "http"):
+            shares = [m / o for m, o in zip(results, offered, strict=True) if o > 0]
+            point.efficiency = statistics.median(shares) if shares else None
+            details["offered_mbit"] = offered
+            details["offered_median_mbit"] = statistics.median(offered)
         own = sc.hook_processes if point.system == "hook" else None
         point.details = {
             **details,
@@ -409,12 +459,18 @@ class Runner:
         proto: Point,
         traffics: list[str],
     ) -> None:
+        view = self.lans.get(id(topo))
         try:
             with cm as target:
+                if view is not None:
+                    # Routed sites: from LAN host to LAN host through A and B.
+                    target.addr = lan_host("b")
+                    if proto.system == "plain":
+                        plain_routes(topo, add=True)
                 for tr in traffics:
                     p = Point(**{**asdict(proto), "traffic": tr})
                     try:
-                        self._measure(topo, target, p)
+                        self._measure(view or topo, target, p)
                     except Exception as e:  # noqa: BLE001 - recorded, run goes on
                         p.error = f"{type(e).__name__}: {e}"
                     self._record(p)
@@ -472,9 +528,17 @@ class Runner:
         """Bring up and measure one system of the scenario's list on `topo`."""
         sc = self.sc
         combo, tv, pv, n = base.ip, base.tunnel_v, base.path_v, base.links
+        routes = {"a": mpt_routes("a"), "b": mpt_routes("b")} if sc.lans else None
         if system == "mpt":
             cm = systems.mpt(
-                topo, tv, pv, rates, work / f"{combo}-{n}", sc.mpt_extra, learns=sc.server_learns
+                topo,
+                tv,
+                pv,
+                rates,
+                work / f"{combo}-{n}",
+                sc.mpt_extra,
+                learns=sc.server_learns,
+                side_extra=routes,
             )
             self._run_system(topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic)
         elif system in MPT_VARIANTS:
@@ -492,9 +556,10 @@ class Runner:
                 own = variant_kw["transform"](own)
             extra = "\n".join(x for x in (own, more) if x)
             kw.setdefault("learns", sc.server_learns)
+            kw.setdefault("side_extra", routes)
             cm = systems.mpt(topo, tv, pv, rates, work / f"{combo}-{n}-{system}", extra, **kw)
             self._run_system(topo, cm, Point(**{**asdict(base), "system": system}), sc.traffic)
-        elif system == "mptcp" and tv == pv:
+        elif system == "mptcp" and tv == pv and not sc.lans:
             tr = [t for t in sc.traffic if t in ("tcp", "http")]
             proto = Point(**{**asdict(base), "system": "mptcp", "ip": f"-in{pv}", "tunnel_v": 0})
             self._run_system(topo, systems.mptcp(topo, pv), proto, tr)
@@ -509,6 +574,8 @@ class Runner:
             for pv in sorted({_ip(c)[1] for c in sc.ip}):
                 shapes = sc.shapes_for(1)[:1]
                 with Topology(1, shape=shapes, cc=sc.cc) as topo:
+                    if sc.lans:
+                        self.lans[id(topo)] = add_lans(topo)
                     proto = Point(
                         sc.name, "plain", f"-in{pv}", 0, pv, 1, "", sum(sc.link_rates(1)[:1])
                     )
@@ -519,6 +586,8 @@ class Runner:
                 shapes = sc.shapes_for(n)
                 rates = sc.link_rates(n)
                 with Topology(n, shape=shapes, cc=sc.cc) as topo:
+                    if sc.lans:
+                        self.lans[id(topo)] = add_lans(topo)
                     base = Point(sc.name, "", combo, tv, pv, n, "", sum(rates))
                     self._warm_up(topo)
                     # In the order the scenario (or `systems=`) lists them.

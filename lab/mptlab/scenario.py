@@ -9,6 +9,8 @@ A scenario file::
     links = [1, 2, 4]         # link counts to sweep
     rate_mbit = 100           # every link (both directions)
     delay_ms = 0              # also jitter_ms, loss, loss_burst, queue_ms
+    lans = false              # true: traffic goes between a LAN host behind A and one
+                              # behind B (MTU 1500), A and B routing (site.py)
     cc = "cubic"              # the hosts' own TCP congestion control (the
                               # inner TCP's): cubic, reno or bbr
     # or explicit links (fixed count), each with its own settings:
@@ -41,6 +43,7 @@ A scenario file::
     http_mb = 0               # 0: sized to last about `seconds` at the links' sum
     udp_payload = 1392        # bytes per UDP datagram payload
     flood_factor = 5.0        # qos-mix: the UDP flood's rate, times the links' sum
+    udp_load = 0.85           # optional: UDP payload rate as a share of the links' sum
 
     [mpt]                     # optional
     extra = "..."             # configuration text added to both daemons' files
@@ -111,9 +114,14 @@ LINK_KEYS = {
     "corrupt",
     "serialize",
     "wmm",
+    "trace",
+    "trace_back",
+    "trace_start_s",
 }
 # Link keys that are switches, not numbers.
 LINK_FLAGS = {"serialize", "wmm"}
+# Link keys that are files (relative to the scenario file's folder).
+LINK_FILES = {"trace", "trace_back"}
 TOP_KEYS = {
     "name",
     "description",
@@ -125,7 +133,7 @@ TOP_KEYS = {
     "measure",
     "concentrator",
 }
-TOPO_KEYS = LINK_KEYS | {"links", "link", "cc"}
+TOPO_KEYS = LINK_KEYS | {"links", "link", "cc", "lans"}
 # The hosts' TCP congestion controls a scenario may choose (Linux names;
 # CUBIC is Linux's default and what the other scenarios measure).
 CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
@@ -139,6 +147,7 @@ RUN_KEYS = {
     "http_mb",
     "udp_payload",
     "flood_factor",
+    "udp_load",
 }
 
 
@@ -180,6 +189,12 @@ class Scenario:
     udp_payload: int = 1392
     flood_factor: float = 5.0
     cc: str = "cubic"  # the end hosts' TCP congestion control
+    # Routed sites: traffic between a LAN host behind A and one behind B
+    # (site.py), through the system's routes.
+    lans: bool = False
+    # UDP traffic's payload rate as a share of the links' sum (None: as
+    # close to the capacity as the system's overhead allows, 98 %).
+    udp_load: float | None = None
     events: list[Event] = field(default_factory=list)
     hook_up: str | None = None
     hook_down: str | None = None
@@ -200,7 +215,13 @@ class Scenario:
         return self.shapes if self.shapes is not None else [self.shape] * n
 
     def link_rates(self, n: int) -> list[float]:
-        return [s.rate_mbit or 0.0 for s in self.shapes_for(n)]
+        """Each link's rate A to B: its `rate_mbit`, or a trace's mean."""
+        from .trace import load_trace
+
+        return [
+            s.rate_mbit or (load_trace(Path(s.trace)).mean_mbps() if s.trace else 0.0)
+            for s in self.shapes_for(n)
+        ]
 
 
 def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
@@ -209,26 +230,53 @@ def _check_keys(where: str, got: dict[str, Any], allowed: set[str]) -> None:
             raise ScenarioError(f"{where}: unknown key '{k}' (valid: {', '.join(sorted(allowed))})")
 
 
-def _shape(where: str, d: dict[str, Any]) -> Shape:
+def _trace_file(where: str, v: Any, base: Path) -> str:
+    """A trace path, relative to the scenario's folder, checked to parse."""
+    from .trace import TraceError, load_trace
+
+    if not isinstance(v, str) or not v:
+        raise ScenarioError(f"{where}: a file name (relative to the scenario's folder)")
+    p = Path(v) if Path(v).is_absolute() else base / v
+    try:
+        load_trace(p)
+    except TraceError as e:
+        raise ScenarioError(f"{where}: {e}") from e
+    return str(p)
+
+
+def _shape(where: str, d: dict[str, Any], base: Path = Path(".")) -> Shape:
     _check_keys(where, d, LINK_KEYS | {"reverse"})
     reverse = None
     if "reverse" in d:
         if not isinstance(d["reverse"], dict):
             raise ScenarioError(f"{where}.reverse: must be a table of link settings")
-        reverse = _shape(f"{where}.reverse", d["reverse"])
+        reverse = _shape(f"{where}.reverse", d["reverse"], base)
         d = {k: v for k, v in d.items() if k != "reverse"}
     for k in LINK_FLAGS & set(d):
         if not isinstance(d[k], bool):
             raise ScenarioError(f"{where}.{k}: must be true or false")
     try:
         kw = {
-            k: v if k in LINK_FLAGS else int(v) if k == "limit" else float(v) for k, v in d.items()
+            k: _trace_file(f"{where}.{k}", v, base)
+            if k in LINK_FILES
+            else v
+            if k in LINK_FLAGS
+            else int(v)
+            if k == "limit"
+            else float(v)
+            for k, v in d.items()
         }
     except (TypeError, ValueError) as e:
         raise ScenarioError(f"{where}: {e}") from e
     s = Shape(**kw, reverse=reverse)  # type: ignore[arg-type]
     if s.rate_mbit is not None and s.rate_mbit <= 0:
         raise ScenarioError(f"{where}.rate_mbit: must be positive")
+    if (s.trace or s.trace_back) and s.rate_mbit is not None:
+        raise ScenarioError(f"{where}: trace and rate_mbit exclude each other")
+    if s.trace_back and not s.trace:
+        raise ScenarioError(f"{where}.trace_back: needs a trace for A to B as well")
+    if s.trace_start_s < 0:
+        raise ScenarioError(f"{where}.trace_start_s: must not be negative")
     if not 0 <= s.loss < 1:
         raise ScenarioError(f"{where}.loss: a fraction within 0..1 (0.02 = 2%)")
     return s
@@ -267,6 +315,12 @@ def _event(where: str, e: dict[str, Any]) -> Event:
     return ev
 
 
+def _flag(where: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ScenarioError(f"{where}: must be true or false")
+    return v
+
+
 def _list(where: str, v: Any, allowed: tuple[str, ...] | None = None) -> list[Any]:
     items = v if isinstance(v, list) else [v]
     if allowed is not None:
@@ -282,14 +336,16 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
     run = data.get("run", {})
     _check_keys(f"{source}: [topology]", topo, TOPO_KEYS)
     _check_keys(f"{source}: [run]", run, RUN_KEYS)
-    shape = _shape(f"{source}: [topology]", {k: v for k, v in topo.items() if k in LINK_KEYS})
+    base = Path(source).parent
+    shape = _shape(f"{source}: [topology]", {k: v for k, v in topo.items() if k in LINK_KEYS}, base)
     cc = _list(f"{source}: topology.cc", topo.get("cc", "cubic"), CONGESTION_CONTROLS)
     if len(cc) != 1:
         raise ScenarioError(f"{source}: topology.cc: one congestion control, not a list")
     shapes = None
     if "link" in topo:
         shapes = [
-            _shape(f"{source}: [[topology.link]] #{i + 1}", d) for i, d in enumerate(topo["link"])
+            _shape(f"{source}: [[topology.link]] #{i + 1}", d, base)
+            for i, d in enumerate(topo["link"])
         ]
         counts = [len(shapes)]
     else:
@@ -340,6 +396,8 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         udp_payload=int(run.get("udp_payload", 1392)),
         flood_factor=float(run.get("flood_factor", 5.0)),
         cc=cc[0],
+        lans=_flag(f"{source}: topology.lans", topo.get("lans", False)),
+        udp_load=None if run.get("udp_load") is None else float(run["udp_load"]),
         events=events,
         hook_up=hook.get("up"),
         hook_down=hook.get("down"),
@@ -367,6 +425,8 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
             raise ScenarioError(f"{source}: {e}") from e
     if "hook" in sc.systems and not (sc.hook_up and sc.hook_down):
         raise ScenarioError(f"{source}: system 'hook' needs [hook] up and down scripts")
+    if sc.udp_load is not None and not 0 < sc.udp_load <= 1.5:
+        raise ScenarioError(f"{source}: run.udp_load must be within 0..1.5 (a share of the links)")
     if sc.seconds <= 0 or sc.repeats < 1:
         raise ScenarioError(f"{source}: run.seconds must be > 0 and run.repeats >= 1")
     return sc

@@ -154,7 +154,7 @@ class Star:
         p = self.spawn_in(self.d, [str(netem_binary()), str(cfg)])
         assert p.stdout is not None
         line = p.stdout.readline().strip()
-        if line != "ready":
+        if not line.startswith("ready"):
             raise RuntimeError(f"mpt-netem did not start: {line}")
 
     def server_dev(self, link: int) -> str:

@@ -77,6 +77,7 @@ def mpt(
     binary: Path | None = None,
     weights: bool = False,
     learns: bool = False,
+    side_extra: dict[str, str] | None = None,
 ) -> Iterator[Target]:
     """mpt over every link; `security` "keys" (encrypted) or "insecure";
     `learns`: the server (side A) has no `remote` and learns its client's
@@ -95,6 +96,7 @@ def mpt(
         parallel=parallel,
         binary=binary,
         server_learns=learns,
+        side_extra=side_extra,
     )
     a, b = start_pair(topo, opts, workdir)
     try:

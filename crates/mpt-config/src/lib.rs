@@ -107,6 +107,9 @@ pub struct TunnelSection {
     pub control_socket: PathBuf,
     /// Use TUN offloads (TSO in, GRO out) when the kernel has them.
     pub offload: bool,
+    /// Lower the MSS of routed TCP connections (an endpoint outside the
+    /// tunnel's networks) to what fits one datagram (`mss_clamp`).
+    pub mss_clamp: bool,
     /// Threads sealing and opening packets; `None`: one per CPU core.
     pub workers: Option<usize>,
     /// Helpers work only while a core is spare (`false`), or always.
@@ -229,6 +232,7 @@ const TUNNEL_KEYS: &[&str] = &[
     "mtu",
     "control_socket",
     "offload",
+    "mss_clamp",
     "workers",
     "parallel",
     "peers_dir",
@@ -416,6 +420,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
     let mtu = tr.int(ctx, "mtu", (576, 65535)).map(|v| v as u32);
     let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
     let offload = tr.boolean(ctx, "offload").unwrap_or(true);
+    let mss_clamp = tr.boolean(ctx, "mss_clamp").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
     let tr_peers_dir = tr.string(ctx, "peers_dir");
     let announce_table = tr
@@ -796,6 +801,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             parallel_always,
             control_socket,
             offload,
+            mss_clamp,
         },
         role: role?,
         security: security?,

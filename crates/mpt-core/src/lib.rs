@@ -39,6 +39,7 @@ pub mod concentrator;
 pub mod crypto;
 pub mod estimate;
 pub mod ip;
+pub mod mss;
 pub mod pace;
 pub mod path;
 pub mod qos;

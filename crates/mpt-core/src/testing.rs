@@ -99,6 +99,7 @@ impl TestConfig {
                 adapt_to_loss: true,
                 recover: false,
                 qos: None,
+                mss_clamp: None,
             },
         }
     }

@@ -14,15 +14,21 @@
 //! Usage: `mpt-netem CONFIG.json`, where the file holds
 //! `{"links": [{"a": "r1a", "b": "r1b", "a_to_b": {...}, "b_to_a": {...}}]}`
 //! with direction fields `delay_ms`, `jitter_ms`, `loss`, `loss_burst`,
-//! `limit`, `reorder`, `rate_mbit`, `wmm`, and at the top `spin_us`: when a
+//! `limit`, `reorder`, `rate_mbit`, `wmm`, `trace` (a mahimahi capacity
+//! trace, relative to the file; with `trace_start_ms`, `queue_bytes`,
+//! `queue_ms`), and at the top `spin_us`: when a
 //! release is due within that many µs, busy-poll instead of sleeping, so
 //! frames leave within about a microsecond of their time (for measurement
 //! scenarios; it costs a core while traffic flows), and `busy_poll`: never
 //! sleep, so that a frame reaching an idle emulator is read at once (a
-//! whole core for the emulator's lifetime). It prints `ready` on stdout once forwarding, and on
+//! whole core for the emulator's lifetime). It prints `ready T0` on stdout once
+//! forwarding (T0: its start on the monotonic clock, ns, where traces start), and on
 //! SIGINT/SIGTERM prints per-direction counters as one JSON line and exits.
 //! SIGHUP re-reads the file: the same links with new settings take effect
 //! for frames arriving from then on (lab events that change a link).
+//! SIGUSR1 restarts every trace's replay from its start offset now and
+//! prints `restart T0` (the lab does so before each transfer, so that each
+//! system measured sees the same window of the trace).
 //!
 //! Invariants: every frame is counted once (passed, lost, queue-dropped, or
 //! send error); a bad configuration exits with status 2 and a message naming
@@ -30,6 +36,7 @@
 
 mod model;
 mod rng;
+mod trace;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,9 +92,15 @@ fn load(path: &str) -> Result<Cfg, String> {
     if cfg.links.is_empty() {
         return Err(format!("{path}: links: at least one link is needed"));
     }
-    for (i, l) in cfg.links.iter().enumerate() {
-        for (n, d) in [("a_to_b", &l.a_to_b), ("b_to_a", &l.b_to_a)] {
+    let base = std::path::Path::new(path)
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let mut cfg = cfg;
+    for (i, l) in cfg.links.iter_mut().enumerate() {
+        for (n, d) in [("a_to_b", &mut l.a_to_b), ("b_to_a", &mut l.b_to_a)] {
             d.validate()
+                .and_then(|()| d.load_trace(&base))
                 .map_err(|e| format!("{path}: links[{i}].{n}: {e}"))?;
         }
     }
@@ -179,6 +192,8 @@ fn run(cfg: Cfg, path: &str) -> std::io::Result<()> {
     }
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+    let usr1 = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&usr1))?;
     set_timer_slack_ns(1);
     let mut socks = vec![];
     let mut dirs = vec![];
@@ -210,11 +225,25 @@ fn run(cfg: Cfg, path: &str) -> std::io::Result<()> {
     let reader: Vec<usize> = (0..socks.len())
         .map(|k| dirs.iter().position(|d| d.from == k).unwrap_or(0))
         .collect();
-    println!("ready");
+    // The traces' replay starts now; the lab reads this time (the
+    // monotonic clock, as its own) to know what a trace offered when.
+    let t0 = monotonic_ns();
+    for d in &mut dirs {
+        d.model.start_at(t0);
+    }
+    println!("ready {t0}");
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
             reload(path, &cfg, &mut dirs);
+        }
+        if usr1.swap(false, Ordering::Relaxed) {
+            let t0 = monotonic_ns();
+            for d in &mut dirs {
+                d.model.restart_trace(t0);
+            }
+            println!("restart {t0}");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
         }
         let now = monotonic_ns();
         let next = dirs.iter().filter_map(|d| d.model.next_release()).min();

@@ -15,6 +15,11 @@
 //! frames leave exactly one transmission time apart, which is what
 //! dispersion measurements of capacity need.
 //!
+//! `trace` replaces a fixed rate with a capacity trace in mahimahi's
+//! format: frames wait in a drop-tail bottleneck queue for the trace's
+//! delivery opportunities (`trace.rs` states exactly how), then the delay
+//! and jitter apply.
+//!
 //! `duplicate` sends an exact second copy of a frame (a replay, as far as
 //! the receiver can tell); `corrupt` flips one random bit in the UDP payload
 //! of an IPv4/UDP frame and clears its UDP checksum, so the damaged datagram
@@ -64,6 +69,19 @@ pub struct DirSpec {
     pub rate_mbit: f64,
     /// Voice frames (by DSCP) in a queue of their own, first (Wi-Fi WMM).
     pub wmm: bool,
+    /// A capacity trace (mahimahi format, `trace.rs`) instead of a fixed
+    /// rate: the file's path.
+    pub trace: Option<String>,
+    /// Where in the trace the replay starts, ms.
+    pub trace_start_ms: f64,
+    /// The trace's drop-tail queue in bytes (0: `queue_ms` decides).
+    pub queue_bytes: u64,
+    /// The trace's queue in ms at its mean rate (0 with `queue_bytes` 0:
+    /// only `limit` frames).
+    pub queue_ms: f64,
+    /// The parsed trace (read by [`DirSpec::load_trace`]).
+    #[serde(skip)]
+    pub trace_data: Option<std::sync::Arc<crate::trace::Trace>>,
 }
 
 impl Default for DirSpec {
@@ -79,6 +97,11 @@ impl Default for DirSpec {
             corrupt: 0.0,
             rate_mbit: 0.0,
             wmm: false,
+            trace: None,
+            trace_start_ms: 0.0,
+            queue_bytes: 0,
+            queue_ms: 0.0,
+            trace_data: None,
         }
     }
 }
@@ -121,7 +144,41 @@ impl DirSpec {
         if self.limit == 0 {
             return Err("limit must be at least 1 packet".into());
         }
+        finite(self.trace_start_ms, "trace_start_ms")?;
+        finite(self.queue_ms, "queue_ms")?;
+        if self.trace_start_ms < 0.0 || self.queue_ms < 0.0 {
+            return Err("trace_start_ms and queue_ms must not be negative".into());
+        }
+        if self.trace.is_some() && self.rate_mbit > 0.0 {
+            return Err("trace and rate_mbit exclude each other: the trace is the rate".into());
+        }
         Ok(())
+    }
+
+    /// Read and parse `trace` (relative to `base`); the message names the
+    /// file and line.
+    pub fn load_trace(&mut self, base: &std::path::Path) -> Result<(), String> {
+        let Some(t) = &self.trace else {
+            return Ok(());
+        };
+        let path = base.join(t);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("trace {}: cannot read: {e}", path.display()))?;
+        let trace = crate::trace::Trace::parse(&text)
+            .map_err(|e| format!("trace {}: {e}", path.display()))?;
+        self.trace_data = Some(std::sync::Arc::new(trace));
+        Ok(())
+    }
+
+    /// The trace's queue limit in bytes.
+    fn queue_limit_bytes(&self) -> u64 {
+        match (&self.trace_data, self.queue_bytes) {
+            (_, b) if b > 0 => b,
+            (Some(t), _) if self.queue_ms > 0.0 => ((t.mean_bps() / 8.0 * self.queue_ms / 1e3)
+                as u64)
+                .max(crate::trace::OPPORTUNITY_BYTES),
+            _ => u64::MAX,
+        }
     }
 }
 
@@ -240,6 +297,8 @@ pub struct Direction {
     /// When the emulated link finishes sending the last frame (rate), ns.
     link_free: u64,
     order: u64,
+    /// The trace's bottleneck (`trace`), from [`Direction::start_at`].
+    bottleneck: Option<crate::trace::Bottleneck>,
     pub stats: DirStats,
 }
 
@@ -259,12 +318,18 @@ impl Direction {
     /// frames already held keep their release times.
     pub fn set_spec(&mut self, spec: DirSpec) {
         (self.p_enter_bad, self.p_leave_bad) = burst_model(&spec);
+        // A trace keeps replaying where it stands (its file is not read
+        // again).
+        let trace = self.spec.trace_data.take();
         self.spec = spec;
+        if self.spec.trace.is_some() {
+            self.spec.trace_data = trace;
+        }
     }
 
     pub fn new(spec: DirSpec, seed: u64) -> Self {
         let (p, r) = burst_model(&spec);
-        Self {
+        let mut d = Self {
             spec,
             rng: Rng::new(seed),
             bad: false,
@@ -277,12 +342,70 @@ impl Direction {
             last_voice: 0,
             link_free: 0,
             order: 0,
+            bottleneck: None,
             stats: DirStats::default(),
+        };
+        d.start_at(0);
+        d
+    }
+
+    /// The emulator started at monotonic `t0` ns: a trace's replay starts
+    /// there (at its `trace_start_ms`).
+    pub fn start_at(&mut self, t0: u64) {
+        self.bottleneck = self.spec.trace_data.as_ref().map(|t| {
+            crate::trace::Bottleneck::new(
+                std::sync::Arc::clone(t),
+                t0,
+                self.spec.trace_start_ms as u64,
+                self.spec.queue_limit_bytes(),
+            )
+        });
+    }
+
+    /// Restart a trace's replay at `t0` (see [`crate::trace::Bottleneck::restart`]).
+    pub fn restart_trace(&mut self, t0: u64) {
+        if let Some(b) = self.bottleneck.as_mut() {
+            b.restart(t0);
         }
     }
 
+    /// Frames the trace's bottleneck has served by `now` go on to the
+    /// delay stage.
+    fn serve_bottleneck(&mut self, now: u64) {
+        let Some(b) = self.bottleneck.as_mut() else {
+            return;
+        };
+        let mut out = vec![];
+        b.serve(now, |at, f| out.push((at, f)));
+        for (at, frame) in out {
+            let release = at + self.delay_ns();
+            self.order += 1;
+            let order = self.order;
+            fifo_push(
+                &mut self.fifo,
+                &mut self.last_release,
+                release,
+                order,
+                frame,
+            );
+        }
+    }
+
+    /// The delay stage's delay for one frame (with jitter), ns.
+    fn delay_ns(&mut self) -> u64 {
+        let mut delay = self.spec.delay_ms * 1e6;
+        if self.spec.jitter_ms > 0.0 {
+            delay += self.rng.normal() * self.spec.jitter_ms * 1e6;
+        }
+        delay.max(0.0) as u64
+    }
+
     fn held(&self) -> usize {
-        self.fifo.len() + self.heap.len() + self.voice.len()
+        let bn = self
+            .bottleneck
+            .as_ref()
+            .map_or(0, crate::trace::Bottleneck::len);
+        self.fifo.len() + self.heap.len() + self.voice.len() + bn
     }
 
     fn is_lost(&mut self) -> bool {
@@ -326,6 +449,16 @@ impl Direction {
     fn enqueue(&mut self, now: u64, frame: Vec<u8>) {
         if self.held() >= self.spec.limit {
             self.stats.dropped_queue += 1;
+            return;
+        }
+        if self.bottleneck.is_some() {
+            self.serve_bottleneck(now);
+            if let Some(b) = self.bottleneck.as_mut() {
+                if !b.push(now, frame) {
+                    self.stats.dropped_queue += 1;
+                }
+            }
+            self.stats.max_held = self.stats.max_held.max(self.held() as u64);
             return;
         }
         let mut delay = self.spec.delay_ms * 1e6;
@@ -373,6 +506,9 @@ impl Direction {
     /// Earliest pending release time.
     pub fn next_release(&self) -> Option<u64> {
         [
+            self.bottleneck
+                .as_ref()
+                .and_then(crate::trace::Bottleneck::next_service),
             self.voice.front().map(|h| h.release),
             self.fifo.front().map(|h| h.release),
             self.heap.peek().map(|h| h.release),
@@ -384,6 +520,7 @@ impl Direction {
 
     /// A frame due at `now`, if any.
     pub fn poll_release(&mut self, now: u64) -> Option<Vec<u8>> {
+        self.serve_bottleneck(now);
         let h = if self.voice.front().is_some_and(|h| h.release <= now) {
             self.voice.pop_front()
         } else if self.fifo.front().is_some_and(|h| h.release <= now) {

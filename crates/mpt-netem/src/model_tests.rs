@@ -330,3 +330,52 @@ fn validation_names_fields() {
     .contains("delay_ms"));
     assert!(DirSpec::default().validate().is_ok());
 }
+
+#[test]
+fn a_trace_link_serves_at_its_opportunities_then_delays() {
+    // One opportunity every 2 ms: 6 Mbit/s. Frames of 1014 bytes (1000
+    // of IP packet) every millisecond: twice what the trace carries.
+    let trace = std::sync::Arc::new(
+        crate::trace::Trace::parse(
+            &(1..=1000)
+                .map(|i| format!("{}\n", 2 * i))
+                .collect::<String>(),
+        )
+        .unwrap(),
+    );
+    let spec = DirSpec {
+        delay_ms: 10.0,
+        trace: Some("t".into()),
+        queue_bytes: 20_000,
+        trace_data: Some(trace),
+        ..DirSpec::default()
+    };
+    let mut d = Direction::new(spec, 1);
+    let mut out = vec![];
+    for i in 0..400u64 {
+        let now = i * 1_000_000;
+        let mut f = vec![0u8; 1014];
+        f[..8].copy_from_slice(&i.to_be_bytes());
+        d.on_frame(now, f);
+        while let Some(f) = d.poll_release(now) {
+            out.push((u64::from_be_bytes(f[..8].try_into().unwrap()), now));
+        }
+    }
+    while let Some(t) = d.next_release() {
+        while let Some(f) = d.poll_release(t) {
+            out.push((u64::from_be_bytes(f[..8].try_into().unwrap()), t));
+        }
+    }
+    // In order; the first leaves at the opportunity at 2 ms plus 10 ms.
+    assert!(out.windows(2).all(|w| w[0].0 < w[1].0));
+    assert_eq!(out[0], (0, 12_000_000));
+    // 1500 bytes per 2 ms carry 1.5 packets of 1000: 300 in 400 ms, less
+    // what the 20 kB queue dropped; the queue's drops are counted.
+    let passed = d.stats.passed;
+    assert_eq!(passed + d.stats.dropped_queue, 400);
+    assert!(d.stats.dropped_queue > 50, "{:?}", d.stats);
+    // The last frame left 20 kB of queue (20 packets, 27 ms) behind the
+    // trace's last served opportunity.
+    let last = out.last().unwrap().1;
+    assert!(last > 400_000_000 && last < 450_000_000, "{last}");
+}

@@ -105,6 +105,11 @@ pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig
         adapt_to_loss: cfg.adapt_to_loss,
         recover: cfg.reorder.recover,
         qos: cfg.qos.clone(),
+        // Only where packets larger than a datagram are cut: routed TCP
+        // then sends segments that fit one (`mss.rs`).
+        mss_clamp: (cfg.tunnel.mss_clamp && cfg.tunnel.mtu > cfg.tunnel.datagram_body).then(|| {
+            mpt_core::mss::MssClamp::new(&cfg.tunnel.addresses, cfg.tunnel.datagram_body as usize)
+        }),
     }
 }
 

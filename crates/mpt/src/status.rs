@@ -555,6 +555,18 @@ pub fn describe_config(c: &Config) -> String {
         c.paths.len(),
         c.routes.len()
     );
+    if !c.routes.is_empty() && c.tunnel.mtu > c.tunnel.datagram_body {
+        let _ = writeln!(
+            o,
+            "  routes: packets routed through the tunnel that are larger than {} bytes (one datagram) travel as two or more; {}",
+            c.tunnel.datagram_body,
+            if c.tunnel.mss_clamp {
+                "routed TCP is told to send segments that fit one (mss_clamp), so only UDP and other large packets from the LAN are cut (docs/deploy.md, routing)"
+            } else {
+                "mss_clamp = false: routed TCP from a LAN of MTU 1500 pays two datagrams per full packet (docs/deploy.md, routing)"
+            }
+        );
+    }
     for p in &c.paths {
         let _ = writeln!(
             o,
@@ -676,8 +688,17 @@ fn fragments_line(v: &Value) -> String {
     if body >= num(v, "mtu") {
         return String::new();
     }
+    let clamp = match f.get("mss_clamp").and_then(Value::as_array) {
+        Some(b) if b.len() == 2 => format!(
+            "; routed TCP clamped to MSS {}/{} (IPv4/IPv6), {} SYNs",
+            b[0],
+            b[1],
+            num(f, "mss_clamped")
+        ),
+        _ => String::new(),
+    };
     format!(
-        " (fragments above {body} bytes: {} pieces sent, {} received, {} packets reassembled)",
+        " (fragments above {body} bytes: {} pieces sent, {} received, {} packets reassembled{clamp})",
         num(f, "tx_pieces"),
         num(f, "rx_pieces"),
         num(f, "reassembled")

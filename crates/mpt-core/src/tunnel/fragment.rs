@@ -70,12 +70,17 @@ pub(super) struct FragState {
     pub ready: VecDeque<Vec<u8>>,
     pub tx_fragments: u64,
     pub rx_fragments: u64,
+    /// Routed TCP is told to send segments that fit one datagram
+    /// (`mss.rs`), and how many SYNs were so clamped.
+    pub mss_clamp: Option<crate::mss::MssClamp>,
+    pub mss_clamped: u64,
 }
 
 impl FragState {
-    pub fn new(body_max: usize) -> Self {
+    pub fn new(body_max: usize, mss_clamp: Option<crate::mss::MssClamp>) -> Self {
         Self {
             body_max,
+            mss_clamp,
             ..Self::default()
         }
     }
@@ -108,6 +113,12 @@ impl Tunnel {
             reassembled: self.frag.reasm.reassembled,
             reassembled_late: self.frag.reasm.reassembled_late,
             parked_now: self.frag.reasm.parked(),
+            mss_clamp: self
+                .frag
+                .mss_clamp
+                .as_ref()
+                .map(crate::mss::MssClamp::bounds),
+            mss_clamped: self.frag.mss_clamped,
         }
     }
 

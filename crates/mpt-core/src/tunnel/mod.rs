@@ -120,6 +120,9 @@ pub struct TunnelConfig {
     pub recover: bool,
     /// Traffic classes (`None`: no QoS, one FIFO per path as before).
     pub qos: Option<QosConfig>,
+    /// Lower the MSS of routed TCP SYNs that leave through the tunnel to
+    /// what fits one datagram (`mss.rs`); `None`: never.
+    pub mss_clamp: Option<crate::mss::MssClamp>,
 }
 
 /// Excess loss (over the best path's) below which weights do not move: the
@@ -396,10 +399,13 @@ impl Tunnel {
             policy,
             reorder: ReorderBuffer::new(cfg.reorder_window, cfg.reorder_max_delay),
             mtu: cfg.mtu,
-            frag: fragment::FragState::new(cfg.datagram_body.unwrap_or(cfg.mtu).clamp(
-                wire::FRAGMENT_HEADER_LEN + 1,
-                cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
-            )),
+            frag: fragment::FragState::new(
+                cfg.datagram_body.unwrap_or(cfg.mtu).clamp(
+                    wire::FRAGMENT_HEADER_LEN + 1,
+                    cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
+                ),
+                cfg.mss_clamp.clone(),
+            ),
             next_tunnel_seq: 0,
             counter: 0,
             last_transit_ns: 0,

@@ -84,11 +84,16 @@ impl Tunnel {
             self.drops.add(DropReason::TooBig);
             return None;
         }
-        let inner = &buf[HEADER_LEN..HEADER_LEN + len];
-        if wire::inner_ip_version(inner).is_none() {
+        if wire::inner_ip_version(&buf[HEADER_LEN..HEADER_LEN + len]).is_none() {
             self.drops.add(DropReason::BadInner);
             return None;
         }
+        if let Some(c) = &self.frag.mss_clamp {
+            if c.apply(&mut buf[HEADER_LEN..HEADER_LEN + len]) {
+                self.frag.mss_clamped += 1;
+            }
+        }
+        let inner = &buf[HEADER_LEN..HEADER_LEN + len];
         if self.staging() {
             // Before the first session (the handshake is under way) and
             // its first usable path (peers pair paths on their first

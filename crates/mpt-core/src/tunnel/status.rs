@@ -76,6 +76,10 @@ pub struct FragmentStatus {
     pub reassembled: u64,
     pub reassembled_late: u64,
     pub parked_now: usize,
+    /// The MSS bound of routed TCP, IPv4 and IPv6 (`None`: no clamp).
+    pub mss_clamp: Option<(u16, u16)>,
+    /// Routed TCP SYNs whose MSS was lowered.
+    pub mss_clamped: u64,
 }
 
 /// One of the peer's paths, by its id and name.
