@@ -30,8 +30,10 @@ from .netns import Topology, link_addr
 from .probe import voip
 from .qosmix import run_mix, run_precedence
 from .qosmix import summary as mix_summary
+from .repeats import merge_repeats
 from .scenario import Scenario
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
+from .trace import offered_mbit
 from .traffic import http_download, iperf3, steady_mbps
 from .util import base_binary
 
@@ -48,27 +50,6 @@ ETHERNET = 14
 # packet load), and its payload.
 LOAD_SHARE = 0.8
 LOAD_PAYLOAD = 1200
-
-
-def offered_mbit(
-    topo: Topology, shapes: list[Any], t_from_ns: int, t_to_ns: int, system: str
-) -> float:
-    """The capacity the links offered A to B between two monotonic times,
-    Mbit/s: a fixed link's rate, a trace-driven link's opportunities in the
-    window (as mpt-netem served them, from its start `emulator_t0_ns`).
-    `plain` uses the first link only."""
-    from .trace import load_trace
-
-    t0 = topo.emulator_t0_ns or t_from_ns
-    a, b = (t_from_ns - t0) / 1e9, (t_to_ns - t0) / 1e9
-    total = 0.0
-    for s in shapes[:1] if system == "plain" else shapes:
-        if s.trace:
-            bits = load_trace(Path(s.trace)).offered_bits(s.trace_start_s * 1000, a, b)
-            total += bits / max(b - a, 1e-9) / 1e6
-        else:
-            total += s.rate_mbit or 0.0
-    return total
 
 
 @dataclass
@@ -245,7 +226,9 @@ class Runner:
 
     # -- measurement of one traffic type on one brought-up system ----------
 
-    def _measure(self, topo: Topology, target: systems.Target, point: Point) -> None:
+    def _measure(
+        self, topo: Topology, target: systems.Target, point: Point, repeats: int | None = None
+    ) -> None:
         sc = self.sc
         results: list[float] = []
         details: dict[str, Any] = {}
@@ -255,7 +238,7 @@ class Runner:
         total_rate = sum(rates)
         traced = any(s.trace for s in sc.shapes_for(point.links))
         offered: list[float] = []
-        for _ in range(sc.repeats):
+        for _ in range(repeats or sc.repeats):
             if traced:
                 topo.restart_traces()
             t_begin = time.monotonic_ns()
@@ -455,13 +438,39 @@ class Runner:
     def _run_system(
         self,
         topo: Topology,
-        cm: AbstractContextManager[systems.Target],
+        make: Callable[[], AbstractContextManager[systems.Target]],
         proto: Point,
         traffics: list[str],
     ) -> None:
+        """Bring the system up (`make`) and measure each traffic. Repeats
+        each get a fresh tunnel (a user's transfers meet a tunnel that has
+        learned nothing yet), unless the scenario keeps one warm tunnel for
+        all (`run.warm_tunnel`); `plain` has no tunnel to renew."""
+        fresh = not self.sc.warm_tunnel and self.sc.repeats > 1 and proto.system != "plain"
+        if fresh:
+            for tr in traffics:
+                parts = []
+                for _ in range(self.sc.repeats):
+                    p = Point(**{**asdict(proto), "traffic": tr})
+                    self._bring_up_and_measure(topo, make, p, [tr], parts)
+                self._record(merge_repeats(parts))
+            return
+        self._bring_up_and_measure(topo, make, proto, traffics, None)
+
+    def _bring_up_and_measure(
+        self,
+        topo: Topology,
+        make: Callable[[], AbstractContextManager[systems.Target]],
+        proto: Point,
+        traffics: list[str],
+        into: list[Point] | None,
+    ) -> None:
+        """One tunnel's life: each traffic measured on it (once each if
+        `into` collects the points, else `repeats` times and recorded)."""
         view = self.lans.get(id(topo))
+        done: list[Point] = []
         try:
-            with cm as target:
+            with make() as target:
                 if view is not None:
                     # Routed sites: from LAN host to LAN host through A and B.
                     target.addr = lan_host("b")
@@ -470,15 +479,20 @@ class Runner:
                 for tr in traffics:
                     p = Point(**{**asdict(proto), "traffic": tr})
                     try:
-                        self._measure(view or topo, target, p)
+                        self._measure(view or topo, target, p, 1 if into is not None else None)
                     except Exception as e:  # noqa: BLE001 - recorded, run goes on
                         p.error = f"{type(e).__name__}: {e}"
-                    self._record(p)
+                    done.append(p)
         except Exception as e:  # noqa: BLE001 - the system failed to come up
-            for tr in traffics:
-                self._record(
+            for tr in traffics[len(done) :]:
+                done.append(
                     Point(**{**asdict(proto), "traffic": tr, "error": f"{type(e).__name__}: {e}"})
                 )
+        for p in done:
+            if into is not None:
+                into.append(p)
+            else:
+                self._record(p)
 
     def _record(self, p: Point) -> None:
         self.points.append(p)
@@ -530,16 +544,19 @@ class Runner:
         combo, tv, pv, n = base.ip, base.tunnel_v, base.path_v, base.links
         routes = {"a": mpt_routes("a"), "b": mpt_routes("b")} if sc.lans else None
         if system == "mpt":
-            cm = systems.mpt(
-                topo,
-                tv,
-                pv,
-                rates,
-                work / f"{combo}-{n}",
-                sc.mpt_extra,
-                learns=sc.server_learns,
-                side_extra=routes,
-            )
+
+            def cm() -> AbstractContextManager[systems.Target]:
+                return systems.mpt(
+                    topo,
+                    tv,
+                    pv,
+                    rates,
+                    work / f"{combo}-{n}",
+                    sc.mpt_extra,
+                    learns=sc.server_learns,
+                    side_extra=routes,
+                )
+
             self._run_system(topo, cm, Point(**{**asdict(base), "system": "mpt"}), sc.traffic)
         elif system in MPT_VARIANTS:
             variant_kw = MPT_VARIANTS[system]
@@ -557,15 +574,24 @@ class Runner:
             extra = "\n".join(x for x in (own, more) if x)
             kw.setdefault("learns", sc.server_learns)
             kw.setdefault("side_extra", routes)
-            cm = systems.mpt(topo, tv, pv, rates, work / f"{combo}-{n}-{system}", extra, **kw)
-            self._run_system(topo, cm, Point(**{**asdict(base), "system": system}), sc.traffic)
+            where = work / f"{combo}-{n}-{system}"
+            self._run_system(
+                topo,
+                lambda: systems.mpt(topo, tv, pv, rates, where, extra, **kw),
+                Point(**{**asdict(base), "system": system}),
+                sc.traffic,
+            )
         elif system == "mptcp" and tv == pv and not sc.lans:
             tr = [t for t in sc.traffic if t in ("tcp", "http")]
             proto = Point(**{**asdict(base), "system": "mptcp", "ip": f"-in{pv}", "tunnel_v": 0})
-            self._run_system(topo, systems.mptcp(topo, pv), proto, tr)
+            self._run_system(topo, lambda: systems.mptcp(topo, pv), proto, tr)
         elif system == "hook" and sc.hook_up and sc.hook_down:
-            cm = systems.hook(topo, sc.hook_up, sc.hook_down, tv, pv, sc.hook_mtu)
-            self._run_system(topo, cm, Point(**{**asdict(base), "system": "hook"}), sc.traffic)
+            self._run_system(
+                topo,
+                lambda: systems.hook(topo, sc.hook_up, sc.hook_down, tv, pv, sc.hook_mtu),
+                Point(**{**asdict(base), "system": "hook"}),
+                sc.traffic,
+            )
 
     def run(self) -> list[Point]:
         sc = self.sc
@@ -579,7 +605,7 @@ class Runner:
                     proto = Point(
                         sc.name, "plain", f"-in{pv}", 0, pv, 1, "", sum(sc.link_rates(1)[:1])
                     )
-                    self._run_system(topo, systems.plain(topo, pv), proto, sc.traffic)
+                    self._run_system(topo, lambda pv=pv: systems.plain(topo, pv), proto, sc.traffic)
         for combo in sc.ip:
             tv, pv = _ip(combo)
             for n in sc.link_counts:

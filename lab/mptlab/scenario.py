@@ -44,6 +44,8 @@ A scenario file::
     udp_payload = 1392        # bytes per UDP datagram payload
     flood_factor = 5.0        # qos-mix: the UDP flood's rate, times the links' sum
     udp_load = 0.85           # optional: UDP payload rate as a share of the links' sum
+    warm_tunnel = false       # true: all repeats on one tunnel; by default each
+                              # repeat brings the system up afresh (first transfers)
 
     [mpt]                     # optional
     extra = "..."             # configuration text added to both daemons' files
@@ -148,6 +150,7 @@ RUN_KEYS = {
     "udp_payload",
     "flood_factor",
     "udp_load",
+    "warm_tunnel",
 }
 
 
@@ -195,6 +198,9 @@ class Scenario:
     # UDP traffic's payload rate as a share of the links' sum (None: as
     # close to the capacity as the system's overhead allows, 98 %).
     udp_load: float | None = None
+    # Repeats on one tunnel (the paths' capacities learned by the first);
+    # by default each repeat gets a fresh tunnel, as a user's transfer.
+    warm_tunnel: bool = False
     events: list[Event] = field(default_factory=list)
     hook_up: str | None = None
     hook_down: str | None = None
@@ -398,6 +404,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         cc=cc[0],
         lans=_flag(f"{source}: topology.lans", topo.get("lans", False)),
         udp_load=None if run.get("udp_load") is None else float(run["udp_load"]),
+        warm_tunnel=_flag(f"{source}: run.warm_tunnel", run.get("warm_tunnel", False)),
         events=events,
         hook_up=hook.get("up"),
         hook_down=hook.get("down"),

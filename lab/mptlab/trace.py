@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 OPPORTUNITY_BYTES = 1500
 
@@ -132,3 +133,20 @@ def generate(
         # The period is the last time: end the trace at its full length.
         lines.append(str(seconds * 1000))
     return "\n".join(lines) + "\n"
+
+
+def offered_mbit(topo: Any, shapes: list[Any], t_from_ns: int, t_to_ns: int, system: str) -> float:
+    """The capacity the links offered A to B between two monotonic times,
+    Mbit/s: a fixed link's rate, a trace-driven link's opportunities in the
+    window (as mpt-netem served them, from its start `emulator_t0_ns`).
+    `plain` uses the first link only."""
+    t0 = topo.emulator_t0_ns or t_from_ns
+    a, b = (t_from_ns - t0) / 1e9, (t_to_ns - t0) / 1e9
+    total = 0.0
+    for s in shapes[:1] if system == "plain" else shapes:
+        if s.trace:
+            bits = load_trace(Path(s.trace)).offered_bits(s.trace_start_s * 1000, a, b)
+            total += bits / max(b - a, 1e-9) / 1e6
+        else:
+            total += s.rate_mbit or 0.0
+    return total

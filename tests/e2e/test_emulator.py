@@ -59,3 +59,30 @@ def test_rate_accuracy(impaired: bool) -> None:
             f"{wire:.2f} Mbit/s on the wire ({wire / rate - 1:+.2%})"
         )
         assert abs(wire / rate - 1) <= 0.03
+
+
+def test_a_trace_driven_link_carries_what_its_trace_offers(tmp_path) -> None:
+    """A trace of one opportunity per millisecond (12 Mbit/s of IP packets)
+    with an outage of 1 s in every 3 s: UDP offered above it is carried at
+    the trace's rate counted in IP bytes, the lab's count of what the trace
+    offered agrees, and a restart replays the trace from its start."""
+    from mptlab.trace import load_trace
+
+    lines = [str(ms) for ms in range(1, 3001) if not 1000 < ms <= 2000]
+    trace = tmp_path / "t.down"
+    trace.write_text("\n".join(lines) + "\n")
+    shape = Shape(trace=str(trace), delay_ms=5.0, queue_ms=100)
+    with Topology(1, shape=shape) as topo:
+        topo.restart_traces()
+        t0 = topo.emulator_t0_ns
+        assert t0 is not None
+        payload = 1400
+        r = iperf3(topo, link_addr(1, "b", 4), udp=True, rate="20M", length=payload, seconds=6)
+        ip = r.mbps * (payload + 28) / payload
+        offered = load_trace(trace).offered_bits(0, 0, 6) / 6 / 1e6
+        print(f"\ntrace: {ip:.2f} Mbit/s of IP packets carried, the trace offered {offered:.2f}")
+        # 2 of every 3 s at 12 Mbit/s.
+        assert abs(offered - 8.0) < 0.1
+        assert abs(ip / offered - 1) <= 0.05, (ip, offered)
+        topo.restart_traces()
+        assert topo.emulator_t0_ns is not None and topo.emulator_t0_ns > t0
