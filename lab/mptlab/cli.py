@@ -185,6 +185,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import run as sweep
+
+    if not 1 <= args.count <= 1000 or not 1 <= args.seconds <= 600:
+        print("error: --count within 1..1000 and --seconds within 1..600")
+        return 2
+    out = Path(args.out or f"results/sweep-{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
+    s = sweep(args.seed, args.count, args.seconds, out)
+    print(f"{out}/sweep.md, sweep.json")
+    return 0 if s["compared"] or args.count == 0 else 1
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from .trace import generate, parse
 
@@ -248,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--high-mbit", type=float, default=30.0)
     tr.add_argument("--outages", type=int, default=2, help="gaps of no capacity")
     tr.set_defaults(func=cmd_trace)
+    sw = sub.add_parser("sweep", help="mpt and MPTCP on link sets drawn from a seeded generator")
+    sw.add_argument("--seed", type=int, default=1)
+    sw.add_argument("--count", type=int, default=30)
+    sw.add_argument("--seconds", type=float, default=10.0, help="each transfer's length")
+    sw.add_argument("--out", help="results directory (default results/sweep-SEED-TIME)")
+    sw.set_defaults(func=cmd_sweep)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))

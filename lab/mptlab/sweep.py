@@ -1,0 +1,228 @@
+"""`mptlab sweep`: link sets nobody tuned to, drawn from a seeded
+generator, each run with mpt and kernel MPTCP in the same topology.
+
+Each case has 2–4 links; each link a rate of 5–200 Mbit/s (log-uniform),
+a one-way delay of 2–80 ms, jitter of 0–8 ms (none in a third of the
+links), loss of 0–3 % (none in half of them); a case sometimes has a link
+that follows a capacity trace (made by the generator of `trace.py` from
+the case's seed) and sometimes a capacity step (a link drops to a fifth
+to a half of its rate halfway through the transfer). One TCP transfer per
+system, on a fresh tunnel, order alternated case by case (mpt first in
+even cases, MPTCP first in odd ones).
+
+It prints, per case and in all, mpt's share of capacity (against what the
+links offered while it ran) and the ratio mpt/MPTCP, with their p10 and
+median, and writes `sweep.json` and `sweep.md` in the output folder.
+
+Invariants: a case is a function of (seed, index) alone; every case is
+run whatever the others did (a failure is recorded, not raised).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .netns import Shape
+from .runner import Runner
+from .scenario import Event, Scenario
+from .trace import generate
+
+
+@dataclass
+class Case:
+    index: int
+    shapes: list[Shape]
+    step: Event | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        parts = []
+        for s in self.shapes:
+            rate = "trace" if s.trace else f"{s.rate_mbit:.0f}M"
+            extra = f"±{s.jitter_ms:.1f}" if s.jitter_ms else ""
+            loss = f" {s.loss:.1%}" if s.loss else ""
+            parts.append(f"{rate}/{s.delay_ms:.0f}{extra}ms{loss}")
+        step = f", link {self.step.link} -> {self.step.rate_mbit:.0f}M" if self.step else ""
+        return " + ".join(parts) + step
+
+
+def draw(seed: int, index: int, seconds: float, workdir: Path) -> Case:
+    """Case `index` of the sweep with seed `seed` (module documentation)."""
+    rnd = random.Random(seed * 1_000_003 + index)
+    shapes = []
+    notes = []
+    for _ in range(rnd.randint(2, 4)):
+        rate = math.exp(rnd.uniform(math.log(5), math.log(200)))
+        jitter = 0.0 if rnd.random() < 1 / 3 else rnd.uniform(0, 8)
+        loss = 0.0 if rnd.random() < 0.5 else rnd.uniform(0, 0.03)
+        delay = rnd.uniform(2, 80)
+        shapes.append(
+            Shape(
+                rate_mbit=round(rate, 1),
+                delay_ms=round(delay, 1),
+                jitter_ms=round(jitter, 1),
+                loss=round(loss, 4),
+            )
+        )
+    if rnd.random() < 0.3:
+        i = rnd.randrange(len(shapes))
+        s = shapes[i]
+        mean = min(max(s.rate_mbit or 10, 2), 30)
+        path = workdir / f"case{index}-link{i + 1}.trace"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            generate(
+                rnd.randrange(1 << 30),
+                seconds=max(int(seconds) + 10, 30),
+                mean_mbps=mean,
+                low_mbps=min(1.0, mean),
+                high_mbps=max(30.0, mean),
+                outages=rnd.choice([0, 0, 1]),
+            )
+        )
+        shapes[i] = Shape(
+            trace=str(path), delay_ms=s.delay_ms, jitter_ms=s.jitter_ms, loss=s.loss, queue_ms=100
+        )
+        notes.append(f"link {i + 1} follows a trace (mean {mean:.0f} Mbit/s)")
+    step = None
+    fixed = [i for i, s in enumerate(shapes) if not s.trace]
+    if fixed and rnd.random() < 0.3:
+        i = rnd.choice(fixed)
+        new = round((shapes[i].rate_mbit or 10) * rnd.uniform(0.2, 0.5), 1)
+        step = Event(at_s=seconds / 2, action="shape", link=i + 1, rate_mbit=new)
+        # A rate change needs the link emulated: give it a delay at least.
+        notes.append(f"link {i + 1} drops to {new} Mbit/s at {seconds / 2:g} s")
+    return Case(index, shapes, step, notes)
+
+
+def _scenario(case: Case, seconds: float, systems: list[str]) -> Scenario:
+    return Scenario(
+        name=f"sweep-case{case.index}",
+        description="",
+        link_counts=[len(case.shapes)],
+        shapes=case.shapes,
+        shape=Shape(),
+        systems=systems,
+        ip=["4in4"],
+        traffic=["tcp"],
+        seconds=seconds,
+        events=[case.step] if case.step else [],
+    )
+
+
+def capacity(case: Case, seconds: float, point: Any) -> float:
+    """What the links offered during the transfer, Mbit/s: the fixed
+    links' rates (less what a step took for the rest of the run) and what
+    a trace offered then (the runner's count)."""
+    fixed = sum(s.rate_mbit or 0.0 for s in case.shapes if not s.trace)
+    if case.step is not None and case.step.rate_mbit is not None:
+        old = case.shapes[case.step.link - 1].rate_mbit or 0.0
+        fixed -= (old - case.step.rate_mbit) * max(seconds - case.step.at_s, 0) / seconds
+    traced = point.details.get("offered_median_mbit")
+    if traced is not None:
+        # The runner's count holds the fixed links at their starting rate.
+        traced -= sum(s.rate_mbit or 0.0 for s in case.shapes if not s.trace)
+    return max(fixed + (traced or 0.0), 1e-9)
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    """The q-quantile (nearest rank), None for no data."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def run(
+    seed: int, count: int, seconds: float, outdir: Path, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        case = draw(seed, i, seconds, outdir / "traces")
+        order = ["mpt", "mptcp"] if i % 2 == 0 else ["mptcp", "mpt"]
+        say(f"case {i}: {case.describe()}" + (f" ({'; '.join(case.notes)})" if case.notes else ""))
+        sc = _scenario(case, seconds, order)
+        share: dict[str, float | None] = {}
+        errors = {}
+        try:
+            points = Runner(sc, outdir / f"case{i}", progress=lambda m: None).run()
+            for p in points:
+                share[p.system] = None if p.mbps is None else p.mbps / capacity(case, seconds, p)
+                if p.error:
+                    errors[p.system] = p.error
+        except Exception as e:  # noqa: BLE001 - the next case runs all the same
+            errors["case"] = f"{type(e).__name__}: {e}"
+        m, c = share.get("mpt"), share.get("mptcp")
+        ratio = m / c if m is not None and c else None
+        rows.append(
+            {
+                "case": i,
+                "links": case.describe(),
+                "notes": case.notes,
+                "order": order,
+                "mpt_share": m,
+                "mptcp_share": c,
+                "ratio": ratio,
+                "errors": errors,
+            }
+        )
+        say(
+            f"  mpt {m if m is None else f'{m:.1%}'}, MPTCP {c if c is None else f'{c:.1%}'}, "
+            f"mpt/MPTCP {ratio if ratio is None else f'{ratio:.3f}'}"
+            + (f"; errors {errors}" if errors else "")
+        )
+    shares = [r["mpt_share"] for r in rows if r["mpt_share"] is not None]
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    summary = {
+        "seed": seed,
+        "count": count,
+        "seconds": seconds,
+        "mpt_share_p10": pct(shares, 0.1),
+        "mpt_share_median": statistics.median(shares) if shares else None,
+        "ratio_p10": pct(ratios, 0.1),
+        "ratio_median": statistics.median(ratios) if ratios else None,
+        "mpt_at_least_mptcp": sum(1 for r in ratios if r >= 1.0),
+        "compared": len(ratios),
+        "cases": rows,
+    }
+    (outdir / "sweep.json").write_text(json.dumps(summary, indent=1))
+    (outdir / "sweep.md").write_text(markdown(summary))
+    say(summary_line(summary))
+    return summary
+
+
+def _f(v: float | None, spec: str) -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def summary_line(s: dict[str, Any]) -> str:
+    return (
+        f"sweep seed {s['seed']}, {s['count']} cases: mpt's share of capacity p10 "
+        f"{_f(s['mpt_share_p10'], '.1%')}, median {_f(s['mpt_share_median'], '.1%')}; "
+        f"mpt/MPTCP p10 {_f(s['ratio_p10'], '.3f')}, median {_f(s['ratio_median'], '.3f')}; "
+        f"mpt >= MPTCP in {s['mpt_at_least_mptcp']} of {s['compared']}"
+    )
+
+
+def markdown(s: dict[str, Any]) -> str:
+    lines = [
+        f"`mptlab sweep --seed {s['seed']} --count {s['count']} --seconds {s['seconds']:g}`",
+        "",
+        "| case | links (rate/delay±jitter loss) | mpt | MPTCP | mpt/MPTCP |",
+        "|---|---|---|---|---|",
+    ]
+    for r in s["cases"]:
+        lines.append(
+            f"| {r['case']} | {r['links']} | {_f(r['mpt_share'], '.1%')} | "
+            f"{_f(r['mptcp_share'], '.1%')} | {_f(r['ratio'], '.3f')} |"
+        )
+    lines += ["", summary_line(s), ""]
+    return "\n".join(lines)
