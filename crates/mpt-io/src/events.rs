@@ -109,7 +109,7 @@ impl EventLog {
             Event::Security(CryptoEvent::Unconfirmed) => {
                 if let Some(suppressed) = self.allow("handshake-unconfirmed") {
                     let key = t.peer_key_text().unwrap_or_default();
-                    warn!(tunnel = %tunnel_name, peer_key = %key, suppressed, "handshake failed: the peer holding this key sent a new initiation without using the session we answered (a wrong pre-shared key on one side, or our response was lost); no session")
+                    warn!(tunnel = %tunnel_name, peer_key = %key, suppressed, "handshake failed: the peer holding this key sent a new initiation without using the session we answered, so that handshake made no session (a wrong pre-shared key on one side, or our response was lost or slower than the peer's retry; its new initiation is answered as usual)")
                 }
             }
             Event::Security(CryptoEvent::Expired) => {
