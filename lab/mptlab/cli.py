@@ -170,8 +170,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     img_root = out.parent / "results"
     docs = []
+    sweeps = []
     for r in args.results:
         d = Path(r)
+        if (d / "sweep.json").exists():
+            # A sweep (mptlab sweep): its table, after the scenarios.
+            dest = img_root / d.name
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in ("sweep.json", "sweep.md"):
+                if (d / f).resolve() != (dest / f).resolve():
+                    shutil.copy(d / f, dest / f)
+            sweeps.append(f"## sweep (`{d.name}`)\n\n" + (d / "sweep.md").read_text())
+            continue
         doc = results.load(d)
         dest = img_root / d.name
         dest.mkdir(parents=True, exist_ok=True)
@@ -180,8 +190,31 @@ def cmd_report(args: argparse.Namespace) -> int:
             if f.exists():
                 shutil.copy(f, dest / f.name)
         docs.append((dest, doc))
-    out.write_text(results.markdown(docs, Path("results")))
+    text = results.markdown(docs, Path("results"))
+    out.write_text(text.rstrip("\n") + "\n\n" + "\n".join(sweeps) if sweeps else text)
     print(f"wrote {out} and {img_root}/")
+    return 0
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from .ab import default_out
+    from .ab import run as ab_run
+
+    if not 1 <= args.runs <= 100:
+        print("error: --runs within 1..100")
+        return 2
+    try:
+        ab_run(
+            args.scenario,
+            args.a,
+            args.b,
+            args.runs,
+            args.overrides,
+            Path(args.out) if args.out else default_out(args.scenario),
+        )
+    except scenario.ScenarioError as e:
+        print(f"error: {e}")
+        return 2
     return 0
 
 
@@ -260,6 +293,16 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--high-mbit", type=float, default=30.0)
     tr.add_argument("--outages", type=int, default=2, help="gaps of no capacity")
     tr.set_defaults(func=cmd_trace)
+    ab = sub.add_parser(
+        "ab", help="A/B of two systems on a scenario, order alternated (ABBA), with the spread"
+    )
+    ab.add_argument("scenario")
+    ab.add_argument("overrides", nargs="*", help="key=value, as for run")
+    ab.add_argument("--a", default="mpt", help="system A (default mpt)")
+    ab.add_argument("--b", default="mpt-base", help="system B (default mpt-base: MPT_BASE_BIN)")
+    ab.add_argument("--runs", type=int, default=4, help="runs, each with both systems")
+    ab.add_argument("--out", help="results directory (default results/ab-NAME-TIME)")
+    ab.set_defaults(func=cmd_ab)
     sw = sub.add_parser("sweep", help="mpt and MPTCP on link sets drawn from a seeded generator")
     sw.add_argument("--seed", type=int, default=1)
     sw.add_argument("--count", type=int, default=30)

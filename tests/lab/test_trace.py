@@ -76,3 +76,19 @@ def test_repeats_on_fresh_tunnels_merge_into_medians() -> None:
     assert m.efficiency == 0.85 and m.details["repeat_mbps"] == [80, 90, 85]
     assert m.details["failed_repeats"] == ["boom"]
     assert merge_repeats([pt(None, "down")]).error == "down"
+
+
+def test_an_ab_summary_gives_medians_spread_and_the_slot_bias() -> None:
+    from mptlab.ab import report, summarize
+
+    # A first in runs 0 and 2, B first in runs 1 and 3; the first slot
+    # reads 2 points lower for both.
+    figs = {
+        "mpt": [(0, 0.88), (1, 0.90), (0, 0.88), (1, 0.90)],
+        "mpt-base": [(1, 0.86), (0, 0.84), (1, 0.86), (0, 0.84)],
+    }
+    s = summarize("mpt", "mpt-base", figs)
+    assert abs(s["a_minus_b"] - 0.04) < 1e-9
+    assert abs(s["slot_bias"] + 0.02) < 1e-9
+    assert s["systems"]["mpt"]["min"] == 0.88 and s["systems"]["mpt"]["max"] == 0.90
+    assert "slot bias (first slot − second): -2.0 points" in report(s)[-1]
