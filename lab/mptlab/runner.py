@@ -33,7 +33,7 @@ from .qosmix import summary as mix_summary
 from .repeats import merge_repeats
 from .scenario import Scenario
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
-from .trace import offered_mbit
+from .trace import offered_mbit, transfer_stall_s
 from .traffic import http_download, iperf3, steady_mbps
 from .util import base_binary
 
@@ -258,6 +258,8 @@ class Runner:
                             server_intervals=sc.seconds >= STEADY_MIN_RUN_S,
                         )
                         mbps, d = r.mbps, {"retransmits": r.retransmits}
+                        if traced:
+                            d["raw"] = r.raw
                         steady = steady_mbps(r.raw, STEADY_AFTER_S)
                         if steady is not None:
                             d["steady_mbps"] = steady
@@ -358,6 +360,10 @@ class Runner:
                 offered.append(
                     offered_mbit(topo, sc.shapes_for(point.links), t_from, t_end, point.system)
                 )
+                if point.traffic == "tcp" and "raw" in d:
+                    d["stall_s"] = transfer_stall_s(
+                        topo, sc.shapes_for(point.links), d.pop("raw"), t_from, point.system
+                    )
             details = d
             point.cpu_pct = cpu["mean_pct"]
             point.cpu_samples = cpu["samples"]
@@ -507,6 +513,8 @@ class Runner:
                     f", from {p.details['steady_after_s']:g} s on"
                     f" {p.details['steady_mbps'] / p.sum_mbit:.1%}"
                 )
+            if "stall_s" in p.details:
+                extra += f", longest stall {p.details['stall_s']:.1f} s"
             if "outage_s" in p.details:
                 extra = f", outage {p.details['outage_s']} s"
             if "owd_mean_ms" in p.details:

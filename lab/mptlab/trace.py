@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -150,3 +151,45 @@ def offered_mbit(topo: Any, shapes: list[Any], t_from_ns: int, t_to_ns: int, sys
         else:
             total += s.rate_mbit or 0.0
     return total
+
+
+def longest_stall_s(
+    spans: list[dict[str, float]],
+    offered_mbps: Callable[[float, float], float],
+    idle_mbps: float = 0.1,
+    offered_min_mbps: float = 1.0,
+) -> float:
+    """The longest stretch of consecutive receiver intervals (iperf3's
+    server `sum`s: start, end, bytes) in which nothing arrived (under
+    `idle_mbps`) although the links offered at least `offered_min_mbps`:
+    a stall of the system, not of the links (a trace's own outage offers
+    nothing and ends a stretch)."""
+    longest = run = 0.0
+    for sp in spans:
+        secs = sp["end"] - sp["start"]
+        if secs <= 0:
+            continue
+        got = sp["bytes"] * 8 / secs / 1e6
+        if got < idle_mbps and offered_mbps(sp["start"], sp["end"]) >= offered_min_mbps:
+            run += secs
+            longest = max(longest, run)
+        else:
+            run = 0.0
+    return longest
+
+
+def transfer_stall_s(
+    topo: Any, shapes: list[Any], raw: dict[str, Any] | None, t_from_ns: int, system: str
+) -> float:
+    """The longest stall of an iperf3 transfer (its receiver's intervals)
+    on links of which some follow traces; the transfer's window starts at
+    monotonic `t_from_ns` (`longest_stall_s`)."""
+    server = (raw or {}).get("server_output_json") or {}
+    spans = [i["sum"] for i in server.get("intervals", []) if "sum" in i]
+
+    def offered(a: float, b: float) -> float:
+        return offered_mbit(
+            topo, shapes, t_from_ns + int(a * 1e9), t_from_ns + int(b * 1e9), system
+        )
+
+    return longest_stall_s(spans, offered)

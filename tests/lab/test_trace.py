@@ -92,3 +92,19 @@ def test_an_ab_summary_gives_medians_spread_and_the_slot_bias() -> None:
     assert abs(s["slot_bias"] + 0.02) < 1e-9
     assert s["systems"]["mpt"]["min"] == 0.88 and s["systems"]["mpt"]["max"] == 0.90
     assert "slot bias (first slot − second): -2.0 points" in report(s)[-1]
+
+
+def test_a_stall_is_counted_only_where_the_links_offered_capacity() -> None:
+    from mptlab.trace import longest_stall_s
+
+    spans = [
+        {"start": i * 0.5, "end": (i + 1) * 0.5, "bytes": b}
+        for i, b in enumerate([1e6, 0, 0, 0, 1e6, 0, 0, 0, 0, 1e6])
+    ]
+
+    # The links offer nothing from 2.5 s to 4 s (an outage of the trace).
+    def offered(a: float, b: float) -> float:
+        return 0.0 if 2.5 <= a < 4.0 else 10.0
+
+    assert longest_stall_s(spans, offered) == 1.5  # 0.5-2.0 s
+    assert longest_stall_s(spans, lambda a, b: 10.0) == 2.0  # 2.5-4.5 s
