@@ -86,7 +86,7 @@ def test_probe_reports_in_text_and_json_with_kernel_stamps() -> None:
     assert "received 200 of 200 probes" in out, out
     assert "one-way delay ms: min" in out
     assert "reordering (RFC 4737)" in out
-    assert "capacity (train dispersion, 20 trains)" in out
+    assert "capacity (dispersion, median of 180 pairs in 20 trains)" in out
     assert "arrivals stamped by: kernel" in out
 
 

@@ -53,8 +53,9 @@ pub fn summary_text(s: &Summary) -> String {
     if let Some(c) = &s.capacity {
         let _ = writeln!(
             o,
-            "capacity (train dispersion, {} trains): {:.2} Mbit/s (p10 {:.2}, p90 {:.2})",
-            c.trains, c.mbps, c.p10_mbps, c.p90_mbps
+            "capacity (dispersion, median of {} pairs in {} trains): {:.2} Mbit/s \
+             (whole trains: median {:.2}, p10 {:.2}, p90 {:.2})",
+            c.pairs, c.trains, c.mbps, c.train_mbps, c.p10_mbps, c.p90_mbps
         );
     }
     o
