@@ -163,8 +163,9 @@ class Peer:
     def status(self) -> dict[str, Any]:
         return json.loads(self.status_text(json_doc=True))
 
-    def status_text(self, json_doc: bool = False) -> str:
-        """`mpt status` of this daemon: the human view, or the JSON text."""
+    def status_text(self, json_doc: bool = False, verbose: bool = False) -> str:
+        """`mpt status` of this daemon: the human view (one screen, or with
+        `verbose` everything), or the JSON text."""
         p = run(
             [
                 str(self.binary),
@@ -172,6 +173,7 @@ class Peer:
                 "-s",
                 str(self.control),
                 *(["--json"] if json_doc else []),
+                *(["-v"] if verbose else []),
             ],
             ns=self.topo.ns(self.side),
             timeout=10,

@@ -227,10 +227,17 @@ def test_status_json_and_human(workdir: Path) -> None:
         ):
             assert key in path
         assert path["rtt_ms"] is not None and path["rtt_ms"] > 0
-        human = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a).stdout
+        # The default view is one screen: state, one line per path, the
+        # total, and only what needs attention (nothing, on a healthy start).
+        brief = run([str(mpt_binary()), "status", "-c", str(a.cfg)], ns=topo.a).stdout
+        assert "working" in brief and "2/2 paths up" in brief, brief
+        assert "link1v4" in brief and "link2v6" in brief and "\ntotal" in brief, brief
+        assert "drops:" not in brief and "warning" not in brief, brief
+        assert len(brief.splitlines()) <= 8, brief
+        human = run([str(mpt_binary()), "status", "-v", "-c", str(a.cfg)], ns=topo.a).stdout
         assert "link1v4" in human and "link2v6" in human and "drops:" in human
-        assert "2/2 paths up" in human
-        # The human drops line lists only counters that counted; --json has all.
+        assert "2/2 paths up" in human and "reorder:" in human
+        # The full drops line lists only counters that counted; --json has all.
         drops_line = next(ln for ln in human.splitlines() if ln.startswith("drops:"))
         nonzero = {k for k, v in doc["drops"].items() if v}
         # A healthy start drops nothing: what the TUN sent before the first
@@ -342,6 +349,6 @@ def test_status_shows_rates_and_watch_redraws(workdir: Path) -> None:
             timeout=10,
         )
         assert p.stdout.count("\x1b[H\x1b[2J") == 2, p.stdout[:200]
-        assert "rates (last second): tx" in p.stdout and "Mbit/s" in p.stdout
+        assert "TX Mbit/s" in p.stdout and "\ntotal" in p.stdout
         t.join(timeout=30)
         assert result["r"].mbps > 20

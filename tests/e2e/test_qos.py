@@ -36,7 +36,7 @@ def _voip_beside_flood(topo: Topology, workdir: Path, extra: str) -> tuple[dict,
     v = voip(topo, TUNNEL_V4["b"], seconds=SECONDS)
     t.join(timeout=60)
     status = a.status()
-    human = a.status_text()
+    human = a.status_text(verbose=True)
     a.stop()
     _b.stop()
     return v, {"status": status, "human": human}
@@ -82,7 +82,7 @@ def test_an_ecn_capable_tcp_is_marked_instead_of_dropped(workdir: Path) -> None:
         try:
             r = iperf3(topo, TUNNEL_V4["b"], seconds=SECONDS)
             status = a.status()
-            human = a.status_text()
+            human = a.status_text(verbose=True)
         finally:
             a.stop()
             b.stop()

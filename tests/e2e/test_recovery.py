@@ -39,5 +39,5 @@ def test_lost_packets_are_asked_for_and_resent(workdir: Path) -> None:
         # reorder buffer's own timeout released first).
         assert lost >= rx["gave_up"] and lost <= rx["gave_up"] + 20, (lost, rx)
         assert r.retransmits is not None and r.retransmits < rx["gaps_requested"]
-        text = b.status_text()
+        text = b.status_text(verbose=True)
         assert "recovery: asked for" in text, text

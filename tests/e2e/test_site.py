@@ -46,6 +46,6 @@ def test_lan_hosts_reach_each_other_in_whole_datagrams(workdir: Path) -> None:
         before = (_clamped(a), _clamped(b))
         iperf3(topo, TUNNEL_V4["b"], seconds=1)
         assert (_clamped(a), _clamped(b)) == before
-        status = a.status_text()
+        status = a.status_text(verbose=True)
         assert "routed TCP clamped to MSS 1392/1372" in status, status
         print(f"\nrouted TCP {t.mbps:.1f} Mbit/s over 2 x 50; {mss.strip()[:200]}")

@@ -51,7 +51,7 @@ def test_two_workers_always_share_batches_without_harm(workdir: Path) -> None:
 def test_status_text_lists_every_worker(workdir: Path) -> None:
     with Topology(1) as topo:
         a, _b = start_pair(topo, TunnelOpts(paths=[PathOpts(1)], workers=3), workdir)
-        out = a.status_text()
+        out = a.status_text(verbose=True)
         assert "workers: 3 (helpers auto" in out, out
         for i in range(3):
             assert f"  worker {i}: " in out, out

@@ -19,6 +19,7 @@ mod reload;
 mod reload_paths;
 mod resolve;
 mod status;
+mod status_brief;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -119,6 +120,10 @@ enum Cmd {
         /// A concentrator: this peer (its public key or name) in full.
         #[arg(long, conflicts_with = "watch")]
         peer: Option<String>,
+        /// Everything: estimators, queues, QoS classes, recovery, workers
+        /// (the default view is one screen).
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// A running concentrator's peers: `mpt peer add --public-key KEY
     /// --allowed-ips 10.200.9.2/32 [--name N] [--routes NET,...]
@@ -530,6 +535,7 @@ fn main() -> ExitCode {
             interval,
             count,
             peer,
+            verbose,
         } => {
             let sock = match control_socket(socket, config) {
                 Ok(s) => s,
@@ -542,9 +548,14 @@ fn main() -> ExitCode {
                     eprintln!("error: --interval must be within 0.1..3600 seconds");
                     return ExitCode::from(2);
                 }
-                status::watch(&sock, std::time::Duration::from_secs_f64(interval), count)
+                status::watch(
+                    &sock,
+                    std::time::Duration::from_secs_f64(interval),
+                    count,
+                    verbose,
+                )
             } else {
-                status::show(&sock, json)
+                status::show(&sock, json, verbose)
             };
             match shown {
                 Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,5 @@
-//! `mpt status` and `mpt check` output.
+//! `mpt status -v` and `mpt check` output (the one-screen view is
+//! `status_brief`).
 //!
 //! The daemon answers with a JSON document; `--json` prints it as is, and
 //! the default view renders it as tables. Rendering reads fields leniently
@@ -47,12 +48,17 @@ pub fn default_socket() -> io::Result<PathBuf> {
 
 /// `mpt status --watch`: the human view, redrawn in place every
 /// `interval` until interrupted (or `count` times).
-pub fn watch(sock: &Path, interval: std::time::Duration, count: Option<u64>) -> io::Result<()> {
+pub fn watch(
+    sock: &Path,
+    interval: std::time::Duration,
+    count: Option<u64>,
+    verbose: bool,
+) -> io::Result<()> {
     let mut shown = 0;
     loop {
         let v = fetch(sock)?;
         // Home and clear the screen, then draw.
-        print!("\x1b[H\x1b[2J{}", render(&v));
+        print!("\x1b[H\x1b[2J{}", view(&v, verbose));
         use std::io::Write;
         io::stdout().flush()?;
         shown += 1;
@@ -79,7 +85,18 @@ pub(crate) fn ask(sock: &Path, command: &str) -> io::Result<Value> {
     Ok(v)
 }
 
-pub fn show(sock: &Path, json: bool) -> io::Result<()> {
+/// The human view: one screen (a concentrator: one line per peer), or
+/// with `verbose` everything.
+pub fn view(v: &Value, verbose: bool) -> String {
+    let concentrator = v.get("role").and_then(Value::as_str) == Some("concentrator");
+    if verbose || concentrator {
+        render(v)
+    } else {
+        crate::status_brief::render(v)
+    }
+}
+
+pub fn show(sock: &Path, json: bool, verbose: bool) -> io::Result<()> {
     let v = fetch(sock)?;
     if json {
         println!(
@@ -87,7 +104,7 @@ pub fn show(sock: &Path, json: bool) -> io::Result<()> {
             serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
         );
     } else {
-        print!("{}", render(&v));
+        print!("{}", view(&v, verbose));
     }
     Ok(())
 }
@@ -149,7 +166,7 @@ pub(crate) fn bytes(n: u64) -> String {
     }
 }
 
-/// Render the status document as text.
+/// Render the status document as text, in full (`mpt status -v`).
 pub fn render(v: &Value) -> String {
     if v.get("role").and_then(Value::as_str) == Some("concentrator") {
         return crate::peercmd::render(v);

@@ -1,0 +1,237 @@
+//! `mpt status` without `-v`: one screen for a tunnel.
+//!
+//! It answers "is it working, and how fast is each link": the tunnel's
+//! state and session age, one line per path (state, rate each way over the
+//! last second, RTT, loss each way), the total, and then only what needs
+//! attention: every drop counter that counted, and warnings (a path down or
+//! not yet validated, a peer that does not hear a path, peer paths with no
+//! match, plaintext). `-v` prints the full view (`status::render`), `--json`
+//! the document.
+//!
+//! Invariants: the view is at most 2 + paths + 1 + 3 + warnings lines, each
+//! under 100 columns for names up to 12 characters; missing fields show as
+//! `-` (a newer daemon never breaks an older CLI); nothing here reads a
+//! clock or a socket.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// Mbit/s from a `rates` object's `tx_bps`/`rx_bps`.
+fn mbit(rates: Option<&Value>, k: &str) -> String {
+    rates
+        .and_then(|r| r.get(k))
+        .and_then(Value::as_f64)
+        .map_or("-".into(), |x| format!("{:.1}", x / 1e6))
+}
+
+fn pct(p: &Value, k: &str) -> String {
+    p.get(k)
+        .and_then(Value::as_f64)
+        .map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
+/// Seconds as the largest unit that keeps it short: 42 s, 7 min, 3.2 h, 5.1 d.
+pub(crate) fn age(s: f64) -> String {
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 172_800.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.1} d", s / 86_400.0)
+    }
+}
+
+/// The warnings a path's fields raise.
+fn path_warnings(p: &Value, w: &mut Vec<String>) {
+    let name = p.get("name").and_then(Value::as_str).unwrap_or("-");
+    let state = p.get("state").and_then(Value::as_str).unwrap_or("-");
+    if p.get("admin_down").and_then(Value::as_bool) == Some(true) {
+        w.push(format!(
+            "path {name} is down by command (`mpt path {name} up`)"
+        ));
+    } else if state != "up" {
+        let heard = p
+            .get("last_heard_ms")
+            .and_then(Value::as_f64)
+            .map_or("never heard".into(), |x| {
+                format!("last heard {} ago", age(x / 1e3))
+            });
+        w.push(format!("path {name} is {state} ({heard})"));
+    } else if p.get("peer_hears_us").and_then(Value::as_bool) == Some(false) {
+        w.push(format!("path {name}: the peer does not hear us on it"));
+    }
+    if p.get("validating")
+        .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+    {
+        w.push(format!("path {name}: validating a new peer address"));
+    }
+}
+
+/// The one-screen view of a tunnel's status document.
+pub fn render(v: &Value) -> String {
+    let mut o = String::new();
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
+    let paths = v
+        .get("paths")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let up = v.get("paths_up").and_then(Value::as_u64).unwrap_or(0);
+    let sec = v.get("security").filter(|x| !x.is_null());
+    let session = match sec {
+        Some(sec) => match sec.get("session_age_s").and_then(Value::as_f64) {
+            Some(a) => format!(
+                "session {} old ({})",
+                age(a),
+                sec.get("cipher").and_then(Value::as_str).unwrap_or("-")
+            ),
+            None => "no session yet".into(),
+        },
+        None => "plaintext".into(),
+    };
+    let _ = writeln!(
+        o,
+        "tunnel {} ({}): {}, up {}, {session}, {up}/{} paths up",
+        s("name"),
+        s("role"),
+        if up > 0 { "working" } else { "DOWN" },
+        age(v.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0)),
+        paths.len(),
+    );
+    let _ = writeln!(
+        o,
+        "{:<12} {:<5} {:>10} {:>10} {:>8} {:>7} {:>7}",
+        "PATH", "STATE", "TX Mbit/s", "RX Mbit/s", "RTT ms", "TXLOSS", "RXLOSS"
+    );
+    let mut warnings = vec![];
+    for p in &paths {
+        let _ = writeln!(
+            o,
+            "{:<12} {:<5} {:>10} {:>10} {:>8} {:>7} {:>7}",
+            p.get("name").and_then(Value::as_str).unwrap_or("-"),
+            p.get("state").and_then(Value::as_str).unwrap_or("-"),
+            mbit(p.get("rates"), "tx_bps"),
+            mbit(p.get("rates"), "rx_bps"),
+            crate::status::ms(p, "rtt_ms"),
+            pct(p, "tx_loss"),
+            pct(p, "rx_loss"),
+        );
+        path_warnings(p, &mut warnings);
+    }
+    let _ = writeln!(
+        o,
+        "{:<12} {:<5} {:>10} {:>10}",
+        "total",
+        "",
+        mbit(v.get("rates"), "tx_bps"),
+        mbit(v.get("rates"), "rx_bps"),
+    );
+    let drops: Vec<String> = v
+        .get("drops")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter(|(_, x)| x.as_u64().is_some_and(|n| n > 0))
+                .map(|(k, x)| format!("{k}={}", x.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !drops.is_empty() {
+        let _ = writeln!(o, "drops: {}", drops.join(" "));
+    }
+    if sec.is_none() {
+        warnings.push("no encryption (insecure_no_encryption): anyone on a path can inject".into());
+    }
+    let unmatched: Vec<&str> = v
+        .get("unmatched_peer_paths")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|p| p.get("name")?.as_str()).collect())
+        .unwrap_or_default();
+    if !unmatched.is_empty() {
+        warnings.push(format!(
+            "peer paths with no match here: {} (paths pair by name)",
+            unmatched.join(", ")
+        ));
+    }
+    for w in &warnings {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    let _ = writeln!(
+        o,
+        "(-v: estimators, queues, QoS classes, workers; --json: the document)"
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn doc() -> Value {
+        json!({
+            "name": "site-a", "role": "client", "uptime_s": 3725.0, "paths_up": 2,
+            "security": {"session_age_s": 80.0, "cipher": "chacha20poly1305"},
+            "rates": {"tx_bps": 98.5e6, "rx_bps": 1.2e6},
+            "paths": [
+                {"name": "wifi", "state": "up", "rtt_ms": 12.34, "tx_loss": 0.001,
+                 "rx_loss": 0.0, "rates": {"tx_bps": 60e6, "rx_bps": 0.8e6},
+                 "peer_hears_us": true},
+                {"name": "lte", "state": "up", "rtt_ms": 48.0, "tx_loss": 0.0,
+                 "rx_loss": 0.02, "rates": {"tx_bps": 38.5e6, "rx_bps": 0.4e6}},
+                {"name": "dsl", "state": "down", "last_heard_ms": 9000.0}
+            ],
+            "drops": {"aqm": 9, "replay": 0},
+            "unmatched_peer_paths": [],
+        })
+    }
+
+    #[test]
+    fn one_screen_with_paths_total_drops_and_warnings() {
+        let out = render(&doc());
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[0],
+            "tunnel site-a (client): working, up 62 min, session 80 s old (chacha20poly1305), 2/3 paths up"
+        );
+        assert!(
+            lines[2].starts_with("wifi") && lines[2].contains("60.0") && lines[2].contains("12.34")
+        );
+        assert!(lines[2].contains("0.1%"), "{}", lines[2]);
+        assert!(lines[3].contains("38.5") && lines[3].contains("2.0%"));
+        assert!(lines[4].starts_with("dsl") && lines[4].contains(" - "));
+        assert!(
+            lines[5].starts_with("total") && lines[5].contains("98.5") && lines[5].contains("1.2")
+        );
+        assert_eq!(lines[6], "drops: aqm=9");
+        assert_eq!(lines[7], "warning: path dsl is down (last heard 9 s ago)");
+        assert_eq!(lines.len(), 9);
+        assert!(lines.iter().all(|l| l.len() < 100), "{out}");
+    }
+
+    #[test]
+    fn a_healthy_tunnel_shows_no_drops_line_and_an_empty_one_no_panic() {
+        let mut d = doc();
+        d["paths"].as_array_mut().unwrap().pop();
+        d["drops"] = json!({"aqm": 0});
+        let out = render(&d);
+        assert!(!out.contains("drops:") && !out.contains("warning"), "{out}");
+        let bare = render(&json!({}));
+        assert!(
+            bare.starts_with("tunnel - (-): DOWN, up 0 s, plaintext, 0/0 paths up"),
+            "{bare}"
+        );
+        assert!(bare.contains("warning: no encryption"));
+    }
+
+    #[test]
+    fn ages_pick_a_short_unit() {
+        assert_eq!(age(42.0), "42 s");
+        assert_eq!(age(600.0), "10 min");
+        assert_eq!(age(3.0 * 3600.0), "3.0 h");
+        assert_eq!(age(5.0 * 86400.0), "5.0 d");
+    }
+}
