@@ -82,6 +82,9 @@ class Star:
         self.d = f"mps{uid}d" if self.delays else None
         self.c = [f"mps{uid}c{i}" for i in range(clients)]
         self.second: Peer | None = None
+        # Namespaces a caller adds (a core router, LAN hosts): torn down
+        # with the star.
+        self.extra_ns: list[str] = []
         self.links = links
         self.procs: list[subprocess.Popen[Any]] = []
         self._closed = False
@@ -185,7 +188,7 @@ class Star:
 
     def namespaces(self) -> list[str]:
         extra = [self.d] if self.d else []
-        return list(dict.fromkeys([*self.servers, self.w, *extra, *self.c]))
+        return list(dict.fromkeys([*self.servers, self.w, *extra, *self.c, *self.extra_ns]))
 
     def close(self) -> None:
         if self._closed:
@@ -210,10 +213,11 @@ def _key(workdir: Path, name: str) -> str:
     return run([str(mpt_binary()), "pubkey", "-i", str(key)]).stdout.strip()
 
 
-def peer_block(i: int, pub: str) -> str:
+def peer_block(i: int, pub: str, lan: str | None = None) -> str:
+    """Client i's [[peer]]; `lan`: a network behind it (its `routes`)."""
     return (
         f'[[peer]]\nname = "client{i}"\npublic_key = "{pub}"\n'
-        f'allowed_ips = ["{client_tunnel(i)}/32"]\n'
+        f'allowed_ips = ["{client_tunnel(i)}/32"]\n' + (f'routes = ["{lan}"]\n' if lan else "")
     )
 
 
@@ -225,6 +229,7 @@ def _server_config(
     cpubs: list[str],
     announce_table: int | None = None,
     workers: int | None = None,
+    lans: dict[int, str] | None = None,
 ) -> Path:
     """Concentrator k's configuration (server 0 keeps the plain names)."""
     tag = "server" if k == 0 else f"server{k}"
@@ -247,7 +252,7 @@ def _server_config(
             f'local = "{server_link(link, k)}:{PORT + link}"',
         ]
     lines.append("")
-    lines += [peer_block(i, cpubs[i]) for i in listed]
+    lines += [peer_block(i, cpubs[i], (lans or {}).get(i)) for i in listed]
     path = workdir / f"{tag}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -261,11 +266,16 @@ def start(
     announce_table: int | None = None,
     server_workers: int | None = None,
     client_paths: list[str] | None = None,
+    lans: dict[int, str] | None = None,
+    client_routes: list[str] | None = None,
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
     servers, both run (the second is `star.second`), and each client lists
-    the second as its `[[server]]`; `failover` is extra `[failover]` text."""
+    the second as its `[[server]]`; `failover` is extra `[failover]` text.
+    `lans`: client index to the network behind it (the concentrators'
+    `routes` for that peer); `client_routes`: networks every client
+    reaches through the tunnel (its `[[route]]`s)."""
     workdir.mkdir(parents=True, exist_ok=True)
     n = len(star.c)
     spubs = [_key(workdir, "server" if k == 0 else f"server{k}") for k in range(len(star.servers))]
@@ -274,7 +284,7 @@ def start(
     running = []
     for k in range(len(star.servers)):
         tag = "server" if k == 0 else f"server{k}"
-        cfg = _server_config(star, workdir, k, listed, cpubs, announce_table, server_workers)
+        cfg = _server_config(star, workdir, k, listed, cpubs, announce_table, server_workers, lans)
         side = "s" if k == 0 else "s1"
         p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]
         running.append(p.start())
@@ -315,6 +325,8 @@ def start(
             text.append(f"remotes = [{remotes}]")
         if failover:
             text += ["", "[failover]", failover]
+        for net in client_routes or []:
+            text += ["", "[[route]]", f'network = "{net}"']
         (d / "c.toml").write_text("\n".join(text) + "\n")
         c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
         clients.append(c.start())
