@@ -230,6 +230,7 @@ def _server_config(
     announce_table: int | None = None,
     workers: int | None = None,
     lans: dict[int, str] | None = None,
+    extra: str = "",
 ) -> Path:
     """Concentrator k's configuration (server 0 keeps the plain names)."""
     tag = "server" if k == 0 else f"server{k}"
@@ -252,6 +253,8 @@ def _server_config(
             f'local = "{server_link(link, k)}:{PORT + link}"',
         ]
     lines.append("")
+    if extra:
+        lines += [extra, ""]
     lines += [peer_block(i, cpubs[i], (lans or {}).get(i)) for i in listed]
     path = workdir / f"{tag}.toml"
     path.write_text("\n".join(lines) + "\n")
@@ -268,6 +271,7 @@ def start(
     client_paths: list[str] | None = None,
     lans: dict[int, str] | None = None,
     client_routes: list[str] | None = None,
+    server_extra: str = "",
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
@@ -275,7 +279,8 @@ def start(
     the second as its `[[server]]`; `failover` is extra `[failover]` text.
     `lans`: client index to the network behind it (the concentrators'
     `routes` for that peer); `client_routes`: networks every client
-    reaches through the tunnel (its `[[route]]`s)."""
+    reaches through the tunnel (its `[[route]]`s); `server_extra`: more
+    sections for the concentrators' files."""
     workdir.mkdir(parents=True, exist_ok=True)
     n = len(star.c)
     spubs = [_key(workdir, "server" if k == 0 else f"server{k}") for k in range(len(star.servers))]
@@ -284,7 +289,9 @@ def start(
     running = []
     for k in range(len(star.servers)):
         tag = "server" if k == 0 else f"server{k}"
-        cfg = _server_config(star, workdir, k, listed, cpubs, announce_table, server_workers, lans)
+        cfg = _server_config(
+            star, workdir, k, listed, cpubs, announce_table, server_workers, lans, server_extra
+        )
         side = "s" if k == 0 else "s1"
         p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]
         running.append(p.start())

@@ -368,6 +368,31 @@ pub fn render(v: &Value, tunnel: &str) -> String {
             }
         }
     }
+    let causes: Vec<(String, Value)> = paths
+        .iter()
+        .filter_map(|p| {
+            let c = p.get("rx_lost_by_cause").filter(|c| c.is_object())?;
+            Some((p.get("name")?.as_str()?.to_string(), c.clone()))
+        })
+        .collect();
+    if !causes.is_empty() {
+        m.family(
+            "mpt_path_receive_lost_by_cause_packets_total",
+            "counter",
+            "Packets lost on the path toward us, by the receiver's judgement of the cause: link (random loss) or congestion (a queue overflowed)",
+        );
+        for (path, c) in &causes {
+            for cause in ["link", "congestion"] {
+                if let Some(x) = num(c, cause) {
+                    m.sample(
+                        "mpt_path_receive_lost_by_cause_packets_total",
+                        &[("path", path), ("cause", cause)],
+                        x,
+                    );
+                }
+            }
+        }
+    }
     if let Some(classes) = v.get("qos").and_then(Value::as_array) {
         render_classes(&mut m, classes);
     }
@@ -462,10 +487,14 @@ mod tests {
             "paths": [
                 {"name": "wi\"fi", "state": "up", "tx_bytes": 100, "rtt_ms": 12.5,
                  "sending": {"bandwidth_mbps": 40.0, "pacing_mbps": null}},
-                {"name": "lte", "state": "down", "tx_bytes": 5, "rtt_ms": null},
+                {"name": "lte", "state": "down", "tx_bytes": 5, "rtt_ms": null,
+                 "rx_lost_by_cause": {"link": 4, "congestion": 1}},
             ],
         });
         let t = render(&v, "mpt0");
+        assert!(t.contains(
+            "mpt_path_receive_lost_by_cause_packets_total{tunnel=\"mpt0\",path=\"lte\",cause=\"link\"} 4\n"
+        ), "{t}");
         assert!(t.contains("mpt_up{tunnel=\"mpt0\"} 1\n"), "{t}");
         assert!(t.contains("mpt_transmit_bytes_total{tunnel=\"mpt0\"} 1500\n"));
         assert!(t.contains("mpt_drops_total{tunnel=\"mpt0\",reason=\"replay\"} 3\n"));
