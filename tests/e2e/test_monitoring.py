@@ -67,8 +67,9 @@ def _start_prometheus(topo: Topology, workdir: Path) -> subprocess.Popen[Any]:
     )
     wait_for(
         "prometheus ready",
-        lambda: run(["curl", "-sf", f"http://{PROM}/-/ready"], ns=topo.a, check=False).returncode
-        == 0,
+        lambda: (
+            run(["curl", "-sf", f"http://{PROM}/-/ready"], ns=topo.a, check=False).returncode == 0
+        ),
         30,
         interval=0.2,
     )
@@ -76,8 +77,10 @@ def _start_prometheus(topo: Topology, workdir: Path) -> subprocess.Popen[Any]:
     # updates are batched): wait for two scrapes of mpt.
     wait_for(
         "prometheus scraped mpt twice",
-        lambda: (r := _query(topo.a, "count_over_time(mpt_up[10s])", time.time()))
-        and float(r[0]["value"][1]) >= 2,
+        lambda: (
+            (r := _query(topo.a, "count_over_time(mpt_up[10s])", time.time()))
+            and float(r[0]["value"][1]) >= 2
+        ),
         30,
         interval=0.5,
     )
@@ -136,9 +139,7 @@ def test_prometheus_rate_per_path_matches_what_each_link_carried(workdir: Path) 
         window = 6.0
         time.sleep(2.0)
         by_path: dict[str, float] = {}
-        for r in _query(
-            topo.a, f"rate(mpt_path_transmit_bytes_total[{window:g}s])", end
-        ):
+        for r in _query(topo.a, f"rate(mpt_path_transmit_bytes_total[{window:g}s])", end):
             by_path[r["metric"]["path"]] = float(r["value"][1])
         lines = []
         for i, dev in enumerate(devs, start=1):
@@ -155,8 +156,8 @@ def test_prometheus_rate_per_path_matches_what_each_link_carried(workdir: Path) 
         assert len(up) == 2 and all(r["value"][1] == "1" for r in up), up
         names = set(json.loads(_get(topo.a, f"http://{PROM}/api/v1/label/__name__/values"))["data"])
         tunnel_scrape = _get(topo.a, f"http://{LISTEN}/metrics")
-    missing = _dashboard_metrics() - names - _families(tunnel_scrape) - _concentrator_families(
-        workdir
+    missing = (
+        _dashboard_metrics() - names - _families(tunnel_scrape) - _concentrator_families(workdir)
     )
     assert not missing, f"the dashboard queries metrics no live scrape has: {sorted(missing)}"
 
@@ -187,7 +188,8 @@ def _concentrator_families(workdir: Path) -> set[str]:
 def test_dashboard_covers_paths_loss_drops_classes_and_peers() -> None:
     doc = json.loads(DASHBOARD.read_text())
     titles = " | ".join(p["title"] for p in doc["panels"])
-    for what in ("Rate per path", "RTT", "One-way delay", "Loss", "Drops by reason", "Class", "peer"):
+    wanted = ("Rate per path", "RTT", "One-way delay", "Loss", "Drops by reason", "Class", "peer")
+    for what in wanted:
         assert what in titles, titles
     metrics = _dashboard_metrics()
     for m in (
