@@ -26,7 +26,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import bench, concentrate, measure, plot, results, runner, scenario
+from . import bench, concentrate, measure, plot, qosmatrix, results, runner, scenario
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, TunnelOpts, start_pair
 from .netns import Shape, Topology
 from .traffic import iperf3, ping
@@ -123,6 +123,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if sc.concentrator is not None:
         say(f"scenario {sc.name}: many clients, one server -> {out}")
         return concentrate.run_scenario(sc.concentrator, out, command, say)
+    if sc.matrix is not None:
+        say(f"scenario {sc.name}: QoS fairness matrix -> {out}")
+        doc = qosmatrix.run(qosmatrix.Settings.from_dict(sc.matrix, sc.mpt_extra), out, say)
+        if args.json:
+            print(json.dumps({"scenario": sc.name, "out": str(out), "met": doc["met"]}))
+        return 0
     r = runner.Runner(sc, out, progress=say)
     say(f"scenario {sc.name}: {r.total} measurements -> {out}")
     # Which tree's lab and binary run: `pip install -e` from another clone

@@ -299,6 +299,7 @@ class Runner:
                         seconds=sc.seconds,
                         capacity_mbit=total_rate or 100,
                         flood_factor=sc.flood_factor,
+                        streams=sc.mix_streams,
                     )
                     d = mix_summary(mix)
                     mbps = d.get("bulk_mbps") or 0.0

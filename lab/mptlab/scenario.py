@@ -134,6 +134,7 @@ TOP_KEYS = {
     "mpt",
     "measure",
     "concentrator",
+    "matrix",
 }
 TOPO_KEYS = LINK_KEYS | {"links", "link", "cc", "lans"}
 # The hosts' TCP congestion controls a scenario may choose (Linux names;
@@ -149,6 +150,7 @@ RUN_KEYS = {
     "http_mb",
     "udp_payload",
     "flood_factor",
+    "mix_streams",
     "udp_load",
     "warm_tunnel",
 }
@@ -191,6 +193,8 @@ class Scenario:
     http_mb: float = 0.0
     udp_payload: int = 1392
     flood_factor: float = 5.0
+    # qos-mix: the TCP flows in the bulk class.
+    mix_streams: int = 4
     cc: str = "cubic"  # the end hosts' TCP congestion control
     # Routed sites: traffic between a LAN host behind A and one behind B
     # (site.py), through the system's routes.
@@ -216,6 +220,8 @@ class Scenario:
     measure: dict[str, Any] | None = None
     # The `concentrator` scenario's settings (lab/mptlab/concentrate.py).
     concentrator: dict[str, Any] | None = None
+    # The `qos-matrix` scenario's cells (lab/mptlab/qosmatrix.py).
+    matrix: dict[str, Any] | None = None
 
     def shapes_for(self, n: int) -> list[Shape]:
         return self.shapes if self.shapes is not None else [self.shape] * n
@@ -401,6 +407,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         http_mb=float(run.get("http_mb", 0)),
         udp_payload=int(run.get("udp_payload", 1392)),
         flood_factor=float(run.get("flood_factor", 5.0)),
+        mix_streams=int(run.get("mix_streams", 4)),
         cc=cc[0],
         lans=_flag(f"{source}: topology.lans", topo.get("lans", False)),
         udp_load=None if run.get("udp_load") is None else float(run["udp_load"]),
@@ -415,7 +422,15 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         source=source,
         measure=data.get("measure"),
         concentrator=data.get("concentrator"),
+        matrix=data.get("matrix"),
     )
+    if sc.matrix is not None:
+        from .qosmatrix import Settings as MatrixSettings
+
+        try:
+            MatrixSettings.from_dict(sc.matrix, sc.mpt_extra)
+        except (ValueError, TypeError) as e:
+            raise ScenarioError(f"{source}: {e}") from e
     if sc.concentrator is not None:
         from .concentrate import Settings as ConcSettings
 

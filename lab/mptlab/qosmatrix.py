@@ -1,0 +1,212 @@
+"""The `qos-matrix` scenario: flow fairness and real-time delay on link
+pairs, jitter, flow counts and flood rates the `qos` scenario does not
+cover, QoS on against off in the same run.
+
+A cell is (link pair, jitter, TCP flows, flood factor). Each repeat of a
+cell runs, on a fresh topology and tunnel, VoIP alone (the idle
+reference), then the mix of `qosmix.run_mix` (VoIP, M2M, `flows` TCP
+flows in one class, a UDP flood at `flood` times the links' sum in the
+same class as the TCP flows) with QoS on, and the mix with QoS off. Per
+cell and repeat it reports Jain's index of the TCP flows, their share of
+the fair split beside the flood, VoIP's one-way delay over idle, VoIP and
+M2M loss, and the same with QoS off; and whether the issue's targets hold
+(Jain >= 0.98, share >= 95 %, VoIP within 1 ms of idle on links without
+jitter, 0 VoIP and M2M loss).
+
+Link pairs: A + B Mbit/s, the first 5 ms one way, the second 30 ms (the
+jitter `wifi` adds ±1.5 ms on the first and ±5 ms on the second, Wi-Fi-
+and LTE-like). The classes are the `[mpt] extra` of the scenario file
+(by default a real-time class on EF and CS5, a telemetry class on port
+7200 with a guaranteed rate, and one class for the rest).
+
+Invariants: every cell and repeat is run whatever the others did (a
+failure is recorded, not raised); the order of QoS on and off alternates
+by repeat (on first in even repeats), so neither has the first slot.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .netns import Shape
+from .runner import Runner
+from .scenario import Scenario
+
+JITTER = {"none": (0.0, 0.0), "wifi": (1.5, 5.0)}
+DELAYS_MS = (5.0, 30.0)
+# The issue's targets.
+JAIN_MIN = 0.98
+SHARE_MIN = 0.95
+VOIP_OVER_IDLE_MS_MAX = 1.0
+
+
+@dataclass
+class Settings:
+    pairs: list[str] = field(default_factory=lambda: ["100+20", "60+15", "30+30", "200+10"])
+    jitter: list[str] = field(default_factory=lambda: ["none", "wifi"])
+    flows: list[int] = field(default_factory=lambda: [2, 4, 8, 16])
+    floods: list[float] = field(default_factory=lambda: [1.0, 3.0, 5.0])
+    repeats: int = 3
+    seconds: float = 10.0
+    extra: str = ""
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], extra: str) -> Settings:
+        s = Settings(extra=extra)
+        for k, v in d.items():
+            if not hasattr(s, k) or k == "extra":
+                raise ValueError(f"[matrix]: unknown key '{k}'")
+            cur = getattr(s, k)
+            if isinstance(cur, list):
+                items = v if isinstance(v, list) else str(v).split(",")
+                setattr(s, k, [type(cur[0])(x) for x in items])
+            else:
+                setattr(s, k, type(cur)(v))
+        for p in s.pairs:
+            rates(p)
+        if any(j not in JITTER for j in s.jitter):
+            raise ValueError(f"[matrix] jitter: each of {sorted(JITTER)}")
+        if s.repeats < 1 or any(f < 1 for f in s.flows) or any(x <= 0 for x in s.floods):
+            raise ValueError("[matrix]: repeats and flows at least 1, floods above 0")
+        return s
+
+
+def rates(pair: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in pair.split("+"))
+    except ValueError:
+        raise ValueError(f"[matrix] pairs: '{pair}' is not A+B (Mbit/s)") from None
+    if a <= 0 or b <= 0:
+        raise ValueError(f"[matrix] pairs: '{pair}': rates above 0")
+    return a, b
+
+
+def _scenario(s: Settings, pair: str, jitter: str, flows: int, flood: float, order: list[str]):
+    a, b = rates(pair)
+    ja, jb = JITTER[jitter]
+    shapes = [
+        Shape(rate_mbit=a, delay_ms=DELAYS_MS[0], jitter_ms=ja),
+        Shape(rate_mbit=b, delay_ms=DELAYS_MS[1], jitter_ms=jb, queue_ms=50),
+    ]
+    return Scenario(
+        name=f"qos-matrix-{pair}-{jitter}-{flows}f-{flood:g}x",
+        description="",
+        link_counts=[2],
+        shapes=shapes,
+        shape=Shape(),
+        systems=order,
+        ip=["4in4"],
+        traffic=["voip", "qos-mix"],
+        seconds=s.seconds,
+        flood_factor=flood,
+        mix_streams=flows,
+        mpt_extra=s.extra,
+    )
+
+
+def _cell_row(points: list[Any], jitter: str) -> dict[str, Any]:
+    by = {(p.system, p.traffic): p for p in points}
+    idle = by.get(("mpt", "voip"))
+    idle_ms = (idle.details or {}).get("owd_mean_ms") if idle else None
+    row: dict[str, Any] = {"idle_voip_owd_ms": idle_ms}
+    for system, tag in (("mpt", "on"), ("mpt-noqos", "off")):
+        p = by.get((system, "qos-mix"))
+        d = p.details if p else {}
+        owd = d.get("voip_owd_mean_ms")
+        row[tag] = {
+            "jain": d.get("bulk_jain"),
+            "share": d.get("bulk_share_of_fair"),
+            "streams_mbps": d.get("bulk_streams_mbps"),
+            "flood_mbps": d.get("flood_mbps"),
+            "voip_over_idle_ms": None if owd is None or idle_ms is None else owd - idle_ms,
+            "voip_loss": d.get("voip_loss"),
+            "m2m_loss": d.get("m2m_loss"),
+            "error": p.error if p else "missing",
+        }
+    on = row["on"]
+    checks = {
+        "jain": on["jain"] is not None and on["jain"] >= JAIN_MIN,
+        "share": on["share"] is not None and on["share"] >= SHARE_MIN,
+        "voip_loss": on["voip_loss"] == 0,
+        "m2m_loss": on["m2m_loss"] == 0,
+    }
+    if jitter == "none":
+        v = on["voip_over_idle_ms"]
+        checks["voip_delay"] = v is not None and v <= VOIP_OVER_IDLE_MS_MAX
+    row["checks"] = checks
+    row["met"] = all(checks.values())
+    return row
+
+
+def run(s: Settings, outdir: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    cells = list(itertools.product(s.pairs, s.jitter, s.flows, s.floods))
+    say(f"qos-matrix: {len(cells)} cells x {s.repeats} repeats, {s.seconds:g} s each")
+    for pair, jitter, flows, flood in cells:
+        for rep in range(s.repeats):
+            order = ["mpt", "mpt-noqos"] if rep % 2 == 0 else ["mpt-noqos", "mpt"]
+            sc = _scenario(s, pair, jitter, flows, flood, order)
+            tag = f"{pair} {jitter} {flows} flows {flood:g}x #{rep + 1}"
+            try:
+                points = Runner(sc, outdir / sc.name / f"r{rep}", progress=lambda m: None).run()
+                row = _cell_row(points, jitter)
+            except Exception as e:  # noqa: BLE001 - the next cell runs all the same
+                row = {"error": f"{type(e).__name__}: {e}", "met": False, "checks": {}}
+            row.update(
+                {"pair": pair, "jitter": jitter, "flows": flows, "flood": flood, "repeat": rep}
+            )
+            rows.append(row)
+            say(f"{tag}: {line(row)}")
+    met = sum(1 for r in rows if r["met"])
+    doc = {"settings": {k: v for k, v in vars(s).items()}, "rows": rows, "met": met}
+    doc["total"] = len(rows)
+    (outdir / "qos-matrix.json").write_text(json.dumps(doc, indent=1))
+    (outdir / "qos-matrix.md").write_text(markdown(doc))
+    say(f"qos-matrix: targets met in {met} of {len(rows)} runs")
+    return doc
+
+
+def _f(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def line(row: dict[str, Any]) -> str:
+    if "on" not in row:
+        return f"error {row.get('error')}"
+    on, off = row["on"], row["off"]
+    failed = [k for k, ok in row["checks"].items() if not ok]
+    return (
+        f"Jain {_f(on['jain'], '.3f')}, share {_f(on['share'], '.1%')}, "
+        f"VoIP +{_f(on['voip_over_idle_ms'], '.2f')} ms loss {_f(on['voip_loss'], '.3f')}, "
+        f"M2M loss {_f(on['m2m_loss'], '.3f')}; QoS off: Jain {_f(off['jain'], '.3f')}, "
+        f"VoIP +{_f(off['voip_over_idle_ms'], '.1f')} ms"
+        + ("" if row["met"] else f"  MISSED: {', '.join(failed) or row.get('error')}")
+    )
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    out = [
+        f"Targets met in {doc['met']} of {doc['total']} runs (Jain >= {JAIN_MIN}, share >= "
+        f"{SHARE_MIN:.0%}, VoIP within {VOIP_OVER_IDLE_MS_MAX:g} ms of idle without jitter, "
+        "0 VoIP and M2M loss).",
+        "",
+        "| links | jitter | flows | flood | run | Jain | share of fair | VoIP over idle ms "
+        "| VoIP loss | M2M loss | QoS off: Jain | QoS off: VoIP over idle ms | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        on, off = r.get("on", {}), r.get("off", {})
+        out.append(
+            f"| {r['pair']} | {r['jitter']} | {r['flows']} | {r['flood']:g}x | {r['repeat'] + 1} "
+            f"| {_f(on.get('jain'), '.3f')} | {_f(on.get('share'), '.1%')} "
+            f"| {_f(on.get('voip_over_idle_ms'), '.2f')} | {_f(on.get('voip_loss'), '.3f')} "
+            f"| {_f(on.get('m2m_loss'), '.3f')} | {_f(off.get('jain'), '.3f')} "
+            f"| {_f(off.get('voip_over_idle_ms'), '.1f')} | {'yes' if r['met'] else '**no**'} |"
+        )
+    return "\n".join(out) + "\n"

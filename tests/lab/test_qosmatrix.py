@@ -1,0 +1,74 @@
+"""The qos-matrix scenario's cells, settings and verdicts (no network)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from mptlab import scenario
+from mptlab.qosmatrix import Settings, _cell_row, _scenario, markdown
+
+
+def _point(system: str, traffic: str, **details: object) -> SimpleNamespace:
+    return SimpleNamespace(system=system, traffic=traffic, details=details, error=None)
+
+
+def _mix(jain: float, share: float, owd: float, voip_loss: float = 0.0) -> dict[str, object]:
+    return {
+        "bulk_jain": jain,
+        "bulk_share_of_fair": share,
+        "voip_owd_mean_ms": owd,
+        "voip_loss": voip_loss,
+        "m2m_loss": 0.0,
+        "bulk_streams_mbps": [10.0, 10.0],
+        "flood_mbps": 10.0,
+    }
+
+
+def test_a_cell_meets_the_targets_only_with_every_figure() -> None:
+    points = [
+        _point("mpt", "voip", owd_mean_ms=5.2),
+        _point("mpt", "qos-mix", **_mix(0.995, 0.99, 5.9)),
+        _point("mpt-noqos", "qos-mix", **_mix(0.7, 0.3, 120.0)),
+    ]
+    row = _cell_row(points, "none")
+    assert row["met"], row
+    assert row["on"]["voip_over_idle_ms"] == pytest.approx(0.7)
+    assert row["off"]["voip_over_idle_ms"] == pytest.approx(114.8)
+    points[1] = _point("mpt", "qos-mix", **_mix(0.40, 1.005, 5.4))
+    row = _cell_row(points, "none")
+    assert not row["met"] and row["checks"]["jain"] is False
+    # With jitter the VoIP delay is reported, not judged.
+    points[1] = _point("mpt", "qos-mix", **_mix(0.99, 0.99, 9.0))
+    assert _cell_row(points, "wifi")["met"]
+    assert not _cell_row(points, "none")["met"]
+    assert "**no**" in markdown(
+        {
+            "met": 0,
+            "total": 1,
+            "rows": [
+                {
+                    **_cell_row(points, "none"),
+                    "pair": "60+15",
+                    "jitter": "none",
+                    "flows": 4,
+                    "flood": 3.0,
+                    "repeat": 0,
+                }
+            ],
+        }
+    )
+
+
+def test_settings_from_the_scenario_file_and_overrides() -> None:
+    sc = scenario.load("qos-matrix", ["matrix.pairs=60+15", "matrix.flows=4"])
+    s = Settings.from_dict(sc.matrix or {}, sc.mpt_extra)
+    assert s.pairs == ["60+15"] and s.flows == [4] and s.repeats == 3
+    assert 'name = "telemetry"' in s.extra
+    cell = _scenario(s, "60+15", "wifi", 4, 3.0, ["mpt", "mpt-noqos"])
+    assert [x.rate_mbit for x in cell.shapes or []] == [60.0, 15.0]
+    assert [x.jitter_ms for x in cell.shapes or []] == [1.5, 5.0]
+    assert cell.mix_streams == 4 and cell.flood_factor == 3.0
+    for bad in ({"pairs": ["60x15"]}, {"jitter": ["lte"]}, {"flows": [0]}, {"nope": 1}):
+        with pytest.raises(ValueError):
+            Settings.from_dict(bad, "")
