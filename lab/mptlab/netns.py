@@ -120,6 +120,10 @@ class Shape:
     corrupt: float = 0.0
     serialize: bool = False
     wmm: bool = False
+    # With `serialize`: mark ECN-capable frames CE when they wait longer
+    # than this in mpt-netem's rate queue, ms (0: never). This kernel has
+    # no ECN-capable qdisc; a link that marks is emulated.
+    ecn_mark_ms: float = 0.0
     # A capacity trace (mahimahi format) instead of a rate, A to B, and
     # B to A (None: the same file); where the replay starts, seconds.
     trace: str | None = None
@@ -156,6 +160,7 @@ class Shape:
             "corrupt": self.corrupt,
             "rate_mbit": (self.rate_mbit or 0.0) if self.serialize else 0.0,
             "wmm": self.wmm,
+            "ecn_mark_ms": self.ecn_mark_ms if self.serialize else 0.0,
             **(
                 {
                     "trace": str(Path(self.trace).resolve()),

@@ -37,6 +37,7 @@
 
 pub mod concentrator;
 pub mod crypto;
+pub mod ecn_tunnel;
 pub mod estimate;
 pub mod ip;
 pub mod mss;

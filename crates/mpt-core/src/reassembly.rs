@@ -209,6 +209,13 @@ impl Reassembler {
         &self.buf
     }
 
+    /// A piece of the packet under way (or just completed) arrived with an
+    /// outer CE: carry it into the packet, whose IP header piece 0 holds
+    /// (RFC 6040; `ecn_tunnel`).
+    pub fn mark_ce(&mut self) -> crate::ecn_tunnel::Egress {
+        crate::ecn_tunnel::decapsulate(&mut self.buf, crate::qos::ecn::CE)
+    }
+
     /// Take the packet the last [`Piece::Complete`] finished, leaving
     /// `spare` (a buffer to reuse) in its place: no copy.
     pub fn take_packet(&mut self, spare: Vec<u8>) -> Vec<u8> {

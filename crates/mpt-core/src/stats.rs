@@ -98,10 +98,14 @@ pub enum DropReason {
     /// arrived of it is dropped, counted once per packet (and once per
     /// piece that arrives after its packet was given up).
     FragmentIncomplete,
+    /// A data packet whose outer header arrived Congestion Experienced
+    /// while the inner packet is not ECN-capable (RFC 6040 §4.2: only a
+    /// drop conveys the congestion signal to such a transport).
+    EcnCeNotEct,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 34] = [
+    pub const ALL: [DropReason; 35] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -136,6 +140,7 @@ impl DropReason {
         Self::LinkLocal,
         Self::BadFragment,
         Self::FragmentIncomplete,
+        Self::EcnCeNotEct,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -174,6 +179,7 @@ impl DropReason {
             Self::LinkLocal => "link_local",
             Self::BadFragment => "bad_fragment",
             Self::FragmentIncomplete => "fragment_incomplete",
+            Self::EcnCeNotEct => "ecn_ce_not_ect",
         }
     }
 

@@ -86,7 +86,7 @@ fn check_no_allocation(recover: bool) {
             for k in order {
                 let d = &mut bufs[k][..lens[k]];
                 let from = addr(0, keys[k]);
-                let r = match b.recv_start(now, keys[k], from, d) {
+                let r = match b.recv_start(now, keys[k], from, d, 0) {
                     RecvStart::Open(t) => {
                         let opened = b.opener().open(&t, d);
                         b.recv_finish(now, from, d, &t, opened)

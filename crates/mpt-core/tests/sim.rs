@@ -409,7 +409,7 @@ fn batches_sealed_and_opened_apart_from_the_state_changes() {
     let from = addr(0, 0);
     let starts: Vec<_> = batch
         .iter()
-        .map(|d| sim.t[1].recv_start(now, 0, from, d))
+        .map(|d| sim.t[1].recv_start(now, 0, from, d, 0))
         .collect();
     let tickets: Vec<_> = starts
         .iter()
@@ -426,7 +426,7 @@ fn batches_sealed_and_opened_apart_from_the_state_changes() {
         .collect();
     let mut got = vec![];
     let mut drops = vec![];
-    for ((d, o), t) in batch.iter().zip(opened).zip(&tickets) {
+    for ((d, o), t) in batch.iter_mut().zip(opened).zip(&tickets) {
         match sim.t[1].recv_finish(now, from, d, t, o) {
             Received::Deliver { offset, len } => got.push(index_of(&d[offset..offset + len])),
             Received::Dropped(r) => drops.push(r),

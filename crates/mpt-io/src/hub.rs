@@ -21,6 +21,7 @@ use std::io;
 
 use mpt_core::concentrator::{Concentrator, Handoff, PeerId};
 use mpt_core::crypto::TAG_LEN;
+use mpt_core::qos::ecn::ECN_MASK;
 use mpt_core::stats::DropReason;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
@@ -309,7 +310,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             for &span in &spans {
                 self.io.udp_datagrams_received += 1;
                 let data = self.recv_batch.slice_mut(span);
-                let r = self.conc.recv(now, i, from, data);
+                let r = self.conc.recv_ecn(now, i, from, data, m.tos & ECN_MASK);
                 let failures = &mut self.tun_write_failures;
                 Self::deliver(&mut self.tun, &mut self.conc, failures, r, data);
             }

@@ -74,6 +74,11 @@ impl UdpPaths {
             .filter(|s| mmsg::enable_gro(&s.socket))
             .count()
             == sockets.len();
+        // Each datagram's outer ECN bits (RFC 6040); without them the
+        // outer field reads as Not-ECT, as before.
+        for s in &sockets {
+            mmsg::enable_recv_tos(&s.socket);
+        }
         Self {
             sockets,
             gso,
@@ -88,6 +93,7 @@ impl UdpPaths {
     pub fn add_socket(&mut self, s: PathSocket) {
         self.gso.push(mmsg::gso_supported(&s.socket));
         self.gro &= mmsg::enable_gro(&s.socket);
+        mmsg::enable_recv_tos(&s.socket);
         self.sockets.push(s);
     }
 

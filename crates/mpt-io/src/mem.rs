@@ -223,6 +223,7 @@ impl PathIo for MemPaths {
                 from: Some(w.from),
                 len,
                 segment: len.max(1),
+                tos: 0,
             };
             n += 1;
         }

@@ -14,7 +14,8 @@
 //! Usage: `mpt-netem CONFIG.json`, where the file holds
 //! `{"links": [{"a": "r1a", "b": "r1b", "a_to_b": {...}, "b_to_a": {...}}]}`
 //! with direction fields `delay_ms`, `jitter_ms`, `loss`, `loss_burst`,
-//! `limit`, `reorder`, `rate_mbit`, `wmm`, `trace` (a mahimahi capacity
+//! `limit`, `reorder`, `rate_mbit`, `wmm`, `ecn_mark_ms` (with `rate_mbit`:
+//! mark ECN-capable frames CE beyond that wait, `ecn.rs`), `trace` (a mahimahi capacity
 //! trace, relative to the file; with `trace_start_ms`, `queue_bytes`,
 //! `queue_ms`), and at the top `spin_us`: when a
 //! release is due within that many µs, busy-poll instead of sleeping, so
@@ -34,6 +35,7 @@
 //! send error); a bad configuration exits with status 2 and a message naming
 //! the field, before any socket is opened.
 
+mod ecn;
 mod model;
 mod rng;
 mod trace;

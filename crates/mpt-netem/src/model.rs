@@ -69,6 +69,9 @@ pub struct DirSpec {
     pub rate_mbit: f64,
     /// Voice frames (by DSCP) in a queue of their own, first (Wi-Fi WMM).
     pub wmm: bool,
+    /// Mark ECN-capable frames CE when they wait longer than this in the
+    /// rate queue, ms (0: never; `ecn.rs`).
+    pub ecn_mark_ms: f64,
     /// A capacity trace (mahimahi format, `trace.rs`) instead of a fixed
     /// rate: the file's path.
     pub trace: Option<String>,
@@ -97,6 +100,7 @@ impl Default for DirSpec {
             corrupt: 0.0,
             rate_mbit: 0.0,
             wmm: false,
+            ecn_mark_ms: 0.0,
             trace: None,
             trace_start_ms: 0.0,
             queue_bytes: 0,
@@ -121,6 +125,10 @@ impl DirSpec {
         finite(self.loss, "loss")?;
         finite(self.loss_burst, "loss_burst")?;
         finite(self.rate_mbit, "rate_mbit")?;
+        finite(self.ecn_mark_ms, "ecn_mark_ms")?;
+        if !(0.0..=10_000.0).contains(&self.ecn_mark_ms) {
+            return Err("ecn_mark_ms must be within 0..10000 (0: never mark)".into());
+        }
         if !(0.0..=100_000.0).contains(&self.rate_mbit) {
             return Err("rate_mbit must be within 0..100000 (0: unlimited)".into());
         }
@@ -192,6 +200,8 @@ pub struct DirStats {
     pub max_held: u64,
     pub duplicated: u64,
     pub corrupted: u64,
+    /// Frames marked CE instead of waiting on (`ecn_mark_ms`).
+    pub ecn_marked: u64,
     /// Sum of scheduled added delay of passed frames, ns.
     pub added_delay_ns_sum: u64,
     /// How late frames left after their release time (the emulator's own
@@ -446,7 +456,7 @@ impl Direction {
         self.enqueue(now, frame);
     }
 
-    fn enqueue(&mut self, now: u64, frame: Vec<u8>) {
+    fn enqueue(&mut self, now: u64, mut frame: Vec<u8>) {
         if self.held() >= self.spec.limit {
             self.stats.dropped_queue += 1;
             return;
@@ -477,6 +487,13 @@ impl Direction {
             } else {
                 sent = now.max(self.link_free) + tx_ns;
                 self.link_free = sent;
+            }
+            let waits_ns = sent - tx_ns - now;
+            if self.spec.ecn_mark_ms > 0.0
+                && waits_ns as f64 > self.spec.ecn_mark_ms * 1e6
+                && crate::ecn::mark_ce(&mut frame)
+            {
+                self.stats.ecn_marked += 1;
             }
         }
         let mut release = sent + delay.max(0.0) as u64;

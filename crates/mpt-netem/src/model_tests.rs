@@ -379,3 +379,37 @@ fn a_trace_link_serves_at_its_opportunities_then_delays() {
     let last = out.last().unwrap().1;
     assert!(last > 400_000_000 && last < 450_000_000, "{last}");
 }
+
+#[test]
+fn ecn_capable_frames_that_wait_beyond_the_threshold_are_marked_not_dropped() {
+    let spec = DirSpec {
+        rate_mbit: 100.0,
+        ecn_mark_ms: 0.25,
+        ..Default::default()
+    };
+    let mut d = Direction::new(spec, 1);
+    // Twenty 1250-byte IPv4 frames at once (100 µs each): ECT(0) and
+    // Not-ECT alternately. Those that wait more than 250 µs are past the
+    // third; only the ECN-capable among them are marked.
+    let frame = |tos: u8| {
+        let mut f = vec![0u8; 1250];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[15] = tos;
+        f
+    };
+    for i in 0..20 {
+        d.on_frame(0, frame(if i % 2 == 0 { 0x02 } else { 0x00 }));
+    }
+    let mut tos = vec![];
+    while let Some(t) = d.next_release() {
+        while let Some(f) = d.poll_release(t) {
+            tos.push(f[15]);
+        }
+    }
+    assert_eq!(tos.len(), 20, "nothing dropped");
+    assert_eq!(&tos[..4], &[0x02, 0x00, 0x02, 0x00]);
+    assert!(tos[4..].iter().step_by(2).all(|t| *t == 0x03), "{tos:?}");
+    assert!(tos[5..].iter().step_by(2).all(|t| *t == 0x00), "{tos:?}");
+    assert_eq!(d.stats.ecn_marked, 8);
+}

@@ -149,29 +149,57 @@ fn write_send_cmsgs(buf: &mut Cmsg, m: &SendMsg) -> usize {
     at
 }
 
-/// Read the `UDP_GRO` segment size from a received control buffer.
+/// Ask for the TOS / traffic-class byte of each received datagram (for
+/// its ECN bits, RFC 6040); returns whether the kernel agreed.
+pub fn enable_recv_tos(sock: &UdpSocket) -> bool {
+    let fd = sock.as_raw_fd();
+    let v4 = crate::packet::setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1) == 0;
+    let v6 = crate::packet::setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1) == 0;
+    v4 || v6
+}
+
+/// The `UDP_GRO` segment size and the TOS / traffic-class byte from a
+/// received control buffer (each `None` when absent).
 // `cmsg_len` and `msg_controllen` are `usize` on glibc but not on every libc.
 #[allow(clippy::unnecessary_cast)]
-fn read_gro(buf: &Cmsg, controllen: usize) -> Option<usize> {
+fn read_recv_cmsgs(buf: &Cmsg, controllen: usize) -> (Option<usize>, Option<u8>) {
     let hdr_len = std::mem::size_of::<libc::cmsghdr>();
-    if controllen < hdr_len + 2 {
-        return None;
-    }
-    // SAFETY: the kernel wrote at least one cmsghdr (length checked) into
-    // this aligned buffer; the data follows the header.
-    unsafe {
-        let c = buf.as_ptr().cast::<libc::cmsghdr>();
-        if (*c).cmsg_level != libc::SOL_UDP || (*c).cmsg_type != UDP_GRO {
-            return None;
-        }
-        let data = buf.as_ptr().cast::<u8>().add(hdr_len);
-        let v = if (*c).cmsg_len as usize >= hdr_len + 4 {
-            data.cast::<i32>().read_unaligned() as usize
-        } else {
-            usize::from(data.cast::<u16>().read_unaligned())
+    let end = controllen.min(CMSG_BYTES);
+    let (mut gro, mut tos) = (None, None);
+    let mut at = 0;
+    while at + hdr_len <= end {
+        // SAFETY: `at + hdr_len <= end <= CMSG_BYTES`, so the header lies
+        // within the buffer; `at` is a multiple of 8 (the buffer is u64-
+        // aligned), as the kernel aligns each control message.
+        let (level, ty, len) = unsafe {
+            let c = buf.as_ptr().cast::<u8>().add(at).cast::<libc::cmsghdr>();
+            ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize)
         };
-        Some(v)
+        if len < hdr_len || at + len > end {
+            break;
+        }
+        let data_len = len - hdr_len;
+        // SAFETY: the data lies within `at + hdr_len .. at + len <= end`.
+        let data = unsafe {
+            std::slice::from_raw_parts(buf.as_ptr().cast::<u8>().add(at + hdr_len), data_len)
+        };
+        match (level, ty) {
+            (libc::SOL_UDP, UDP_GRO) if data_len >= 4 => {
+                gro = Some(i32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as usize);
+            }
+            (libc::SOL_UDP, UDP_GRO) if data_len >= 2 => {
+                gro = Some(usize::from(u16::from_ne_bytes([data[0], data[1]])));
+            }
+            // IPv4 gives the byte itself, IPv6 an int.
+            (libc::IPPROTO_IP, libc::IP_TOS) if data_len >= 1 => tos = Some(data[0]),
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) if data_len >= 4 => {
+                tos = Some(i32::from_ne_bytes([data[0], data[1], data[2], data[3]]) as u8);
+            }
+            _ => {}
+        }
+        at += len.div_ceil(8) * 8;
     }
+    (gro, tos)
 }
 
 /// One received buffer: its source, its length, and the size of the
@@ -183,6 +211,9 @@ pub struct RecvMeta {
     pub from: Option<SocketAddr>,
     pub len: usize,
     pub segment: usize,
+    /// The outer TOS / traffic-class byte (0 unless [`enable_recv_tos`];
+    /// GRO coalesces only datagrams whose bytes agree).
+    pub tos: u8,
 }
 
 /// A byte range of the caller's send buffer.
@@ -292,11 +323,13 @@ impl MmsgRecv {
         }
         for (i, m) in msgs.iter().enumerate().take(r as usize) {
             let len = (m.msg_len as usize).min(bufs[i].len());
-            let gro = read_gro(&ctrl[i], m.msg_hdr.msg_controllen as usize).unwrap_or(0);
+            let (gro, tos) = read_recv_cmsgs(&ctrl[i], m.msg_hdr.msg_controllen as usize);
+            let gro = gro.unwrap_or(0);
             meta[i] = RecvMeta {
                 from: from_sockaddr(&addrs[i]),
                 len,
                 segment: if gro == 0 { len.max(1) } else { gro },
+                tos: tos.unwrap_or(0),
             };
         }
         Ok(r as usize)

@@ -297,6 +297,25 @@ pub fn render(v: &Value, tunnel: &str) -> String {
             );
         }
     }
+    if let Some(e) = v.get("ecn").filter(|e| e.is_object()) {
+        for (name, key, help) in [
+            (
+                "mpt_ecn_outer_ce_total",
+                "outer_ce",
+                "Data datagrams whose outer header arrived CE (a path marked them, RFC 6040)",
+            ),
+            (
+                "mpt_ecn_ce_carried_total",
+                "ce_carried",
+                "Outer CE marks carried into the inner packets",
+            ),
+        ] {
+            if let Some(x) = num(e, key) {
+                m.family(name, "counter", help);
+                m.sample(name, &[], x);
+            }
+        }
+    }
     if let Some(x) = num(v, "paths_up") {
         m.family("mpt_paths_up", "gauge", "Paths that carry traffic");
         m.sample("mpt_paths_up", &[], x);

@@ -360,6 +360,17 @@ pub fn render(v: &Value) -> String {
         num(&r, "max_held"),
         ms(&r, "late_margin_ms"),
     );
+    if let Some(e) = v.get("ecn").filter(|e| e.is_object()) {
+        let _ = writeln!(
+            o,
+            "ecn (RFC 6040): outer CE received {}, carried into inner packets {} (ECT(1) {}), not carried {}, dropped as not ECN-capable {}",
+            num(e, "outer_ce"),
+            num(e, "ce_carried"),
+            num(e, "ect1_carried"),
+            num(e, "ce_not_carried"),
+            v.get("drops").map_or(0, |d| num(d, "ecn_ce_not_ect")),
+        );
+    }
     match v.get("security").filter(|s| !s.is_null()) {
         Some(sec) => {
             let _ = writeln!(

@@ -365,6 +365,20 @@ impl Concentrator {
         from: SocketAddr,
         buf: &mut [u8],
     ) -> (Option<PeerId>, Received) {
+        self.recv_ecn(now, local_key, from, buf, 0)
+    }
+
+    /// [`Concentrator::recv`] of a datagram whose outer header carried the
+    /// ECN bits `outer_ecn` (RFC 6040; a datagram handed to another shard
+    /// leaves them behind, as only handshakes are).
+    pub fn recv_ecn(
+        &mut self,
+        now: Nanos,
+        local_key: usize,
+        from: SocketAddr,
+        buf: &mut [u8],
+        outer_ecn: u8,
+    ) -> (Option<PeerId>, Received) {
         let (id, init) = match self.peer_of(now, local_key, from, buf) {
             Ok(x) => x,
             Err(r) => {
@@ -376,10 +390,11 @@ impl Concentrator {
             self.hand_off_datagram(id, init, local_key, from, buf);
             return (None, Received::Consumed);
         }
-        self.recv_for(now, id, init, local_key, from, buf)
+        self.recv_for(now, id, init, local_key, from, buf, outer_ecn)
     }
 
     /// [`Concentrator::recv`] once the datagram's peer is known (and owned).
+    #[allow(clippy::too_many_arguments)] // the datagram and where it came from
     fn recv_for(
         &mut self,
         now: Nanos,
@@ -388,6 +403,7 @@ impl Concentrator {
         local_key: usize,
         from: SocketAddr,
         buf: &mut [u8],
+        outer_ecn: u8,
     ) -> (Option<PeerId>, Received) {
         if init {
             let seed = self.seed_for(id);
@@ -409,7 +425,7 @@ impl Concentrator {
             self.drops.add(DropReason::UnknownPeer);
             return (None, Received::Dropped(DropReason::UnknownPeer));
         };
-        let mut r = t.recv(now, local_key, from, buf);
+        let mut r = t.recv_ecn(now, local_key, from, buf, outer_ecn);
         if let Received::Deliver { offset, len } = r {
             let pkt = &buf[offset..offset + len];
             let src = src_addr(pkt);

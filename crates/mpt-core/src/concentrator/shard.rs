@@ -140,7 +140,7 @@ impl Concentrator {
         self.handoff_counts.taken += 1;
         match peer {
             Some(id) if self.owns(id) && self.peer(id).is_some() => {
-                self.recv_for(now, id, true, local_key, from, buf)
+                self.recv_for(now, id, true, local_key, from, buf, 0)
             }
             Some(_) => {
                 // Removed (or moved) in between: as for any unknown peer.

@@ -14,8 +14,10 @@
 //! class is at its packet limit, the fattest bucket loses packets from its
 //! head (RFC 8290 §4.1): the flow that sends beyond its share pays for it,
 //! not the others; a packet of the fattest flow itself is refused at the
-//! input without being copied. A flow that does not answer drops is, in
-//! addition, held to its fair share at the input ([`super::share`]).
+//! input without being copied. A flow that does not answer drops (and
+//! brings well over an equal share into the class) is, in addition, held
+//! to its fair share at the input ([`super::share`]); a flow that backs
+//! off is never policed, so it cannot be starved by one that does not.
 //! Where CoDel would drop an ECN-capable packet, it is marked CE and served
 //! instead ([`super::ecn`]).
 //!
@@ -188,7 +190,9 @@ impl ClassQueue {
             let Some(fat) = self.fattest() else {
                 return Pushed::Refused;
             };
-            self.flag(fat, at);
+            if self.share.heavy(fat) {
+                self.flag(fat, at);
+            }
             if fat == f {
                 return Pushed::Refused;
             }
@@ -311,7 +315,7 @@ impl ClassQueue {
                 flow.deficit -= len as i64;
             }
             let unresponsive = aqm && flow.codel.count() >= UNRESPONSIVE_DROPS;
-            if unresponsive {
+            if unresponsive && self.share.heavy(f) {
                 self.flag(f, now);
             }
             if drop {
@@ -472,20 +476,51 @@ mod tests {
     }
 
     #[test]
+    fn a_flow_that_is_fattest_but_not_heavy_loses_packets_but_is_not_policed() {
+        // Four flows at 1 packet per ms each (TCP-like: what they are
+        // served); one has the largest backlog when the class fills.
+        let mut pool = vec![];
+        let mut q = ClassQueue::new(50, 1500, false);
+        let ms = crate::NANOS_PER_MS;
+        for t in 0..300u64 {
+            for f in 1..=4u64 {
+                assert!(q.admit(f, t * ms, 1000));
+            }
+        }
+        for i in 0..51u64 {
+            let f = if i < 30 { 1 } else { 2 + i % 3 };
+            q.push(f, 300 * ms, &[1; 1000], &mut pool);
+        }
+        // Flow 1 lost packets from its head, and nobody is policed.
+        assert_eq!(q.packets(), 50 - 16 + 1);
+        assert!(!q.policing(300 * ms));
+        assert!((0..100).all(|_| q.admit(1, 301 * ms, 1000)));
+    }
+
+    #[test]
     fn a_flood_that_filled_the_class_is_held_to_its_share() {
         let mut pool = vec![];
         let mut q = ClassQueue::new(50, 1500, false);
         let ms = crate::NANOS_PER_MS;
         let (flood, a, b) = (5u64, 6u64, 7u64);
+        // Flows a and b at 1 and 2 packets per ms, the flood at 20: it
+        // brings far more than an equal share (heavy).
+        for t in 0..300u64 {
+            for (f, n) in [(flood, 20), (a, 1), (b, 2)] {
+                for _ in 0..n {
+                    assert!(q.admit(f, t * ms, 1000));
+                }
+            }
+        }
         // The flood fills the class and loses from its head: flagged.
         for _ in 0..51 {
-            assert!(q.admit(flood, 0, 1000));
-            q.push(flood, 0, &[5; 1000], &mut pool);
+            q.push(flood, 300 * ms, &[5; 1000], &mut pool);
         }
-        q.push(a, 0, &[6; 1000], &mut pool);
+        q.push(a, 300 * ms, &[6; 1000], &mut pool);
+        assert!(q.policing(300 * ms));
         // Then: flows a and b at 1 and 2 packets per ms, the flood at 20.
         let mut got = [0u64; 3];
-        for t in 1..3_000u64 {
+        for t in 301..3_000u64 {
             for (i, (f, n)) in [(flood, 20), (a, 1), (b, 2)].into_iter().enumerate() {
                 for _ in 0..n {
                     // Counted over the last second (the allowance settles

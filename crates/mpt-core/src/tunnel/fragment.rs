@@ -265,7 +265,9 @@ impl Tunnel {
             self.reassembly(Reassembler::interrupt);
             return Err(DropReason::BadFragment);
         };
-        let complete = self.reassembly(|r| r.push(seq, &f)) == Piece::Complete;
+        let piece = self.reassembly(|r| r.push(seq, &f));
+        self.ecn_on_piece_released(seq, piece != Piece::Parked);
+        let complete = piece == Piece::Complete;
         let mut bad = false;
         if complete {
             if wire::inner_ip_version(self.frag.reasm.packet()).is_some() {
@@ -306,6 +308,7 @@ impl Tunnel {
                 return self.drop_counted(DropReason::BadFragment);
             };
             self.reassembly(|r| r.push_late(seq, &f));
+            self.ecn_on_piece_released(seq, false);
             self.take_late_packets();
             return Received::Consumed;
         }

@@ -31,6 +31,8 @@
 
 mod address;
 mod control;
+mod ecn;
+pub use ecn::EcnStats;
 mod fragment;
 mod handshake;
 mod pairing;
@@ -272,6 +274,8 @@ pub struct Tunnel {
     mtu: usize,
     /// Fragmentation and reassembly (`fragment.rs`).
     frag: fragment::FragState,
+    /// ECN carried across the tunnel on receipt (`ecn.rs`, RFC 6040).
+    ecn_in: ecn::EcnIn,
     next_tunnel_seq: u64,
     counter: u64,
     /// The last packet's transit (our clock minus the peer's), ns: where
@@ -406,6 +410,7 @@ impl Tunnel {
                 ),
                 cfg.mss_clamp.clone(),
             ),
+            ecn_in: ecn::EcnIn::default(),
             next_tunnel_seq: 0,
             counter: 0,
             last_transit_ns: 0,

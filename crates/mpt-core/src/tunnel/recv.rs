@@ -66,6 +66,7 @@ impl Tunnel {
         local_key: usize,
         from: SocketAddr,
         buf: &[u8],
+        outer_ecn: u8,
     ) -> RecvStart {
         let (ty, f) = match Header::new_checked(buf) {
             Ok(h) => (h.packet_type(), h.fields()),
@@ -115,6 +116,7 @@ impl Tunnel {
                         ty,
                         fields: f,
                         peer_path,
+                        outer_ecn,
                     })
                 }
                 Err(r) => r,

@@ -182,12 +182,17 @@ impl Tunnel {
         len: usize,
     ) -> Option<Transmit> {
         let dst = self.paths[path as usize].remote?;
-        let tos = self.qos.as_ref().map_or(0, |q| {
-            q.outer_tos(
-                usize::from(class & !wire::CLASS_UNORDERED),
-                &buf[HEADER_LEN..HEADER_LEN + len],
-            )
+        let inner = &buf[HEADER_LEN..HEADER_LEN + len];
+        let dscp = self.qos.as_ref().map_or(0, |q| {
+            q.outer_tos(usize::from(class & !wire::CLASS_UNORDERED), inner)
         });
+        // RFC 6040 normal mode on secure tunnels (`ecn.rs`).
+        let ecn = if self.crypto.is_some() {
+            crate::ecn_tunnel::outer_ecn(inner)
+        } else {
+            0
+        };
+        let tos = dscp | ecn;
         let (total, seal) = if len > self.frag.body_max {
             self.emit_first_fragment(now, path, seq, class, tos, buf, len)?
         } else {

@@ -94,6 +94,9 @@ pub struct OpenTicket {
     pub fields: HeaderFields,
     /// The path id the sender wrote (its own numbering).
     pub peer_path: u8,
+    /// The outer header's ECN bits, as the I/O layer read them
+    /// (`ecn.rs`).
+    pub outer_ecn: u8,
 }
 
 /// Opens datagrams that [`Tunnel::recv_start`] passed on. `Sync`.
@@ -165,6 +168,8 @@ impl Tunnel {
 
     /// Handle a datagram that arrived on local socket `local_key` from
     /// `from`. `buf` holds exactly the datagram; it is decrypted in place.
+    /// Its outer header's ECN field reads as Not-ECT ([`Tunnel::recv_ecn`]
+    /// takes it).
     pub fn recv(
         &mut self,
         now: Nanos,
@@ -172,7 +177,20 @@ impl Tunnel {
         from: SocketAddr,
         buf: &mut [u8],
     ) -> Received {
-        match self.recv_start(now, local_key, from, buf) {
+        self.recv_ecn(now, local_key, from, buf, 0)
+    }
+
+    /// [`Tunnel::recv`] of a datagram whose outer header carried the ECN
+    /// bits `outer_ecn` (RFC 6040, `ecn.rs`).
+    pub fn recv_ecn(
+        &mut self,
+        now: Nanos,
+        local_key: usize,
+        from: SocketAddr,
+        buf: &mut [u8],
+        outer_ecn: u8,
+    ) -> Received {
+        match self.recv_start(now, local_key, from, buf, outer_ecn) {
             RecvStart::Done(r) => r,
             RecvStart::Open(t) => {
                 let opened = self.opener().open(&t, buf);
@@ -187,7 +205,7 @@ impl Tunnel {
         &mut self,
         now: Nanos,
         from: SocketAddr,
-        buf: &[u8],
+        buf: &mut [u8],
         t: &OpenTicket,
         opened: Result<usize, DropReason>,
     ) -> Received {
@@ -209,6 +227,9 @@ impl Tunnel {
                 .current_session()
                 .is_some_and(|s| s.local_index == f.session),
         };
+        if let Err(r) = self.ecn_arrival(ty, &f, t.outer_ecn, buf, body_len) {
+            return self.drop_counted(r);
+        }
         self.recv_authentic(now, ty, &f, t.peer_path, from, Some(fresh), buf, body_len)
     }
 }

@@ -62,6 +62,8 @@ pub struct TunnelStatus {
     pub qos: Option<Vec<crate::qos::ClassStatus>>,
     /// The peer's paths whose names match none of ours (`pairing.rs`).
     pub unmatched_peer_paths: Vec<PeerPath>,
+    /// ECN carried across the tunnel on receipt (RFC 6040, `ecn.rs`).
+    pub ecn: super::ecn::EcnStats,
 }
 
 /// Fragmentation: what one datagram carries, pieces sent and received,
@@ -145,6 +147,7 @@ impl Tunnel {
                 .into_iter()
                 .map(|(id, name)| PeerPath { id, name })
                 .collect(),
+            ecn: self.ecn_in.stats,
         }
     }
 }

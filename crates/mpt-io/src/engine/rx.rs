@@ -16,6 +16,7 @@
 use std::io;
 
 use mpt_core::crypto::TAG_LEN;
+use mpt_core::qos::ecn::ECN_MASK;
 use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{OpenTicket, Received, RecvStart};
 use mpt_core::wire::{Header, PacketType, HEADER_LEN};
@@ -72,7 +73,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 if let Some(t) = tap.as_mut() {
                     t.datagram(Dir::In, i, wall, data);
                 }
-                match tunnel.recv_start(now, i, from, data) {
+                match tunnel.recv_start(now, i, from, data, m.tos & ECN_MASK) {
                     RecvStart::Open(t) => {
                         open.spans.push(span);
                         open.from.push(from);
