@@ -2,7 +2,9 @@
 //! Robin (Shreedhar and Varghese, SIGCOMM 1995), each with its own CoDel
 //! (RFC 8289), as FQ-CoDel arranges them (RFC 8290).
 //!
-//! Flows hash into [`FLOW_BUCKETS`] buckets. An active bucket is served a
+//! Flows hash into [`FLOW_BUCKETS`] buckets, set-associatively
+//! ([`FLOW_WAYS`]: a flow takes a free bucket of its set, so concurrent
+//! flows rarely share one). An active bucket is served a
 //! quantum of bytes per round, so backlogged flows share the class's
 //! service equally in bytes whatever their packet sizes or rates. As in
 //! RFC 8290 §4.1, a flow that becomes active goes to a list of *new*
@@ -39,6 +41,18 @@ use crate::Nanos;
 /// Flow buckets per class (tuning knob; FQ-CoDel's default is 1024, a
 /// tunnel carries fewer concurrent flows per class).
 pub const FLOW_BUCKETS: usize = 256;
+/// Buckets per set of the set-associative flow table (tuning knob, as
+/// CAKE's 8-way hashing): a flow takes a free bucket of its set, so two
+/// flows share one only when more than this many of the set's are busy.
+/// With a plain hash, 17 flows in 256 buckets collide in 4 runs of 10: two
+/// TCP flows then get half a share each, and one that lands on a policed
+/// flood's bucket is policed with it (0.0 Mbit/s beside 7.1 for the rest).
+pub const FLOW_WAYS: usize = 8;
+const FLOW_SETS: usize = FLOW_BUCKETS / FLOW_WAYS;
+/// A bucket is busy while it holds packets, is listed, is policed, or
+/// admitted a packet within this long (tuning knob: two fair-share
+/// windows, so that a flow whose packets seldom wait keeps its bucket).
+const FLOW_IDLE_NS: Nanos = 2 * super::share::WINDOW_NS;
 
 /// Packets dropped from the fattest flow at once when the class is full
 /// (tuning knob; RFC 8290's implementation drops up to 64).
@@ -63,6 +77,10 @@ struct Flow {
     /// In the new or the old list.
     listed: bool,
     police: Police,
+    /// The full flow hash of the flow holding the bucket, and when it last
+    /// brought a packet (`None`: never held).
+    tag: u64,
+    seen: Option<Nanos>,
 }
 
 /// What [`ClassQueue::push`] did.
@@ -132,6 +150,36 @@ impl ClassQueue {
             .count()
     }
 
+    /// The bucket of flow `hash` at `now`: the one of its set that it
+    /// holds, else a free one of its set (taken), else one the set's
+    /// flows share (see [`FLOW_WAYS`]).
+    fn bucket(&mut self, hash: u64, now: Nanos) -> usize {
+        let set = (hash % FLOW_SETS as u64) as usize * FLOW_WAYS;
+        let ways = set..set + FLOW_WAYS;
+        let busy = |f: &Flow| {
+            f.listed
+                || !f.q.is_empty()
+                || f.police.flagged(now)
+                || f.seen.is_some_and(|t| now.saturating_sub(t) < FLOW_IDLE_NS)
+        };
+        let at = ways
+            .clone()
+            .find(|&i| self.flows[i].tag == hash && busy(&self.flows[i]))
+            .or_else(|| ways.clone().find(|&i| !busy(&self.flows[i])));
+        let i = match at {
+            Some(i) => i,
+            None => set + ((hash / FLOW_SETS as u64) % FLOW_WAYS as u64) as usize,
+        };
+        let f = &mut self.flows[i];
+        if f.tag != hash && !busy(f) {
+            f.tag = hash;
+            f.police = Police::default();
+            f.codel = Codel::default();
+        }
+        f.seen = Some(f.seen.map_or(now, |t| t.max(now)));
+        i
+    }
+
     /// The bucket holding the most bytes.
     fn fattest(&self) -> Option<usize> {
         self.listed()
@@ -144,7 +192,7 @@ impl ClassQueue {
     /// a flow that does not answer drops is held to its fair share
     /// ([`super::share`]). Counts the packet for the class's rate.
     pub fn admit(&mut self, hash: u64, now: Nanos, len: usize) -> bool {
-        let f = (hash % FLOW_BUCKETS as u64) as usize;
+        let f = self.bucket(hash, now);
         let allowance = self.share.allowance_bps();
         if !self.flows[f].police.admit(now, len, allowance) {
             // The refusal kept the flow's flag up ([`Police::admit`]).
@@ -184,7 +232,7 @@ impl ClassQueue {
     /// Queue `pkt` of flow `hash`, making room in the fattest flow when
     /// the class is full; dropped buffers go back to `pool`.
     pub fn push(&mut self, hash: u64, at: Nanos, pkt: &[u8], pool: &mut Vec<Vec<u8>>) -> Pushed {
-        let f = (hash % FLOW_BUCKETS as u64) as usize;
+        let f = self.bucket(hash, at);
         let mut dropped = 0;
         if self.packets >= self.limit {
             let Some(fat) = self.fattest() else {
@@ -473,6 +521,35 @@ mod tests {
         assert_eq!(drops, 0);
         assert!(marked > 3, "{marked}");
         assert_eq!(sent, 1000);
+    }
+
+    #[test]
+    fn flows_of_one_set_take_buckets_of_their_own() {
+        let mut pool = vec![];
+        let mut q = ClassQueue::new(1000, 1500, false);
+        // Eight flows whose hashes agree modulo the sets (and modulo the
+        // buckets, as a plain hash would put them all in one).
+        let hashes: Vec<u64> = (0..8).map(|k| 7 + k * FLOW_BUCKETS as u64).collect();
+        for &h in &hashes {
+            q.push(h, 0, &[1; 100], &mut pool);
+        }
+        assert_eq!(q.active_flows(), 8);
+        // A ninth of the same set shares a bucket (the set is full).
+        q.push(7 + 8 * FLOW_BUCKETS as u64, 0, &[1; 100], &mut pool);
+        assert_eq!(q.active_flows(), 8);
+        // A flow keeps its bucket while it is busy; an idle bucket is
+        // taken by a new flow.
+        let ms = crate::NANOS_PER_MS;
+        let mut got = vec![];
+        while let Some(i) = q.pop(ms, 0, 1500, Params::default(), &mut pool, |_, _| {}) {
+            got.push(i);
+        }
+        assert_eq!(got.len(), 9);
+        let late = 7 + 9 * FLOW_BUCKETS as u64;
+        q.push(late, 500 * ms, &[1; 100], &mut pool);
+        q.push(late, 600 * ms, &[1; 100], &mut pool);
+        assert_eq!(q.active_flows(), 1);
+        assert_eq!(q.packets(), 2);
     }
 
     #[test]
