@@ -148,19 +148,22 @@ def run(s: Settings, outdir: Path, say: Callable[[str], None] = print) -> dict[s
     rows = []
     cells = list(itertools.product(s.pairs, s.jitter, s.flows, s.floods))
     say(f"qos-matrix: {len(cells)} cells x {s.repeats} repeats, {s.seconds:g} s each")
-    for pair, jitter, flows, flood in cells:
+    for n, (pair, jitter, flows, flood) in enumerate(cells):
         for rep in range(s.repeats):
             order = ["mpt", "mpt-noqos"] if rep % 2 == 0 else ["mpt-noqos", "mpt"]
             sc = _scenario(s, pair, jitter, flows, flood, order)
             tag = f"{pair} {jitter} {flows} flows {flood:g}x #{rep + 1}"
             try:
-                points = Runner(sc, outdir / sc.name / f"r{rep}", progress=lambda m: None).run()
+                # Short directory names: control sockets live inside them
+                # (a Unix socket's path has at most 107 bytes).
+                points = Runner(sc, outdir / f"c{n}r{rep}", progress=lambda m: None).run()
                 row = _cell_row(points, jitter)
             except Exception as e:  # noqa: BLE001 - the next cell runs all the same
                 row = {"error": f"{type(e).__name__}: {e}", "met": False, "checks": {}}
             row.update(
                 {"pair": pair, "jitter": jitter, "flows": flows, "flood": flood, "repeat": rep}
             )
+            row["dir"] = f"c{n}r{rep}"
             rows.append(row)
             say(f"{tag}: {line(row)}")
     met = sum(1 for r in rows if r["met"])
