@@ -424,7 +424,7 @@ pub fn render(v: &Value) -> String {
     if let Some(r) = v.get("recovery").filter(|x| x.is_object()) {
         let _ = writeln!(
             o,
-            "recovery: asked for {} gaps in {} NACKs, {} recovered, {} given up; resent {} of {} asked by the peer ({} no longer held)",
+            "recovery: asked for {} gaps in {} NACKs, {} recovered, {} given up; resent {} of {} asked by the peer ({} no longer held); holding {} of {} for resending",
             num(r, "gaps_requested"),
             num(r, "nacks_sent"),
             num(r, "recovered"),
@@ -432,6 +432,8 @@ pub fn render(v: &Value) -> String {
             num(r, "retransmitted"),
             num(r, "requests_received"),
             num(r, "not_available"),
+            bytes(num(r, "ring_bytes")),
+            bytes(num(r, "ring_bytes_max")),
         );
     }
     if let Some(w) = v.get("workers").filter(|x| x.is_object()) {

@@ -23,7 +23,10 @@
 //!   delay a loss by at most that long and never by more than the reorder
 //!   buffer's `max_delay`;
 //! * the ring holds the last [`RING_PACKETS`] data packets by sequence
-//!   number; a request for anything older is counted and ignored;
+//!   number, and at most [`RING_BYTES_MAX`] bytes of them: storing beyond
+//!   that frees the oldest copies (with the tunnel MTU of eight datagrams,
+//!   4096 packets of 11 KB would hold 47 MB per peer); a request for a
+//!   packet no longer held is counted and ignored;
 //! * queues are bounded ([`MAX_PENDING`], [`MAX_RETRANSMIT_QUEUE`]); what does
 //!   not fit is not recovered (counted), never an unbounded allocation;
 //! * with recovery off nothing here exists and the wire is unchanged.
@@ -40,6 +43,9 @@ use crate::{Nanos, PathId, NANOS_PER_MS};
 /// Tuning knobs: packets kept for retransmission, gaps waited for at once,
 /// requests queued at the sender, and the wait bounds.
 pub const RING_PACKETS: usize = 4096;
+/// The ring's bound in bytes of packets held (tuning knob: 64 ms of a
+/// 1 Gbit/s sender, far beyond a NACK's round trip on the lab's paths).
+pub const RING_BYTES_MAX: usize = 8 << 20;
 pub const MAX_PENDING: usize = 1024;
 pub const MAX_RETRANSMIT_QUEUE: usize = 1024;
 pub const WAIT_MIN: Nanos = 20 * NANOS_PER_MS;
@@ -65,6 +71,9 @@ pub struct RecoveryStats {
     pub requests_received: u64,
     pub retransmitted: u64,
     pub not_available: u64,
+    /// Sender: bytes of packets held for resending now, and the bound.
+    pub ring_bytes: u64,
+    pub ring_bytes_max: u64,
 }
 
 struct Stored {
@@ -76,6 +85,11 @@ struct Stored {
 /// Recovery state of one tunnel (both roles: every peer sends and receives).
 pub struct Recovery {
     ring: Vec<Stored>,
+    /// Slots holding a copy, oldest first, with the sequence number they
+    /// held when stored (a slot reused since is skipped).
+    held: VecDeque<(usize, u64)>,
+    /// Bytes of the copies held (their buffers' capacities).
+    held_bytes: usize,
     /// Sender: sequence numbers asked for, to send again.
     retransmit: VecDeque<u64>,
     /// Receiver: gaps asked for, ascending, with their deadline.
@@ -98,22 +112,54 @@ impl Recovery {
                     bytes: Vec::new(),
                 })
                 .collect(),
+            held: VecDeque::with_capacity(RING_PACKETS),
+            held_bytes: 0,
             retransmit: VecDeque::with_capacity(MAX_RETRANSMIT_QUEUE),
             pending: VecDeque::with_capacity(MAX_PENDING),
             nack_out: VecDeque::with_capacity(MAX_PENDING),
             considered_upto: 0,
             scratch: Vec::with_capacity(MAX_PENDING),
-            stats: RecoveryStats::default(),
+            stats: RecoveryStats {
+                ring_bytes_max: RING_BYTES_MAX as u64,
+                ..RecoveryStats::default()
+            },
         }
     }
 
-    /// Keep a copy of data packet `seq` (its inner bytes).
+    /// Keep a copy of data packet `seq` (its inner bytes), within
+    /// [`RING_BYTES_MAX`]: the oldest copies make room.
     pub fn store(&mut self, seq: u64, class: u8, inner: &[u8]) {
-        let s = &mut self.ring[(seq % RING_PACKETS as u64) as usize];
+        let i = (seq % RING_PACKETS as u64) as usize;
+        // The slot's own buffer is reused; its bytes leave the count.
+        self.held_bytes -= self.ring[i].bytes.capacity();
+        self.ring[i].seq = u64::MAX;
+        while self.held_bytes + inner.len().max(self.ring[i].bytes.capacity()) > RING_BYTES_MAX {
+            let Some((old, old_seq)) = self.held.pop_front() else {
+                break;
+            };
+            let s = &mut self.ring[old];
+            if old != i && s.seq == old_seq {
+                self.held_bytes -= s.bytes.capacity();
+                s.seq = u64::MAX;
+                s.bytes = Vec::new();
+            }
+        }
+        let s = &mut self.ring[i];
+        if s.bytes.capacity() > RING_BYTES_MAX / 4 {
+            s.bytes = Vec::new();
+        }
         s.seq = seq;
         s.class = class;
         s.bytes.clear();
         s.bytes.extend_from_slice(inner);
+        self.held_bytes += s.bytes.capacity();
+        if self.held.len() == self.held.capacity() {
+            // Stale entries (slots reused since) are dropped first.
+            let ring = &self.ring;
+            self.held.retain(|&(j, sq)| ring[j].seq == sq);
+        }
+        self.held.push_back((i, seq));
+        self.stats.ring_bytes = self.held_bytes as u64;
     }
 
     /// The ring slot of the packet that sequence number `seq` belongs to
@@ -309,5 +355,36 @@ impl Tunnel {
             return self.control_transmit(now, path, ty, class, seq, buf, body);
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_holds_at_most_its_bytes_and_keeps_the_newest() {
+        let mut r = Recovery::new();
+        let body_max = 1400;
+        // 4096 packets of 11,440 bytes would be 47 MB.
+        let pkt = vec![0x45u8; 11_440];
+        for seq in 0..RING_PACKETS as u64 {
+            r.store(seq, 0, &pkt);
+            assert!(r.held_bytes <= RING_BYTES_MAX, "{seq}: {}", r.held_bytes);
+        }
+        assert_eq!(r.stats.ring_bytes, r.held_bytes as u64);
+        let newest = RING_PACKETS as u64 - 1;
+        assert!(r.find(newest, body_max).is_some());
+        let kept = RING_BYTES_MAX / 11_440;
+        assert!(r.find(newest - kept as u64 + 2, body_max).is_some());
+        assert!(r.find(0, body_max).is_none(), "the oldest made room");
+        // Small packets all fit: every one of the last 4096 is held.
+        let small = vec![0x45u8; 1200];
+        for seq in RING_PACKETS as u64..3 * RING_PACKETS as u64 {
+            r.store(seq, 0, &small);
+        }
+        let last = 3 * RING_PACKETS as u64 - 1;
+        assert!((0..RING_PACKETS as u64).all(|k| r.find(last - k, body_max).is_some()));
+        assert!(r.held_bytes <= RING_BYTES_MAX);
     }
 }
