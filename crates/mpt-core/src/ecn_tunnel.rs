@@ -28,7 +28,7 @@
 //! its header, is left alone and reads as Not-ECT; nothing here panics on
 //! any input.
 
-use crate::qos::ecn::{CE, ECN_MASK, NOT_ECT};
+use crate::qos::ecn::{checksum_update, CE, ECN_MASK, NOT_ECT};
 
 /// ECT(1) (RFC 3168 §5).
 pub const ECT1: u8 = 0b01;
@@ -101,15 +101,6 @@ fn set_ecn(pkt: &mut [u8], ecn: u8) {
         }
         _ => {}
     }
-}
-
-/// RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m').
-fn checksum_update(sum: u16, old: u16, new: u16) -> u16 {
-    let mut s = u32::from(!sum) + u32::from(!old) + u32::from(new);
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ pub fn mark_ce(pkt: &mut [u8]) -> bool {
 
 /// RFC 1624 eqn. 3: the header checksum `sum` after one 16-bit word of
 /// the header went from `old` to `new`: HC' = ~(~HC + ~m + m').
-fn checksum_update(sum: u16, old: u16, new: u16) -> u16 {
+pub(crate) fn checksum_update(sum: u16, old: u16, new: u16) -> u16 {
     let mut s = u32::from(!sum) + u32::from(!old) + u32::from(new);
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
