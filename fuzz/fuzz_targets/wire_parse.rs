@@ -28,8 +28,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(n) = NackBody::parse(data) {
         let seqs: Vec<u64> = n.seqs().collect();
         let mut out = vec![0u8; 4 + 8 * seqs.len()];
-        let len = NackBody::write(&seqs, &mut out).expect("parsed counts are writable");
-        if data[2..4] == [0, 0] {
+        let len = NackBody::write(n.kind(), &seqs, &mut out).expect("parsed counts are writable");
+        if data[2] == 1 || data[3] == 0 {
             assert_eq!(&out[..len], &data[..len]);
         }
     }

@@ -13,6 +13,7 @@ plain reference is measured once per path IP version on a single link.
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import threading
@@ -391,10 +392,16 @@ class Runner:
             st = target.peers[1].status()
             point.details["receiver_reorder"] = st.get("reorder")
             point.details["receiver_drops"] = {k: v for k, v in st.get("drops", {}).items() if v}
+            point.details["receiver_recovery"] = st.get("recovery")
             # The sender's classes: each one's time inside mpt (TUN to
             # socket) and its drops by reason, the node's own share of the
             # delay (the ED-SGSN thesis measures its node so).
-            classes = target.peers[0].status().get("qos") or []
+            sender = target.peers[0].status()
+            point.details["sender_recovery"] = sender.get("recovery")
+            # Both ends' whole status at the end, beside their logs.
+            for peer, doc in ((target.peers[0], sender), (target.peers[1], st)):
+                peer.log.with_suffix(".status.json").write_text(json.dumps(doc, indent=1))
+            classes = sender.get("qos") or []
             point.details["sender_classes"] = [
                 {
                     "name": c.get("name"),

@@ -196,7 +196,15 @@ impl PathState {
     /// Account an authentic packet that arrived at `now`, with its per-path
     /// sequence number and the one-way transit time (arrival wall time minus
     /// send timestamp; may be negative between unsynchronised clocks).
-    pub fn on_receive(&mut self, now: Nanos, len: usize, path_seq: u16, transit_ns: i64) {
+    /// Returns the path sequence numbers this arrival shows lost (a path
+    /// is FIFO): the first (widened) and how many.
+    pub fn on_receive(
+        &mut self,
+        now: Nanos,
+        len: usize,
+        path_seq: u16,
+        transit_ns: i64,
+    ) -> Option<(u64, u64)> {
         self.last_rx = Some(now);
         self.send_blocked = false;
         self.rx_packets += 1;
@@ -223,6 +231,7 @@ impl PathState {
         self.owd_above_min.record(above);
         self.owd_above_min_sum_ns += u128::from(above);
         self.meters.on_packet(now, len, transit_ns, lost);
+        (lost > 0).then(|| (ext - lost, lost))
     }
 
     /// A data packet arrived at `now`: a receiver report is due once
@@ -343,6 +352,11 @@ impl PathState {
     /// Smoothed round-trip time (RFC 6298), once measured.
     pub fn srtt(&self) -> Option<Nanos> {
         self.srtt
+    }
+
+    /// The round-trip time's variation (RFC 6298), 0 before a sample.
+    pub fn rttvar(&self) -> Nanos {
+        self.rttvar
     }
 
     /// Smoothed loss of our packets on this path (0..1).

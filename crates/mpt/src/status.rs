@@ -424,7 +424,8 @@ pub fn render(v: &Value) -> String {
     if let Some(r) = v.get("recovery").filter(|x| x.is_object()) {
         let _ = writeln!(
             o,
-            "recovery: asked for {} gaps in {} NACKs, {} recovered, {} given up; resent {} of {} asked by the peer ({} no longer held); holding {} of {} for resending",
+            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up; resent {} of {} asked by the peer ({} no longer held, {} already on their way); holding {} of {} for resending",
+            num(r, "path_losses_requested"),
             num(r, "gaps_requested"),
             num(r, "nacks_sent"),
             num(r, "recovered"),
@@ -432,6 +433,7 @@ pub fn render(v: &Value) -> String {
             num(r, "retransmitted"),
             num(r, "requests_received"),
             num(r, "not_available"),
+            num(r, "resend_in_flight"),
             bytes(num(r, "ring_bytes")),
             bytes(num(r, "ring_bytes_max")),
         );

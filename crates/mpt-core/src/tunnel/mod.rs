@@ -36,6 +36,7 @@ pub use ecn::EcnStats;
 mod fragment;
 mod handshake;
 mod pairing;
+mod path_loss;
 mod paths;
 mod qos;
 mod recovery;
@@ -555,6 +556,11 @@ impl Tunnel {
             return None;
         }
         let path_seq = self.paths[path as usize].on_transmit(total);
+        if matches!(ty, PacketType::Data | PacketType::Fragment)
+            && class & wire::CLASS_UNORDERED == 0
+        {
+            self.recovery_on_sent(path, path_seq, tunnel_seq);
+        }
         let f = HeaderFields {
             path,
             class,

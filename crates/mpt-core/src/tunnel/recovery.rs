@@ -35,9 +35,10 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::path_loss::SentByPath;
 use super::{Transmit, Tunnel};
 use crate::crypto::TAG_LEN;
-use crate::wire::{self, NackBody, PacketType, HEADER_LEN, MAX_FRAGMENTS, NACK_MAX_SEQS};
+use crate::wire::{self, NackBody, NackKind, PacketType, HEADER_LEN, MAX_FRAGMENTS, NACK_MAX_SEQS};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
 /// Tuning knobs: packets kept for retransmission, gaps waited for at once,
@@ -53,7 +54,15 @@ pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
 /// Recent loss (a fraction) by which a recovery path may exceed the least
 /// lossy path's and still be chosen for its lower RTT (tuning knob: a
 /// resend lost on it costs what one arriving too late costs).
-pub const RECOVERY_LOSS_SLACK: f64 = 0.01;
+pub const RECOVERY_LOSS_SLACK: f64 = 0.05;
+/// Tunnel-sequence NACK bodies remembered to drop their second copy
+/// (tuning knob).
+const RECENT_NACKS: usize = 64;
+/// Gaps asked for by tunnel sequence number, remembered so that their
+/// late or second copies do not widen the release margin (tuning knob).
+const ASKED_REMEMBERED: usize = 1024;
+/// Resends remembered to answer a request once (tuning knob).
+const RECENT_RESENDS: usize = 512;
 
 /// Recovery counters, in `mpt status` under `recovery`.
 #[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
@@ -74,6 +83,19 @@ pub struct RecoveryStats {
     /// Sender: bytes of packets held for resending now, and the bound.
     pub ring_bytes: u64,
     pub ring_bytes_max: u64,
+    /// Receiver: packets shown lost by a path's own sequence numbers and
+    /// asked for by them (path NACKs, `path_loss.rs`), and runs of path
+    /// losses too long to ask for so.
+    pub path_losses_requested: u64,
+    pub path_gaps_too_long: u64,
+    /// Sender: path NACK entries received, and those that named data
+    /// still held (queued for resending).
+    pub path_requests_received: u64,
+    pub path_requests_resent: u64,
+    /// Sender: NACKs dropped as the copy of one already answered, and
+    /// requests for a packet whose resend was still on its way.
+    pub nack_copies: u64,
+    pub resend_in_flight: u64,
 }
 
 struct Stored {
@@ -99,6 +121,22 @@ pub struct Recovery {
     /// Receiver: every gap below this has been considered already.
     considered_upto: u64,
     scratch: Vec<u64>,
+    /// Sender: what each recent path sequence number carried.
+    pub(super) sent: SentByPath,
+    /// Receiver: path losses to put into path NACKs: (the peer's path id,
+    /// the path sequence number's low 16 bits).
+    pub(super) path_nack_out: VecDeque<(u8, u16)>,
+    /// A NACK body to send once more, on this second path.
+    nack_copy: Option<(PathId, Vec<u8>)>,
+    /// Sender: hashes of the last tunnel-sequence NACK bodies, so that the
+    /// second copy of one is not answered twice.
+    recent_nacks: VecDeque<u64>,
+    /// Sender: the last packets sent again, and when, so that a request
+    /// for one whose resend is still on its way is not answered twice.
+    recent_resends: VecDeque<(u64, Nanos)>,
+    /// Receiver: the last gaps asked for by tunnel sequence number,
+    /// ascending.
+    asked: VecDeque<u64>,
     pub stats: RecoveryStats,
 }
 
@@ -119,6 +157,12 @@ impl Recovery {
             nack_out: VecDeque::with_capacity(MAX_PENDING),
             considered_upto: 0,
             scratch: Vec::with_capacity(MAX_PENDING),
+            sent: SentByPath::default(),
+            path_nack_out: VecDeque::new(),
+            nack_copy: None,
+            recent_nacks: VecDeque::with_capacity(RECENT_NACKS),
+            recent_resends: VecDeque::with_capacity(RECENT_RESENDS),
+            asked: VecDeque::with_capacity(ASKED_REMEMBERED),
             stats: RecoveryStats {
                 ring_bytes_max: RING_BYTES_MAX as u64,
                 ..RecoveryStats::default()
@@ -177,9 +221,60 @@ impl Recovery {
         None
     }
 
-    /// The peer asked for these sequence numbers.
-    pub fn on_nack(&mut self, body: &NackBody<'_>, body_max: usize) {
-        for seq in body.seqs() {
+    /// The peer asked for these packets (by tunnel sequence numbers, or
+    /// by the path sequence numbers they left with on our path; `last_sent`
+    /// is the latest path sequence number we sent on the path named). A
+    /// tunnel sequence number sent again less than `in_flight` ago is
+    /// not sent once more: the peer asked before that copy could arrive
+    /// (its path NACK and its release policy both ask for one loss).
+    pub fn on_nack(
+        &mut self,
+        now: Nanos,
+        in_flight: Nanos,
+        body: &NackBody<'_>,
+        raw: &[u8],
+        body_max: usize,
+        last_sent: impl Fn(PathId) -> Option<u32>,
+    ) {
+        let kind = body.kind();
+        if kind == NackKind::Tunnel {
+            // The copy sent on a second path names the same gaps: a gap is
+            // asked for once, so the same body twice is a copy.
+            let h = fnv1a(raw);
+            if self.recent_nacks.contains(&h) {
+                self.stats.nack_copies += 1;
+                return;
+            }
+            if self.recent_nacks.len() == RECENT_NACKS {
+                self.recent_nacks.pop_front();
+            }
+            self.recent_nacks.push_back(h);
+        }
+        for entry in body.seqs() {
+            let seq = match kind {
+                NackKind::Tunnel => {
+                    let fresh = |&(s, at): &(u64, Nanos)| s == entry && now < at + in_flight;
+                    if self.recent_resends.iter().any(fresh) {
+                        self.stats.requests_received += 1;
+                        self.stats.resend_in_flight += 1;
+                        continue;
+                    }
+                    entry
+                }
+                NackKind::Path(path) => {
+                    self.stats.path_requests_received += 1;
+                    let Some(last) = last_sent(path) else {
+                        continue;
+                    };
+                    match self.sent.take(path, entry as u16, last) {
+                        Some(seq) => {
+                            self.stats.path_requests_resent += 1;
+                            seq
+                        }
+                        None => continue,
+                    }
+                }
+            };
             self.stats.requests_received += 1;
             let have = self.find(seq, body_max).is_some();
             if have && self.retransmit.len() < MAX_RETRANSMIT_QUEUE {
@@ -190,12 +285,16 @@ impl Recovery {
         }
     }
 
-    /// How long a gap is waited for: two round trips of the fastest path
-    /// (request out, packet back, with margin), at least [`WAIT_MIN`], at
-    /// most `max_delay`.
-    pub fn wait(best_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
+    /// How long a gap is waited for: the request goes out on the fastest
+    /// path and the answer may come back on the recovery path (the least
+    /// lossy fast one, [`Tunnel::recovery_path`]), so a round trip of
+    /// each, which leaves a margin of half of that; at least two round
+    /// trips of the fastest and [`WAIT_MIN`], at most `max_delay`.
+    pub fn wait(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
         best_rtt
-            .map_or(WAIT_NO_RTT, |r| (2 * r).max(WAIT_MIN))
+            .map_or(WAIT_NO_RTT, |r| {
+                (2 * r).max(r + recovery_rtt.unwrap_or(r)).max(WAIT_MIN)
+            })
             .min(max_delay)
     }
 
@@ -203,6 +302,13 @@ impl Recovery {
     pub fn deadline(&self) -> Option<Nanos> {
         self.pending.front().map(|p| p.1)
     }
+}
+
+/// FNV-1a, 64 bits: a NACK body's identity among the last few.
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 impl Default for Recovery {
@@ -225,7 +331,7 @@ impl Tunnel {
     /// by far (a loss-free 68 ms path beside a 19 ms one losing 0.3 %), and
     /// an answer that comes after the wait is a loss to the inner TCP all
     /// the same.
-    fn recovery_path(&self) -> Option<PathId> {
+    pub(super) fn recovery_path(&self) -> Option<PathId> {
         let usable =
             || (0..self.paths.len()).filter(|i| self.usable[*i] && self.paths[*i].remote.is_some());
         let least = usable()
@@ -251,7 +357,10 @@ impl Tunnel {
                 .filter(|i| self.usable[*i])
                 .filter_map(|i| self.paths[i].srtt())
                 .min();
-            Recovery::wait(best_rtt, self.reorder_max_delay)
+            let recovery_rtt = self
+                .recovery_path()
+                .and_then(|p| self.paths[usize::from(p)].srtt());
+            Recovery::wait(best_rtt, recovery_rtt, self.reorder_max_delay)
         } else {
             0
         };
@@ -266,6 +375,10 @@ impl Tunnel {
             let room = MAX_PENDING - r.pending.len();
             self.reorder.missing(from, floor, room, &mut r.scratch);
             for &seq in &r.scratch {
+                if r.asked.len() == ASKED_REMEMBERED {
+                    r.asked.pop_front();
+                }
+                r.asked.push_back(seq);
                 r.pending.push_back((seq, now + wait));
                 r.nack_out.push_back(seq);
                 r.stats.gaps_requested += 1;
@@ -288,10 +401,18 @@ impl Tunnel {
         hold
     }
 
+    /// Was data packet `seq` asked for again (recently)?
+    pub(super) fn recovery_asked(&self, seq: u64) -> bool {
+        self.recovery
+            .as_ref()
+            .is_some_and(|r| r.asked.binary_search(&seq).is_ok())
+    }
+
     /// The peer restarted its sequence numbers: forget the gaps.
     pub(super) fn recovery_reset(&mut self) {
         if let Some(r) = self.recovery.as_mut() {
             r.pending.clear();
+            r.asked.clear();
             r.nack_out.clear();
             r.considered_upto = 0;
         }
@@ -308,24 +429,69 @@ impl Tunnel {
         }
     }
 
-    /// NACKs to send, then packets to send again; `None` when idle.
+    /// The paths for NACKs: the fastest usable one, and the one answers
+    /// come back on ([`Tunnel::recovery_path`]), which gets a copy when it
+    /// differs (the fastest loses more): a NACK is small, and a lost one
+    /// costs what it asked for.
+    fn nack_paths(&self) -> Option<(PathId, PathId)> {
+        let safe = self.recovery_path()?;
+        let fast = (0..self.paths.len())
+            .filter(|i| self.usable[*i] && self.paths[*i].remote.is_some())
+            .min_by_key(|i| self.paths[*i].srtt().unwrap_or(Nanos::MAX))
+            .map_or(safe, |i| i as PathId);
+        Some((fast, safe))
+    }
+
+    /// NACKs to send (and their copies), then packets to send again;
+    /// `None` when idle.
     pub(super) fn poll_recovery(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         let r = self.recovery.as_ref()?;
-        if r.nack_out.is_empty() && r.retransmit.is_empty() {
+        if r.nack_out.is_empty()
+            && r.path_nack_out.is_empty()
+            && r.retransmit.is_empty()
+            && r.nack_copy.is_none()
+        {
             return None;
         }
-        let path = self.recovery_path()?;
         let seq_now = self.next_tunnel_seq;
-        let r = self.recovery.as_mut()?;
-        if !r.nack_out.is_empty() {
-            let n = r.nack_out.len().min(NACK_MAX_SEQS);
-            let mut seqs = [0u64; NACK_MAX_SEQS];
-            for s in seqs.iter_mut().take(n) {
-                *s = r.nack_out.pop_front().unwrap_or_default();
+        if let Some((path, body)) = self.recovery.as_mut()?.nack_copy.take() {
+            let len = body.len();
+            let usable = self.usable.get(usize::from(path)).copied().unwrap_or(false);
+            if usable && buf.len() >= HEADER_LEN + len + TAG_LEN {
+                buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&body);
+                return self.control_transmit(now, path, PacketType::Nack, 0, seq_now, buf, len);
             }
-            let body_len = NackBody::write(&seqs[..n], &mut buf[HEADER_LEN..])?;
+        }
+        let (fast, path) = self.nack_paths()?;
+        let r = self.recovery.as_mut()?;
+        let mut seqs = [0u64; NACK_MAX_SEQS];
+        let mut n = 0;
+        let mut kind = NackKind::Tunnel;
+        if !r.nack_out.is_empty() {
+            while n < NACK_MAX_SEQS {
+                let Some(s) = r.nack_out.pop_front() else {
+                    break;
+                };
+                seqs[n] = s;
+                n += 1;
+            }
+        } else if let Some(&(p, _)) = r.path_nack_out.front() {
+            kind = NackKind::Path(p);
+            while n < NACK_MAX_SEQS && r.path_nack_out.front().is_some_and(|e| e.0 == p) {
+                let Some((_, s)) = r.path_nack_out.pop_front() else {
+                    break;
+                };
+                seqs[n] = u64::from(s);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            let body_len = NackBody::write(kind, &seqs[..n], &mut buf[HEADER_LEN..])?;
             r.stats.nacks_sent += 1;
-            return self.control_transmit(now, path, PacketType::Nack, 0, seq_now, buf, body_len);
+            if path != fast {
+                r.nack_copy = Some((path, buf[HEADER_LEN..HEADER_LEN + body_len].to_vec()));
+            }
+            return self.control_transmit(now, fast, PacketType::Nack, 0, seq_now, buf, body_len);
         }
         let body_max = self.frag.body_max;
         while let Some(seq) = r.retransmit.pop_front() {
@@ -352,6 +518,10 @@ impl Tunnel {
                 continue;
             };
             r.stats.retransmitted += 1;
+            if r.recent_resends.len() == RECENT_RESENDS {
+                r.recent_resends.pop_front();
+            }
+            r.recent_resends.push_back((seq, now));
             return self.control_transmit(now, path, ty, class, seq, buf, body);
         }
         None

@@ -180,7 +180,10 @@ impl Tunnel {
             return self.drop_counted(DropReason::BadFragment);
         }
         let (sent_ns, transit) = self.peer_time(now, f.timestamp_us);
-        self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
+        let lost = self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
+        if let Some((first, count)) = lost {
+            self.recovery_on_path_loss(peer_path, first, count);
+        }
         self.refresh_up(pid, now);
         let w = Widened {
             sent_ns,
@@ -231,14 +234,18 @@ impl Tunnel {
         let r = match accept {
             Accept::DeliverNow => self.deliver_now(seq, body, false),
             Accept::DeliverLate => {
-                // The gap was given up too early: the margin learns it.
-                self.late_margin.on_spurious(now);
+                // The gap was given up too early: the margin learns it,
+                // unless recovery asked for it (its wait, not the
+                // margin, was short).
+                if !self.recovery_asked(seq) {
+                    self.late_margin.on_spurious(now);
+                }
                 self.deliver_now(seq, body, true)
             }
             Accept::Held => Received::Consumed,
             // Both arrive after their gap was given up (or resent).
-            Accept::Duplicate => return self.drop_given_up(now, DropReason::Duplicate),
-            Accept::Late => return self.drop_given_up(now, DropReason::Late),
+            Accept::Duplicate => return self.drop_given_up(now, seq, DropReason::Duplicate),
+            Accept::Late => return self.drop_given_up(now, seq, DropReason::Late),
         };
         self.apply_policy(now);
         r
@@ -252,10 +259,27 @@ impl Tunnel {
             Err(WireError::Truncated) => return self.drop_counted(DropReason::Truncated),
             Err(_) => return self.drop_counted(DropReason::BadType),
         };
+        if self.recovery.is_none() {
+            return self.drop_counted(DropReason::NackUnexpected);
+        }
+        // A resend's request and its answer: a round trip of the path
+        // answers go on, and its variation.
+        let in_flight = self
+            .recovery_path()
+            .and_then(|p| {
+                let p = &self.paths[usize::from(p)];
+                Some(p.srtt()? + 4 * p.rttvar())
+            })
+            .unwrap_or(0);
         let Some(r) = self.recovery.as_mut() else {
             return self.drop_counted(DropReason::NackUnexpected);
         };
-        r.on_nack(&nack, self.frag.body_max);
+        let paths = &self.paths;
+        let last_sent = |p: PathId| {
+            let p = paths.get(usize::from(p))?;
+            (p.tx_packets > 0).then(|| p.tx_seq.wrapping_sub(1))
+        };
+        r.on_nack(now, in_flight, &nack, body, self.frag.body_max, last_sent);
         self.policy.on_frontier(pid, next_seq);
         self.apply_policy(now);
         Received::Consumed

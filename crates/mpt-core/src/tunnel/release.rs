@@ -41,9 +41,13 @@ impl Tunnel {
 
     /// An ordered data packet arrived after its gap was given up (late, or
     /// the duplicate of the copy recovery asked for): the margin was too
-    /// short; the packet is a counted drop.
-    pub(super) fn drop_given_up(&mut self, now: Nanos, reason: DropReason) -> Received {
-        self.late_margin.on_spurious(now);
+    /// short, unless recovery asked for the packet (a second copy, or its
+    /// resend came after recovery's own wait); the packet is a counted
+    /// drop.
+    pub(super) fn drop_given_up(&mut self, now: Nanos, seq: u64, reason: DropReason) -> Received {
+        if !self.recovery_asked(seq) {
+            self.late_margin.on_spurious(now);
+        }
         self.drop_counted(reason)
     }
 

@@ -200,11 +200,25 @@ impl ProbeBody {
 /// Most sequence numbers in one NACK (spec constant).
 pub const NACK_MAX_SEQS: usize = 16;
 
-/// Body of a NACK: `count` (u16, 1 to [`NACK_MAX_SEQS`]),
-/// two reserved zero bytes, then `count` big-endian u64 tunnel sequence
-/// numbers. A view: the length is checked once in [`NackBody::parse`].
+/// What the entries of a NACK name (body byte 2; spec constant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackKind {
+    /// Byte 2 = 0: tunnel sequence numbers, each a u64.
+    Tunnel,
+    /// Byte 2 = 1: packets lost on the recipient's own path with this id
+    /// (byte 3), each entry the low 16 bits of a path sequence number (in
+    /// a u64, the rest zero), which the recipient widens around what it
+    /// sent last on that path. Version 8.
+    Path(u8),
+}
+
+/// Body of a NACK: `count` (u16, 1 to [`NACK_MAX_SEQS`]), the kind
+/// ([`NackKind`]: byte 2, and byte 3 the path of a path NACK, else 0),
+/// then `count` big-endian u64 entries. A view: the length is checked
+/// once in [`NackBody::parse`].
 #[derive(Debug, Clone, Copy)]
 pub struct NackBody<'a> {
+    kind: NackKind,
     seqs: &'a [u8],
 }
 
@@ -217,8 +231,17 @@ impl<'a> NackBody<'a> {
         if count == 0 || count > NACK_MAX_SEQS {
             return Err(WireError::BadType);
         }
+        let kind = match body[2] {
+            0 => NackKind::Tunnel,
+            1 => NackKind::Path(body[3]),
+            _ => return Err(WireError::BadType),
+        };
         let seqs = body.get(4..4 + 8 * count).ok_or(WireError::Truncated)?;
-        Ok(Self { seqs })
+        Ok(Self { kind, seqs })
+    }
+
+    pub fn kind(&self) -> NackKind {
+        self.kind
     }
 
     pub fn len(&self) -> usize {
@@ -229,21 +252,25 @@ impl<'a> NackBody<'a> {
         self.seqs.is_empty()
     }
 
-    /// The requested sequence numbers, in the order sent.
+    /// The entries, in the order sent.
     pub fn seqs(&self) -> impl Iterator<Item = u64> + 'a {
         self.seqs.chunks_exact(8).map(|c| be_u64(c, 0))
     }
 
-    /// Write a body for `seqs` (1 to [`NACK_MAX_SEQS`] of them) into `out`;
-    /// returns its length, or `None` if `out` is too short or `seqs` empty.
-    pub fn write(seqs: &[u64], out: &mut [u8]) -> Option<usize> {
+    /// Write a body of `kind` for `seqs` (1 to [`NACK_MAX_SEQS`] of them)
+    /// into `out`; returns its length, or `None` if `out` is too short or
+    /// `seqs` empty.
+    pub fn write(kind: NackKind, seqs: &[u64], out: &mut [u8]) -> Option<usize> {
         let n = seqs.len();
         let len = 4 + 8 * n;
         if n == 0 || n > NACK_MAX_SEQS || out.len() < len {
             return None;
         }
         out[0..2].copy_from_slice(&(n as u16).to_be_bytes());
-        out[2..4].fill(0);
+        (out[2], out[3]) = match kind {
+            NackKind::Tunnel => (0, 0),
+            NackKind::Path(p) => (1, p),
+        };
         for (i, s) in seqs.iter().enumerate() {
             out[4 + 8 * i..12 + 8 * i].copy_from_slice(&s.to_be_bytes());
         }
@@ -344,8 +371,29 @@ mod tests {
         let b = NackBody::parse(&NACK_VECTOR).unwrap();
         assert_eq!(b.seqs().collect::<Vec<_>>(), vec![256, (1 << 32) + 7]);
         let mut out = [0xffu8; 32];
-        assert_eq!(NackBody::write(&[256, (1 << 32) + 7], &mut out), Some(20));
+        assert_eq!(b.kind(), NackKind::Tunnel);
+        assert_eq!(
+            NackBody::write(NackKind::Tunnel, &[256, (1 << 32) + 7], &mut out),
+            Some(20)
+        );
         assert_eq!(out[..20], NACK_VECTOR);
+        // A path NACK: path 3, path sequence numbers 65535 and 1.
+        const PATH_VECTOR: [u8; 20] = [
+            0x00, 0x02, 0x01, 0x03, // two entries, kind 1 (path), path 3
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, // 65535
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, // 1
+        ];
+        let b = NackBody::parse(&PATH_VECTOR).unwrap();
+        assert_eq!(b.kind(), NackKind::Path(3));
+        assert_eq!(b.seqs().collect::<Vec<_>>(), vec![65535, 1]);
+        assert_eq!(
+            NackBody::write(NackKind::Path(3), &[65535, 1], &mut out),
+            Some(20)
+        );
+        assert_eq!(out[..20], PATH_VECTOR);
+        let mut unknown = PATH_VECTOR;
+        unknown[2] = 2;
+        assert_eq!(NackBody::parse(&unknown).err(), Some(WireError::BadType));
         // Truncated list, zero and too many entries, no room.
         assert_eq!(
             NackBody::parse(&NACK_VECTOR[..19]).err(),
@@ -358,11 +406,14 @@ mod tests {
         let mut many = vec![0u8; 4 + 8 * (NACK_MAX_SEQS + 1)];
         many[1] = (NACK_MAX_SEQS + 1) as u8;
         assert_eq!(NackBody::parse(&many).err(), Some(WireError::BadType));
-        assert_eq!(NackBody::write(&[], &mut out), None);
+        assert_eq!(NackBody::write(NackKind::Tunnel, &[], &mut out), None);
         assert_eq!(
-            NackBody::write(&[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]),
+            NackBody::write(NackKind::Tunnel, &[1; NACK_MAX_SEQS + 1], &mut [0u8; 512]),
             None
         );
-        assert_eq!(NackBody::write(&[1, 2], &mut out[..19]), None);
+        assert_eq!(
+            NackBody::write(NackKind::Tunnel, &[1, 2], &mut out[..19]),
+            None
+        );
     }
 }

@@ -46,8 +46,8 @@ mod body;
 mod fragment;
 
 pub use body::{
-    NackBody, PathName, ProbeBody, ReportBody, NACK_MAX_SEQS, PATH_NAME_MAX, PROBE_BODY_LEN,
-    QUEUEING_UNKNOWN, REPORT_BODY_LEN,
+    NackBody, NackKind, PathName, ProbeBody, ReportBody, NACK_MAX_SEQS, PATH_NAME_MAX,
+    PROBE_BODY_LEN, QUEUEING_UNKNOWN, REPORT_BODY_LEN,
 };
 pub use fragment::{
     piece_range, pieces, write_fragment_header, Fragment, FRAGMENT_HEADER_LEN, MAX_FRAGMENTS,
@@ -67,7 +67,9 @@ use crate::PathId;
 /// id is the sender's own, and probes and echoes name their path, so peers
 /// pair paths by name (`tunnel/pairing.rs`). Version 7: fragments (type
 /// 11), so that the tunnel's MTU may exceed what one datagram carries.
-pub const VERSION: u8 = 7;
+/// Version 8: path NACKs ([`NackKind::Path`]), which name packets lost on
+/// one path by their path sequence numbers.
+pub const VERSION: u8 = 8;
 /// Class-byte flag of a real-time data packet: its tunnel sequence counts
 /// real-time packets only, and the receiver delivers it on arrival
 /// without reordering, dropping duplicates (spec constant).
@@ -351,7 +353,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x07, 0x01, 0x05, 0x83, // version 7, data, path 5, class 3, real-time
+        0x08, 0x01, 0x05, 0x83, // version 8, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -388,7 +390,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x07, 0x03, 0x00, 0x00, // version 7, echo, path 0, class 0
+        0x08, 0x03, 0x00, 0x00, // version 8, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3

@@ -1,0 +1,43 @@
+//! Path NACKs in virtual time (`tunnel/path_loss.rs`): a loss on a fast
+//! path beside a much slower one is asked for by its path sequence number
+//! one fast round trip after it shows, so it is filled before the reorder
+//! buffer's `max_delay`, where a request after the release policy's proof
+//! (the slow path's delay later) comes too late.
+
+mod common;
+
+use common::*;
+use mpt_core::tunnel::{ReleaseKind, Tunnel};
+
+fn side(s: u8) -> Tunnel {
+    TestConfig::new(s, 2)
+        .release(ReleaseKind::PathFrontier)
+        .recover(true)
+        .reorder(4096, 100 * MS)
+        .tunnel()
+}
+
+#[test]
+fn losses_on_a_fast_path_beside_a_slow_one_are_filled_in_order() {
+    // 5 ms with 3 % loss each way, beside 90 ms without loss.
+    let mut sim = Sim::with_tunnels(links(&[(5, 0, 0.03), (90, 0, 0.0)]), [side(0), side(1)], 11);
+    sim.deliver_until(1_000 * MS);
+    let end = sim.run_traffic(1_000 * MS, 3_000, MS / 2, 0);
+    sim.deliver_until(end + 1_000 * MS);
+    assert!(
+        sim.sent_on_path[1] > 100,
+        "both paths carry data: {:?}",
+        sim.sent_on_path
+    );
+    let lost = sim.lost_data.len();
+    assert!(lost > 5, "the link lost data: {lost}");
+    let rx = sim.t[1].recovery_stats().cloned().unwrap_or_default();
+    let tx = sim.t[0].recovery_stats().cloned().unwrap_or_default();
+    assert!(rx.path_losses_requested >= lost as u64, "{rx:?}");
+    assert!(tx.path_requests_resent > 0, "{tx:?}");
+    // Every packet arrives, once and in order: each loss was filled
+    // before its gap was given up.
+    assert_in_order_exactly_once(&sim.delivered[1], 3_000, &[]);
+    let reorder = sim.t[1].reorder_stats();
+    assert_eq!(reorder.timeout_releases, 0, "{reorder:?}");
+}
