@@ -266,13 +266,20 @@ impl Recovery {
                     let Some(last) = last_sent(path) else {
                         continue;
                     };
-                    match self.sent.take(path, entry as u16, last) {
-                        Some(seq) => {
-                            self.stats.path_requests_resent += 1;
-                            seq
-                        }
-                        None => continue,
+                    let Some(seq) = self.sent.take(path, entry as u16, last) else {
+                        continue;
+                    };
+                    // Its gap may have been asked for by tunnel sequence
+                    // number an instant before (equal paths): one resend.
+                    // A resend lost on its way is asked for a round trip
+                    // after it left, past half of `in_flight`.
+                    let twin = |&(s, at): &(u64, Nanos)| s == seq && now < at + in_flight / 2;
+                    if self.recent_resends.iter().any(twin) {
+                        self.stats.resend_in_flight += 1;
+                        continue;
                     }
+                    self.stats.path_requests_resent += 1;
+                    seq
                 }
             };
             self.stats.requests_received += 1;
