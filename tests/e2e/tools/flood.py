@@ -17,6 +17,8 @@ import struct
 import sys
 import time
 
+from wireversion import wire_version
+
 iface, targets, seconds, inner_dst = sys.argv[1:5]
 targets = [(t.rsplit(":", 1)[0], int(t.rsplit(":", 1)[1])) for t in targets.split(",")]
 server, port0 = targets[0]
@@ -69,7 +71,7 @@ def inner_packet():
 # Wire version of the daemon and its header (crates/mpt-core/src/wire/mod.rs):
 # version, type, path, class, session, counter (48 bits: high 16, low 32),
 # path seq (16), timestamp (us mod 2^32), tunnel seq (32).
-VERSION = 7
+VERSION = wire_version()
 HEADER = "!BBBBIHIHII"
 HEADER_LEN = struct.calcsize(HEADER)
 

@@ -22,10 +22,12 @@ import struct
 import sys
 import time
 
+from wireversion import wire_version
+
 # version, type, path, class, session, counter (48 bits: high 16, low 32),
 # path seq (16), timestamp (us mod 2^32), tunnel seq (32): 24 bytes.
 HEADER = "!BBBBIHIHII"
-VERSION, TYPE_INIT = 7, 4  # wire version (crates/mpt-core/src/wire/mod.rs)
+VERSION, TYPE_INIT = wire_version(), 4
 NOISE_LEN, MAC_LEN = 129, 16
 
 pub_b64, targets_arg, seconds, sources, prefix = sys.argv[1:6]
