@@ -386,3 +386,84 @@ fn equal_flows_in_one_class_share_equally() {
     assert!(jain >= 0.99, "{jain}");
     assert!(rates.iter().sum::<f64>() > 18.5);
 }
+
+/// How long each of `port`'s packets sent from `from_ns` on waited before
+/// it left side 0's bottleneck on `link`: in mpt's queue, then in a FIFO
+/// of `cap_mbit` fed with everything side 0 sent on that link.
+fn waits_to_bottleneck(
+    r: &Run,
+    link: usize,
+    cap_mbit: f64,
+    port: u16,
+    from_ns: Nanos,
+) -> Vec<Nanos> {
+    let mut busy_until: Nanos = 0;
+    let mut waits = vec![];
+    for &(at, from, l, len, idx) in &r.sim.departures {
+        if from != 0 || l != link {
+            continue;
+        }
+        let start = busy_until.max(at);
+        let sent = idx
+            .filter(|i| (i >> 48) as u16 == port && (i >> 32) & 0xffff == 9999)
+            .and_then(|i| r.sent_at.get(&i));
+        if let Some(&sent) = sent.filter(|s| **s >= from_ns) {
+            waits.push(start - sent);
+        }
+        busy_until = start + (len as f64 * 8.0 * 1_000.0 / cap_mbit) as Nanos;
+    }
+    waits
+}
+
+#[test]
+fn a_call_does_not_wait_behind_a_large_packets_train() {
+    // Bulk in packets of eight datagrams (a tunnel MTU of several
+    // datagrams, as by default) beside VoIP on the 5 ms path: the pieces
+    // of a packet leave at the path's pacing rate, not as one train that
+    // the bottleneck then holds in front of the next call packet (at 10
+    // Mbit/s a train of eight datagrams takes 9 ms).
+    let bulk = flow(5001, 0, 11_000, 30.0);
+    let mut voip = flow(7100, EF, 200, 0.08);
+    voip.next = 3 * MS;
+    let side = |s: u8| {
+        TestConfig::new(s, 2)
+            .ecf()
+            .qos(QosConfig::standard())
+            .with(|c| {
+                c.mtu = 12_000;
+                c.datagram_body = Some(1_400);
+                for p in &mut c.paths {
+                    p.rate_cap_bps = Some(10_000_000);
+                }
+            })
+            .tunnel()
+    };
+    let mut r = Run::new(
+        links(&[(5, 0, 0.0), (20, 0, 0.0)]),
+        [side(0), side(1)],
+        vec![bulk, voip],
+    );
+    r.until(0, 3_000 * MS, 1_000 * MS);
+    r.drain(3_000 * MS, 3_500 * MS);
+    // The bottleneck faster than the pacing cap, as the rate control
+    // keeps it while real-time packets flow.
+    let waits = waits_to_bottleneck(&r, 0, 12.0, 7100, 1_000 * MS);
+    assert!(
+        waits.len() > 90,
+        "the call used the 5 ms path: {}",
+        waits.len()
+    );
+    let mean_ms = waits.iter().sum::<Nanos>() as f64 / waits.len() as f64 / MS as f64;
+    let max_ms = *waits.iter().max().unwrap() as f64 / MS as f64;
+    let datagram_ms = 1.5 * 8.0 / 10.0;
+    println!(
+        "VoIP before and at the bottleneck: mean wait {mean_ms:.2} ms, max {max_ms:.2} ms \
+         (one datagram {datagram_ms:.2} ms)"
+    );
+    assert!(mean_ms < datagram_ms, "{mean_ms}");
+    assert!(max_ms < 3.0 * datagram_ms, "{max_ms}");
+    assert_eq!(r.share(7100), 1.0, "no VoIP packet lost");
+    let bulk_mbit = r.out.packets(5001) as f64 * 11_000.0 * 8.0 / 2.0 / 1e6;
+    println!("bulk {bulk_mbit:.1} Mbit/s of 20");
+    assert!(bulk_mbit > 17.0, "{bulk_mbit}");
+}

@@ -15,7 +15,12 @@
 //! Pacing: [`TokenBucket`] at the policy's pacing rate, [`PACING_BURST_NS`]
 //! deep. A send may take the bucket below zero (the segments of one
 //! super-packet stay together); the path then has no budget until the debt
-//! is paid. With no rate known yet the path is not paced.
+//! is paid. With no rate known yet the path is not paced. While a path
+//! carries real-time packets its bucket is only [`REALTIME_BURST_NS`]
+//! deep: what a full bucket lets out at once waits at the path's
+//! bottleneck in front of the next real-time packet (16 KiB is 4.4 ms at
+//! 30 Mbit/s), and the pieces of a large packet leave as budget allows
+//! rather than back to back (`tunnel/fragment.rs`).
 //!
 //! Invariants:
 //! * the bucket never holds more than its depth, and `wait_ns` is the exact
@@ -58,6 +63,13 @@ pub const RELEASE_BATCH_NS: Nanos = NANOS_PER_MS;
 /// bottleneck queue for empty (tuning knob: above a radio link's jitter
 /// and a probe's overshoot).
 pub const STANDING_QUEUE_NS: Nanos = 10 * NANOS_PER_MS;
+/// Depth of the pacing bucket of a path that carries real-time packets,
+/// as time at the pacing rate (tuning knob: a real-time packet may wait
+/// that long behind a burst at the bottleneck; the event loop's timers
+/// keep up with a bucket this shallow).
+pub const REALTIME_BURST_NS: Nanos = 2 * NANOS_PER_MS;
+/// Smallest such depth in bytes (tuning knob: two full-size datagrams).
+pub const REALTIME_BURST_MIN_BYTES: u64 = 3_000;
 /// How long after its last real-time packet a path still counts as
 /// carrying real-time traffic (tuning knob: a few of a call's silences).
 pub const REALTIME_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -124,12 +136,33 @@ pub struct TokenBucket {
     tokens: i64,
     last: Nanos,
     rate_bps: Option<u64>,
+    /// [`REALTIME_BURST_NS`] deep instead of [`PACING_BURST_NS`].
+    shallow: bool,
 }
 
 impl TokenBucket {
     fn depth(rate_bps: u64) -> i64 {
         let d = u128::from(rate_bps) * u128::from(PACING_BURST_NS) / (8 * NANOS_PER_S);
         (d as u64).max(PACING_BURST_MIN_BYTES) as i64
+    }
+
+    fn shallow_depth(rate_bps: u64) -> i64 {
+        let d = u128::from(rate_bps) * u128::from(REALTIME_BURST_NS) / (8 * NANOS_PER_S);
+        (d as u64).max(REALTIME_BURST_MIN_BYTES) as i64
+    }
+
+    fn depth_now(&self, rate_bps: u64) -> i64 {
+        if self.shallow {
+            Self::shallow_depth(rate_bps).min(Self::depth(rate_bps))
+        } else {
+            Self::depth(rate_bps)
+        }
+    }
+
+    /// Make the bucket [`REALTIME_BURST_NS`] deep (`true`) or as deep as
+    /// usual; takes effect at the next refill.
+    pub fn set_shallow(&mut self, shallow: bool) {
+        self.shallow = shallow;
     }
 
     /// Bring the bucket to `now` and change its rate (`None`: unpaced).
@@ -139,10 +172,10 @@ impl TokenBucket {
         if let Some(r) = self.rate_bps {
             let add = u128::from(r) * u128::from(dt) / (8 * NANOS_PER_S);
             let add = add.min(i64::MAX as u128) as i64;
-            self.tokens = self.tokens.saturating_add(add).min(Self::depth(r));
+            self.tokens = self.tokens.saturating_add(add).min(self.depth_now(r));
         }
         if self.rate_bps.is_none() && rate_bps.is_some() {
-            self.tokens = rate_bps.map_or(0, Self::depth);
+            self.tokens = rate_bps.map_or(0, |r| self.depth_now(r));
         }
         self.rate_bps = rate_bps;
     }
@@ -177,7 +210,7 @@ impl TokenBucket {
             return 1;
         };
         let batch = (u128::from(r) * u128::from(RELEASE_BATCH_NS) / (8 * NANOS_PER_S)) as i64;
-        batch.min(Self::depth(r) / 2).min(queued as i64).max(1) as usize
+        batch.min(self.depth_now(r) / 2).min(queued as i64).max(1) as usize
     }
 
     /// Whether a release of `queued` waiting bytes may start now.
@@ -252,6 +285,12 @@ impl PathSender {
         self.realtime_until = now + REALTIME_HOLD_NS;
     }
 
+    /// Whether a real-time packet left on the path within
+    /// [`REALTIME_HOLD_NS`] of `now`.
+    pub fn carries_realtime(&self, now: Nanos) -> bool {
+        now < self.realtime_until
+    }
+
     /// Change the configured cap (`None`: no cap).
     pub fn set_cap(&mut self, cap_bps: Option<u64>) {
         self.cap_bps = cap_bps;
@@ -277,6 +316,7 @@ impl PathSender {
     /// Bring the pacing budget to `now`.
     pub fn refill(&mut self, now: Nanos) {
         let r = self.pacing_rate_bps(now);
+        self.bucket.set_shallow(self.carries_realtime(now));
         self.bucket.refill(now, r);
     }
 

@@ -341,6 +341,35 @@ fn token_bucket_paces_and_bounds_bursts() {
 }
 
 #[test]
+fn a_path_that_carries_real_time_packets_has_a_shallow_bucket() {
+    let mut s = PathSender::new(Box::new(ProbeBw::default()), Some(80_000_000)); // 10 B/µs
+    s.refill(0);
+    s.refill(1_000_000_000);
+    let deep = PACING_BURST_NS as usize * 10 / 1000;
+    assert_eq!(
+        s.wait_ns(deep),
+        0,
+        "a full bucket lets {deep} bytes out at once"
+    );
+    assert!(s.wait_ns(deep + 10) > 0);
+    s.on_realtime(1_000_000_000);
+    assert!(s.carries_realtime(1_000_000_000));
+    s.refill(1_000_000_001);
+    let shallow = REALTIME_BURST_NS as usize * 10 / 1000;
+    assert_eq!(s.wait_ns(shallow), 0);
+    assert_eq!(
+        s.wait_ns(shallow + 10),
+        1_000,
+        "only {shallow} bytes at once"
+    );
+    // Deep again once the calls have stopped for REALTIME_HOLD_NS.
+    let later = 1_000_000_000 + REALTIME_HOLD_NS + 1_000_000_000;
+    assert!(!s.carries_realtime(later));
+    s.refill(later);
+    assert_eq!(s.wait_ns(deep), 0);
+}
+
+#[test]
 fn reports_out_of_order_or_too_close_make_no_sample() {
     let mut s = PathSender::new(Box::new(ProbeBw::default()), Some(5_000_000));
     let r = |bytes| ReportBody {

@@ -181,12 +181,75 @@ impl Tunnel {
             .min()
     }
 
+    /// Whether the pieces waiting for `path` wait for its budget: only on
+    /// a paced path that carries real-time packets, whose bottleneck
+    /// would otherwise hold a whole packet's train (eight datagrams, 3 ms
+    /// at 30 Mbit/s) in front of the next real-time packet; and while a
+    /// real-time packet waits for that path, which leaves first.
+    pub(super) fn pieces_held(&mut self, now: Nanos, path: PathId) -> bool {
+        let p = path as usize;
+        if !self.paced || !self.senders[p].carries_realtime(now) {
+            return false;
+        }
+        if self.queue.rt_len(path) > 0 {
+            return true;
+        }
+        let s = &mut self.senders[p];
+        s.refill(now);
+        if s.has_budget() {
+            return false;
+        }
+        s.on_held();
+        true
+    }
+
+    /// The index in `frag.out` of the packet whose next piece may leave
+    /// now: the oldest one on a path whose pieces are not held (a path's
+    /// packets stay in order, as all of them are skipped while it holds).
+    fn next_piece_index(&mut self, now: Nanos) -> Option<usize> {
+        const _: () = assert!(crate::MAX_PATHS <= 64);
+        let mut held: u64 = 0;
+        for at in 0..self.frag.out.len() {
+            let path = self.frag.out[at].path;
+            let bit = 1u64 << (path % 64);
+            if held & bit != 0 {
+                continue;
+            }
+            if !self.pieces_held(now, path) {
+                return Some(at);
+            }
+            held |= bit;
+        }
+        None
+    }
+
+    /// When the pieces waiting on `path` may leave: now, or once its
+    /// budget is back if they are held ([`Self::pieces_held`]).
+    pub(super) fn pieces_deadline(&self, now: Nanos) -> Option<Nanos> {
+        self.frag
+            .out
+            .iter()
+            .map(|f| {
+                let p = f.path as usize;
+                if !self.paced || !self.senders[p].carries_realtime(now) {
+                    now
+                } else if self.queue.rt_len(f.path) > 0 {
+                    // The real-time packet's own deadline comes first.
+                    Nanos::MAX
+                } else {
+                    self.senders[p].budget_at(now)
+                }
+            })
+            .min()
+    }
+
     /// The next piece of a packet whose first piece has left, in `buf`
     /// (room for the header, one datagram's body and the tag), to seal like
     /// [`Tunnel::send_unsealed`]'s. Call after every send until `None`.
     pub fn poll_fragment(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         loop {
-            let f = self.frag.out.front_mut()?;
+            let at = self.next_piece_index(now)?;
+            let f = &mut self.frag.out[at];
             let (path, seq, class, tos, i, count) = (
                 f.path,
                 f.seq + f.next as u64,
@@ -209,7 +272,7 @@ impl Tunnel {
             };
             f.next += 1;
             if f.next == f.count {
-                if let Some(done) = self.frag.out.pop_front() {
+                if let Some(done) = self.frag.out.remove(at) {
                     if self.frag.pool.len() < FRAG_POOL_BUFFERS {
                         self.frag.pool.push(done.bytes);
                     }

@@ -255,6 +255,11 @@ impl Tunnel {
             if self.queue.len(path) == 0 {
                 continue;
             }
+            // Held pieces (`pieces_held`) go before the path's ordered
+            // packets; only its real-time packets pass them.
+            if self.queue.rt_len(path) == 0 && self.fragment_frontier(path).is_some() {
+                continue;
+            }
             if !self.usable[p] {
                 if let Some(t) = self.reroute(now, path, buf) {
                     return Some(t);
@@ -324,8 +329,12 @@ impl Tunnel {
 
     /// When the next waiting packet's path has budget again.
     pub(super) fn queue_deadline(&self, now: Nanos) -> Option<Nanos> {
-        if self.frag.pieces_waiting() > 0 || (!self.staged.is_empty() && !self.staging()) {
+        if !self.staged.is_empty() && !self.staging() {
             return Some(now);
+        }
+        let pieces = self.pieces_deadline(now);
+        if pieces == Some(now) {
+            return pieces;
         }
         let any_up = self.usable.iter().any(|u| *u);
         // The QoS stage drains as path queues make room (their deadlines
@@ -341,7 +350,7 @@ impl Tunnel {
             }
         });
         if self.queue.is_empty() {
-            return stage;
+            return stage.into_iter().chain(pieces).min();
         }
         (0..self.paths.len())
             .filter_map(|i| {
@@ -357,6 +366,7 @@ impl Tunnel {
                 })
             })
             .chain(stage)
+            .chain(pieces)
             .min()
     }
 

@@ -123,6 +123,10 @@ pub struct Sim {
     pub drops_seen: Vec<(usize, mpt_core::stats::DropReason)>,
     /// Every datagram that crossed a link, for replay experiments.
     pub captured: Vec<(usize, usize, Vec<u8>)>,
+    /// Every datagram a side handed to a link, lost or not: (time, from
+    /// side, link, bytes, data index), to model a bottleneck after the
+    /// fact.
+    pub departures: Vec<(Nanos, usize, usize, usize, Option<u64>)>,
     /// Per side: the link each of its path ids sends on (the identity
     /// unless a side lists its paths in another order).
     pub link_of: [Vec<usize>; 2],
@@ -165,6 +169,7 @@ impl Sim {
             client_src: (0..n).map(|i| addr(1, i)).collect(),
             drops_seen: vec![],
             captured: vec![],
+            departures: vec![],
             t,
             links: links.into_iter().map(|l| [l, l]).collect(),
             queue: BinaryHeap::new(),
@@ -194,6 +199,8 @@ impl Sim {
         dgram: Vec<u8>,
         data_idx: Option<u64>,
     ) {
+        self.departures
+            .push((now, from, path, dgram.len(), data_idx));
         let link = self.links[path][from];
         if !link.up || self.rng.chance(link.loss) {
             if let Some(i) = data_idx {
