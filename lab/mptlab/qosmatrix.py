@@ -19,9 +19,14 @@ and LTE-like). The classes are the `[mpt] extra` of the scenario file
 (by default a real-time class on EF and CS5, a telemetry class on port
 7200 with a guaranteed rate, and one class for the rest).
 
+With `matrix.base=true` each repeat also runs the mix on `mpt-base` (the
+build in $MPT_BASE_BIN, with its own idle reference): an A/B against an
+earlier build in the same run, reported per cell beside QoS on and off.
+
 Invariants: every cell and repeat is run whatever the others did (a
-failure is recorded, not raised); the order of QoS on and off alternates
-by repeat (on first in even repeats), so neither has the first slot.
+failure is recorded, not raised); the order of QoS on and off (and the
+base) alternates by repeat (on first in even repeats, last in odd ones),
+so neither has the first slot.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class Settings:
     floods: list[float] = field(default_factory=lambda: [1.0, 3.0, 5.0])
     repeats: int = 3
     seconds: float = 10.0
+    base: bool = False
     extra: str = ""
 
     @staticmethod
@@ -62,7 +68,11 @@ class Settings:
             if not hasattr(s, k) or k == "extra":
                 raise ValueError(f"[matrix]: unknown key '{k}'")
             cur = getattr(s, k)
-            if isinstance(cur, list):
+            if isinstance(cur, bool):
+                if str(v).lower() not in ("true", "false"):
+                    raise ValueError(f"[matrix] {k}: true or false")
+                setattr(s, k, str(v).lower() == "true")
+            elif isinstance(cur, list):
                 items = v if isinstance(v, list) else str(v).split(",")
                 setattr(s, k, [type(cur[0])(x) for x in items])
             else:
@@ -109,13 +119,21 @@ def _scenario(s: Settings, pair: str, jitter: str, flows: int, flood: float, ord
     )
 
 
-def _cell_row(points: list[Any], jitter: str) -> dict[str, Any]:
+def _cell_row(points: list[Any], jitter: str, base: bool = False) -> dict[str, Any]:
     by = {(p.system, p.traffic): p for p in points}
-    idle = by.get(("mpt", "voip"))
-    idle_ms = (idle.details or {}).get("owd_mean_ms") if idle else None
+
+    def idle_of(system: str) -> float | None:
+        idle = by.get((system, "voip"))
+        return (idle.details or {}).get("owd_mean_ms") if idle else None
+
+    idle_ms = idle_of("mpt")
     row: dict[str, Any] = {"idle_voip_owd_ms": idle_ms}
-    for system, tag in (("mpt", "on"), ("mpt-noqos", "off")):
+    systems = [("mpt", "on"), ("mpt-noqos", "off")] + ([("mpt-base", "base")] if base else [])
+    for system, tag in systems:
         p = by.get((system, "qos-mix"))
+        if system == "mpt-base":
+            idle_ms = idle_of("mpt-base")
+            row["idle_voip_owd_ms_base"] = idle_ms
         d = p.details if p else {}
         owd = d.get("voip_owd_mean_ms")
         row[tag] = {
@@ -150,14 +168,16 @@ def run(s: Settings, outdir: Path, say: Callable[[str], None] = print) -> dict[s
     say(f"qos-matrix: {len(cells)} cells x {s.repeats} repeats, {s.seconds:g} s each")
     for n, (pair, jitter, flows, flood) in enumerate(cells):
         for rep in range(s.repeats):
-            order = ["mpt", "mpt-noqos"] if rep % 2 == 0 else ["mpt-noqos", "mpt"]
+            order = ["mpt", "mpt-base", "mpt-noqos"] if s.base else ["mpt", "mpt-noqos"]
+            if rep % 2 == 1:
+                order.reverse()
             sc = _scenario(s, pair, jitter, flows, flood, order)
             tag = f"{pair} {jitter} {flows} flows {flood:g}x #{rep + 1}"
             try:
                 # Short directory names: control sockets live inside them
                 # (a Unix socket's path has at most 107 bytes).
                 points = Runner(sc, outdir / f"c{n}r{rep}", progress=lambda m: None).run()
-                row = _cell_row(points, jitter)
+                row = _cell_row(points, jitter, s.base)
             except Exception as e:  # noqa: BLE001 - the next cell runs all the same
                 row = {"error": f"{type(e).__name__}: {e}", "met": False, "checks": {}}
             row.update(
@@ -190,26 +210,45 @@ def line(row: dict[str, Any]) -> str:
         f"M2M loss {_f(on['m2m_loss'], '.3f')}; QoS off: Jain {_f(off['jain'], '.3f')}, "
         f"VoIP +{_f(off['voip_over_idle_ms'], '.1f')} ms"
         + ("" if row["met"] else f"  MISSED: {', '.join(failed) or row.get('error')}")
+        + _base_line(row.get("base"))
+    )
+
+
+def _base_line(base: dict[str, Any] | None) -> str:
+    if not base:
+        return ""
+    return (
+        f"; base: Jain {_f(base['jain'], '.3f')}, share {_f(base['share'], '.1%')}, "
+        f"VoIP +{_f(base['voip_over_idle_ms'], '.2f')} ms loss {_f(base['voip_loss'], '.3f')}"
     )
 
 
 def markdown(doc: dict[str, Any]) -> str:
+    base = bool(doc.get("settings", {}).get("base"))
     out = [
         f"Targets met in {doc['met']} of {doc['total']} runs (Jain >= {JAIN_MIN}, share >= "
         f"{SHARE_MIN:.0%}, VoIP within {VOIP_OVER_IDLE_MS_MAX:g} ms of idle without jitter, "
         "0 VoIP and M2M loss).",
         "",
         "| links | jitter | flows | flood | run | Jain | share of fair | VoIP over idle ms "
-        "| VoIP loss | M2M loss | QoS off: Jain | QoS off: VoIP over idle ms | met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| VoIP loss | M2M loss | QoS off: Jain | QoS off: VoIP over idle ms | met |"
+        + (" base: Jain | base: VoIP over idle ms |" if base else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if base else ""),
     ]
     for r in doc["rows"]:
         on, off = r.get("on", {}), r.get("off", {})
+        b = r.get("base", {})
+        tail = (
+            f" {_f(b.get('jain'), '.3f')} | {_f(b.get('voip_over_idle_ms'), '.2f')} |"
+            if base
+            else ""
+        )
         out.append(
             f"| {r['pair']} | {r['jitter']} | {r['flows']} | {r['flood']:g}x | {r['repeat'] + 1} "
             f"| {_f(on.get('jain'), '.3f')} | {_f(on.get('share'), '.1%')} "
             f"| {_f(on.get('voip_over_idle_ms'), '.2f')} | {_f(on.get('voip_loss'), '.3f')} "
             f"| {_f(on.get('m2m_loss'), '.3f')} | {_f(off.get('jain'), '.3f')} "
             f"| {_f(off.get('voip_over_idle_ms'), '.1f')} | {'yes' if r['met'] else '**no**'} |"
+            + tail
         )
     return "\n".join(out) + "\n"

@@ -72,3 +72,33 @@ def test_settings_from_the_scenario_file_and_overrides() -> None:
     for bad in ({"pairs": ["60x15"]}, {"jitter": ["lte"]}, {"flows": [0]}, {"nope": 1}):
         with pytest.raises(ValueError):
             Settings.from_dict(bad, "")
+
+
+def test_a_base_build_is_reported_against_its_own_idle_reference() -> None:
+    points = [
+        _point("mpt", "voip", owd_mean_ms=5.2),
+        _point("mpt-base", "voip", owd_mean_ms=5.4),
+        _point("mpt", "qos-mix", **_mix(0.995, 0.99, 5.5)),
+        _point("mpt-base", "qos-mix", **_mix(0.99, 0.99, 6.4)),
+        _point("mpt-noqos", "qos-mix", **_mix(0.7, 0.3, 120.0)),
+    ]
+    row = _cell_row(points, "none", base=True)
+    assert row["on"]["voip_over_idle_ms"] == pytest.approx(0.3)
+    assert row["base"]["voip_over_idle_ms"] == pytest.approx(1.0)
+    assert row["off"]["voip_over_idle_ms"] == pytest.approx(114.8)
+    assert row["met"], "the base's figures are reported, not judged"
+    table = markdown(
+        {
+            "settings": {"base": True},
+            "met": 1,
+            "total": 1,
+            "rows": [
+                {**row, "pair": "30+30", "jitter": "none", "flows": 4, "flood": 3.0, "repeat": 0}
+            ],
+        }
+    )
+    assert "base: VoIP over idle ms" in table and "| 1.00 |" in table
+    s = Settings.from_dict({"base": "true"}, "")
+    assert s.base is True
+    with pytest.raises(ValueError):
+        Settings.from_dict({"base": "maybe"}, "")
