@@ -424,7 +424,7 @@ pub fn render(v: &Value) -> String {
     if let Some(r) = v.get("recovery").filter(|x| x.is_object()) {
         let _ = writeln!(
             o,
-            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up; resent {} of {} asked by the peer ({} no longer held, {} already on their way); holding {} of {} for resending",
+            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up; resent {} of {} asked by the peer ({} no longer held, {} already on their way); holding {} of {} for resending, each for {} ms",
             num(r, "path_losses_requested"),
             num(r, "gaps_requested"),
             num(r, "nacks_sent"),
@@ -436,6 +436,7 @@ pub fn render(v: &Value) -> String {
             num(r, "resend_in_flight"),
             bytes(num(r, "ring_bytes")),
             bytes(num(r, "ring_bytes_max")),
+            num(r, "ring_keep_ms"),
         );
     }
     if let Some(w) = v.get("workers").filter(|x| x.is_object()) {

@@ -25,8 +25,12 @@
 //! * the ring holds the last [`RING_PACKETS`] data packets by sequence
 //!   number, and at most [`RING_BYTES_MAX`] bytes of them: storing beyond
 //!   that frees the oldest copies (with the tunnel MTU of eight datagrams,
-//!   4096 packets of 11 KB would hold 47 MB per peer); a request for a
-//!   packet no longer held is counted and ignored;
+//!   4096 packets of 11 KB would hold 47 MB per peer), and none older than
+//!   a request for it can come ([`keep_for`]: its wait in the send queue,
+//!   twice the slowest round trip and the receiver's longest wait): what
+//!   it holds is the tunnel's sending rate times that time, so a
+//!   concentrator's peer at a few Mbit/s keeps about a hundred KB, not
+//!   8 MB. A request for a packet no longer held is counted and ignored;
 //! * queues are bounded ([`MAX_PENDING`], [`MAX_RETRANSMIT_QUEUE`]); what does
 //!   not fit is not recovered (counted), never an unbounded allocation;
 //! * with recovery off nothing here exists and the wire is unchanged.
@@ -55,6 +59,18 @@ pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
 /// lossy path's and still be chosen for its lower RTT (tuning knob: a
 /// resend lost on it costs what one arriving too late costs).
 pub const RECOVERY_LOSS_SLACK: f64 = 0.05;
+/// How long the ring keeps a copy: a packet queued for up to
+/// `queue_max`, on paths whose slowest round trip is `rtt_max`, to a
+/// receiver that waits at most `max_delay` for a gap, is asked for within
+/// `queue_max + rtt_max + max_delay`; a round trip more is the margin.
+pub fn keep_for(queue_max: Nanos, rtt_max: Nanos, max_delay: Nanos) -> Nanos {
+    queue_max + 2 * rtt_max + max_delay
+}
+
+/// Buffers of expired copies kept for the next ones (tuning knob: the
+/// copies stored within a millisecond or so at a high rate).
+const SPARE_BUFFERS: usize = 32;
+
 /// Tunnel-sequence NACK bodies remembered to drop their second copy
 /// (tuning knob).
 const RECENT_NACKS: usize = 64;
@@ -80,9 +96,11 @@ pub struct RecoveryStats {
     pub requests_received: u64,
     pub retransmitted: u64,
     pub not_available: u64,
-    /// Sender: bytes of packets held for resending now, and the bound.
+    /// Sender: bytes of packets held for resending now, the bound, and
+    /// how long a copy is kept (ms).
     pub ring_bytes: u64,
     pub ring_bytes_max: u64,
+    pub ring_keep_ms: u64,
     /// Receiver: packets shown lost by a path's own sequence numbers and
     /// asked for by them (path NACKs, `path_loss.rs`), and runs of path
     /// losses too long to ask for so.
@@ -108,10 +126,14 @@ struct Stored {
 pub struct Recovery {
     ring: Vec<Stored>,
     /// Slots holding a copy, oldest first, with the sequence number they
-    /// held when stored (a slot reused since is skipped).
-    held: VecDeque<(usize, u64)>,
+    /// held and the time when stored (a slot reused since is skipped).
+    held: VecDeque<(usize, u64, Nanos)>,
     /// Bytes of the copies held (their buffers' capacities).
     held_bytes: usize,
+    /// How long a copy is kept ([`keep_for`]).
+    keep_ns: Nanos,
+    /// Buffers of expired copies, for reuse (at most [`SPARE_BUFFERS`]).
+    spare: Vec<Vec<u8>>,
     /// Sender: sequence numbers asked for, to send again.
     retransmit: VecDeque<u64>,
     /// Receiver: gaps asked for, ascending, with their deadline.
@@ -152,6 +174,8 @@ impl Recovery {
                 .collect(),
             held: VecDeque::with_capacity(RING_PACKETS),
             held_bytes: 0,
+            keep_ns: Nanos::MAX,
+            spare: Vec::new(),
             retransmit: VecDeque::with_capacity(MAX_RETRANSMIT_QUEUE),
             pending: VecDeque::with_capacity(MAX_PENDING),
             nack_out: VecDeque::with_capacity(MAX_PENDING),
@@ -170,27 +194,48 @@ impl Recovery {
         }
     }
 
-    /// Keep a copy of data packet `seq` (its inner bytes), within
-    /// [`RING_BYTES_MAX`]: the oldest copies make room.
-    pub fn store(&mut self, seq: u64, class: u8, inner: &[u8]) {
+    /// Keep copies for `keep_ns` ([`keep_for`]); older ones go at the next
+    /// store.
+    pub fn set_keep(&mut self, keep_ns: Nanos) {
+        self.keep_ns = keep_ns;
+        self.stats.ring_keep_ms = keep_ns / NANOS_PER_MS;
+    }
+
+    /// Keep a copy of data packet `seq` (its inner bytes), stored at `now`,
+    /// within [`RING_BYTES_MAX`]: copies older than the keep time, and the
+    /// oldest ones beyond the bound, make room.
+    pub fn store(&mut self, now: Nanos, seq: u64, class: u8, inner: &[u8]) {
         let i = (seq % RING_PACKETS as u64) as usize;
         // The slot's own buffer is reused; its bytes leave the count.
         self.held_bytes -= self.ring[i].bytes.capacity();
         self.ring[i].seq = u64::MAX;
-        while self.held_bytes + inner.len().max(self.ring[i].bytes.capacity()) > RING_BYTES_MAX {
-            let Some((old, old_seq)) = self.held.pop_front() else {
+        while let Some(&(old, old_seq, at)) = self.held.front() {
+            let need = inner.len().max(self.ring[i].bytes.capacity());
+            let full = self.held_bytes + need > RING_BYTES_MAX;
+            if !full && now.saturating_sub(at) <= self.keep_ns {
                 break;
-            };
+            }
+            self.held.pop_front();
             let s = &mut self.ring[old];
             if old != i && s.seq == old_seq {
                 self.held_bytes -= s.bytes.capacity();
                 s.seq = u64::MAX;
-                s.bytes = Vec::new();
+                let b = std::mem::take(&mut s.bytes);
+                if self.spare.len() < SPARE_BUFFERS && b.capacity() <= RING_BYTES_MAX / 4 {
+                    self.spare.push(b);
+                }
             }
         }
         let s = &mut self.ring[i];
         if s.bytes.capacity() > RING_BYTES_MAX / 4 {
             s.bytes = Vec::new();
+        }
+        if s.bytes.capacity() == 0 {
+            // A spare buffer much larger than the packet would count its
+            // whole capacity against the bound: it is freed instead.
+            if let Some(b) = self.spare.pop().filter(|b| b.capacity() <= 2 * inner.len()) {
+                s.bytes = b;
+            }
         }
         s.seq = seq;
         s.class = class;
@@ -200,9 +245,9 @@ impl Recovery {
         if self.held.len() == self.held.capacity() {
             // Stale entries (slots reused since) are dropped first.
             let ring = &self.ring;
-            self.held.retain(|&(j, sq)| ring[j].seq == sq);
+            self.held.retain(|&(j, sq, _)| ring[j].seq == sq);
         }
-        self.held.push_back((i, seq));
+        self.held.push_back((i, seq, now));
         self.stats.ring_bytes = self.held_bytes as u64;
     }
 
@@ -328,6 +373,23 @@ impl Tunnel {
     /// Recovery counters; `None` when recovery is off.
     pub fn recovery_stats(&self) -> Option<&RecoveryStats> {
         self.recovery.as_ref().map(|r| &r.stats)
+    }
+
+    /// How long the ring keeps copies, for the usable paths' round trips
+    /// now ([`keep_for`]); called with every rate report.
+    pub(super) fn size_recovery_ring(&mut self) {
+        if self.recovery.is_none() {
+            return;
+        }
+        let rtt_max = (0..self.paths.len())
+            .filter(|i| self.usable[*i])
+            .map(|i| self.paths[i].srtt().unwrap_or(WAIT_NO_RTT))
+            .max()
+            .unwrap_or(WAIT_NO_RTT);
+        let keep = keep_for(self.queue_max, rtt_max, self.reorder_max_delay);
+        if let Some(r) = self.recovery.as_mut() {
+            r.set_keep(keep);
+        }
     }
 
     /// The path to use for recovery traffic: the lowest RTT among the
@@ -546,7 +608,7 @@ mod tests {
         // 4096 packets of 11,440 bytes would be 47 MB.
         let pkt = vec![0x45u8; 11_440];
         for seq in 0..RING_PACKETS as u64 {
-            r.store(seq, 0, &pkt);
+            r.store(0, seq, 0, &pkt);
             assert!(r.held_bytes <= RING_BYTES_MAX, "{seq}: {}", r.held_bytes);
         }
         assert_eq!(r.stats.ring_bytes, r.held_bytes as u64);
@@ -558,10 +620,30 @@ mod tests {
         // Small packets all fit: every one of the last 4096 is held.
         let small = vec![0x45u8; 1200];
         for seq in RING_PACKETS as u64..3 * RING_PACKETS as u64 {
-            r.store(seq, 0, &small);
+            r.store(0, seq, 0, &small);
         }
         let last = 3 * RING_PACKETS as u64 - 1;
         assert!((0..RING_PACKETS as u64).all(|k| r.find(last - k, body_max).is_some()));
         assert!(r.held_bytes <= RING_BYTES_MAX);
+    }
+
+    #[test]
+    fn the_ring_keeps_copies_only_while_a_request_can_come() {
+        const MS: Nanos = NANOS_PER_MS;
+        assert_eq!(keep_for(100 * MS, 40 * MS, 100 * MS), 280 * MS);
+        let mut r = Recovery::new();
+        r.set_keep(280 * MS);
+        assert_eq!(r.stats.ring_keep_ms, 280);
+        // 1400-byte packets every millisecond (11.2 Mbit/s) for 2 s.
+        let pkt = vec![0x45u8; 1400];
+        for seq in 0..2_000u64 {
+            r.store(seq * MS, seq, 0, &pkt);
+        }
+        let newest = 1_999;
+        assert!(r.find(newest, 1400).is_some());
+        assert!(r.find(newest - 280, 1400).is_some(), "kept for 280 ms");
+        assert!(r.find(newest - 300, 1400).is_none(), "older ones went");
+        assert!(r.held_bytes <= 282 * 1500, "{}", r.held_bytes);
+        assert!(r.spare.len() <= SPARE_BUFFERS);
     }
 }

@@ -159,15 +159,15 @@ impl Tunnel {
                 return None;
             }
         }
-        self.store_for_recovery(seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
+        self.store_for_recovery(now, seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
         self.next_tunnel_seq += self.seq_span(len);
         self.record_sent(class, now, 0, len);
         self.emit_data(now, path, seq, class, buf, len)
     }
 
-    pub(super) fn store_for_recovery(&mut self, seq: u64, class: u8, pkt: &[u8]) {
+    pub(super) fn store_for_recovery(&mut self, now: Nanos, seq: u64, class: u8, pkt: &[u8]) {
         if let Some(r) = self.recovery.as_mut() {
-            r.store(seq, class, pkt);
+            r.store(now, seq, class, pkt);
         }
     }
 
@@ -413,7 +413,7 @@ impl Tunnel {
             self.drops.add(DropReason::QueueFull);
             return;
         }
-        self.store_for_recovery(seq, class, pkt);
+        self.store_for_recovery(at, seq, class, pkt);
         self.next_tunnel_seq += self.seq_span(pkt.len());
     }
 
