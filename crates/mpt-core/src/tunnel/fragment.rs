@@ -181,26 +181,35 @@ impl Tunnel {
             .min()
     }
 
-    /// Whether the pieces waiting for `path` wait for its budget: only on
-    /// a paced path that carries real-time packets, whose bottleneck
-    /// would otherwise hold a whole packet's train (eight datagrams, 3 ms
-    /// at 30 Mbit/s) in front of the next real-time packet; and while a
-    /// real-time packet waits for that path, which leaves first.
-    pub(super) fn pieces_held(&mut self, now: Nanos, path: PathId) -> bool {
-        let p = path as usize;
-        if !self.paced || !self.senders[p].carries_realtime(now) {
-            return false;
+    /// When the pieces waiting for `path` may leave: `now`, except on a
+    /// paced path that carries real-time packets, whose bottleneck would
+    /// otherwise hold a whole packet's train (eight datagrams, 3 ms at 30
+    /// Mbit/s) in front of the next real-time packet: there, once the path
+    /// has budget, and never while a real-time packet waits for it (that
+    /// one leaves first; its own deadline wakes the loop).
+    fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
+        let s = &self.senders[path as usize];
+        if !self.paced || !s.carries_realtime(now) {
+            now
+        } else if self.queue.rt_len(path) > 0 {
+            Nanos::MAX
+        } else {
+            s.budget_at(now)
         }
-        if self.queue.rt_len(path) > 0 {
-            return true;
+    }
+
+    /// Whether the pieces waiting for `path` are held now
+    /// ([`Self::pieces_release_at`], with its budget brought to `now`).
+    fn pieces_held(&mut self, now: Nanos, path: PathId) -> bool {
+        if self.paced {
+            self.senders[path as usize].refill(now);
         }
-        let s = &mut self.senders[p];
-        s.refill(now);
-        if s.has_budget() {
-            return false;
+        let at = self.pieces_release_at(now, path);
+        if at > now && at != Nanos::MAX {
+            // Held for budget: the pacer limits the path.
+            self.senders[path as usize].on_held();
         }
-        s.on_held();
-        true
+        at > now
     }
 
     /// The index in `frag.out` of the packet whose next piece may leave
@@ -223,23 +232,12 @@ impl Tunnel {
         None
     }
 
-    /// When the pieces waiting on `path` may leave: now, or once its
-    /// budget is back if they are held ([`Self::pieces_held`]).
+    /// When the first held piece may leave (`now` if one may already).
     pub(super) fn pieces_deadline(&self, now: Nanos) -> Option<Nanos> {
         self.frag
             .out
             .iter()
-            .map(|f| {
-                let p = f.path as usize;
-                if !self.paced || !self.senders[p].carries_realtime(now) {
-                    now
-                } else if self.queue.rt_len(f.path) > 0 {
-                    // The real-time packet's own deadline comes first.
-                    Nanos::MAX
-                } else {
-                    self.senders[p].budget_at(now)
-                }
-            })
+            .map(|f| self.pieces_release_at(now, f.path))
             .min()
     }
 
