@@ -21,7 +21,12 @@
 //! to its fair share at the input ([`super::share`]); a flow that backs
 //! off is never policed, so it cannot be starved by one that does not.
 //! Where CoDel would drop an ECN-capable packet, it is marked CE and served
-//! instead ([`super::ecn`]).
+//! instead ([`super::ecn`]). An ECN-capable packet that waited a good part
+//! of the class's bound ([`Serve::mark_sojourn_ns`]) is marked as well,
+//! whatever CoDel's state: CoDel waits an interval of standing queue
+//! before its first signal, and a TCP in slow start doubles its queue in
+//! that time, past the bound, where packets are dropped. With the early
+//! mark, an ECN flow leaves slow start on a mark instead of on losses.
 //!
 //! Invariants:
 //! * `packets` and `bytes` are the sums over the buckets; a bucket that
@@ -58,13 +63,44 @@ const FLOW_IDLE_NS: Nanos = 2 * super::share::WINDOW_NS;
 /// (tuning knob; RFC 8290's implementation drops up to 64).
 const DROP_BATCH_PACKETS: usize = 16;
 
+/// How [`ClassQueue::pop`] serves: the time, the class's bounds and
+/// CoDel's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Serve {
+    pub now: Nanos,
+    /// Packets that entered before this are dropped on the way (they
+    /// waited beyond the class's bound).
+    pub expired_before: Nanos,
+    /// An ECN-capable packet that waited at least this long is marked CE
+    /// whatever CoDel's state (see the module documentation).
+    pub mark_sojourn_ns: Nanos,
+    /// CoDel's one-packet allowance.
+    pub mtu: usize,
+    pub codel: Params,
+}
+
+impl Serve {
+    /// At `now`, without a bound or an early mark, with RFC 8289's
+    /// parameters.
+    pub fn at(now: Nanos, mtu: usize) -> Self {
+        Self {
+            now,
+            expired_before: 0,
+            mark_sojourn_ns: Nanos::MAX,
+            mtu,
+            codel: Params::default(),
+        }
+    }
+}
+
 /// One waiting packet.
 #[derive(Debug)]
 pub struct Item {
     /// When it entered mpt.
     pub at: Nanos,
     pub buf: Vec<u8>,
-    /// CoDel marked it CE instead of dropping it ([`super::ecn`]).
+    /// Marked CE instead of dropped, by CoDel or as it neared the bound
+    /// ([`super::ecn`]).
     pub marked: bool,
 }
 
@@ -327,22 +363,19 @@ impl ClassQueue {
     }
 
     /// Serve the next packet by DRR. Packets that entered before
-    /// `expired_before`, and those CoDel drops, are dropped on the way and
-    /// handed to `dropped` (`true`: CoDel's; their buffers go to `pool`);
-    /// an ECN-capable packet CoDel would drop is marked CE and served
-    /// (`marked`).
+    /// `serve.expired_before`, and those CoDel drops, are dropped on the
+    /// way and handed to `dropped` (`true`: CoDel's; their buffers go to
+    /// `pool`); an ECN-capable packet CoDel would drop, or that waited
+    /// `serve.mark_sojourn_ns`, is marked CE and served (`marked`).
     /// A drop does not use the flow's deficit (as in RFC 8290), so a flow
-    /// losing packets is not served less for it. `mtu` is CoDel's
-    /// one-packet allowance.
+    /// losing packets is not served less for it.
     pub fn pop(
         &mut self,
-        now: Nanos,
-        expired_before: Nanos,
-        mtu: usize,
-        codel: Params,
+        serve: Serve,
         pool: &mut Vec<Vec<u8>>,
         mut dropped: impl FnMut(&Item, bool),
     ) -> Option<Item> {
+        let now = serve.now;
         loop {
             let f = self.select()?;
             let mut item = self.flows[f].q.pop_front()?;
@@ -350,14 +383,17 @@ impl ClassQueue {
             self.take(f, len);
             let flow = &mut self.flows[f];
             let sojourn = now.saturating_sub(item.at);
-            let expired = item.at < expired_before;
+            let expired = item.at < serve.expired_before;
             let aqm = !expired
                 && self.aqm
-                && flow.codel.should_drop(now, sojourn, flow.bytes, mtu, codel);
+                && flow
+                    .codel
+                    .should_drop(now, sojourn, flow.bytes, serve.mtu, serve.codel);
             // An ECN-capable packet is marked instead (it still counts
             // in CoDel's drop count: a flow that ignores the marks is
             // flagged as one that ignores drops).
-            item.marked = aqm && ecn::mark_ce(&mut item.buf);
+            let early = !expired && self.aqm && sojourn >= serve.mark_sojourn_ns;
+            item.marked = (aqm || early) && ecn::mark_ce(&mut item.buf);
             let drop = expired || (aqm && !item.marked);
             if !drop {
                 flow.deficit -= len as i64;
@@ -389,7 +425,7 @@ mod tests {
 
     fn drain(q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>) -> Vec<u8> {
         let mut out = vec![];
-        while let Some(i) = q.pop(0, 0, 1500, Params::default(), pool, |_, _| {
+        while let Some(i) = q.pop(Serve::at(0, 1500), pool, |_, _| {
             panic!("no drop")
         }) {
             out.push(i.buf[0]);
@@ -422,7 +458,7 @@ mod tests {
             q.push(1, 0, &[1; 1000], &mut pool);
         }
         let pop = |q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>| {
-            q.pop(0, 0, 1500, Params::default(), pool, |_, _| {
+            q.pop(Serve::at(0, 1500), pool, |_, _| {
                 panic!("no drop")
             })
             .map(|i| i.buf[0])
@@ -477,7 +513,7 @@ mod tests {
         }
         for t in 30..1030 {
             q.push(1, t * ms, &[0; 1500], &mut pool);
-            if q.pop(t * ms, 0, 1500, Params::default(), &mut pool, |_, aqm| {
+            if q.pop(Serve::at(t * ms, 1500), &mut pool, |_, aqm| {
                 drops += usize::from(aqm)
             })
             .is_some()
@@ -505,7 +541,7 @@ mod tests {
         }
         for t in 30..1030 {
             q.push(1, t * ms, &pkt, &mut pool);
-            let item = q.pop(t * ms, 0, 1500, Params::default(), &mut pool, |_, aqm| {
+            let item = q.pop(Serve::at(t * ms, 1500), &mut pool, |_, aqm| {
                 drops += usize::from(aqm)
             });
             if let Some(i) = item {
@@ -521,6 +557,39 @@ mod tests {
         assert_eq!(drops, 0);
         assert!(marked > 3, "{marked}");
         assert_eq!(sent, 1000);
+    }
+
+    #[test]
+    fn a_packet_near_the_bound_is_marked_before_codel_would_act() {
+        // A slow start's burst: 40 packets at once, served one per ms.
+        // CoDel would first act an interval (100 ms) after the sojourn
+        // passed its target; the early mark at 25 ms comes first, for
+        // ECN-capable packets only, and nothing is dropped.
+        let ms = crate::NANOS_PER_MS;
+        for ect in [true, false] {
+            let mut pool = vec![];
+            let mut q = ClassQueue::new(10_000, 1500, true);
+            let mut pkt = [0u8; 1500];
+            pkt[0] = 0x45;
+            pkt[1] = if ect { 0x02 } else { 0x00 };
+            for _ in 0..40 {
+                q.push(1, 0, &pkt, &mut pool);
+            }
+            let mut marked = vec![];
+            for t in 1..=40 {
+                let serve = Serve {
+                    mark_sojourn_ns: 25 * ms,
+                    expired_before: 0,
+                    ..Serve::at(t * ms, 1500)
+                };
+                let i = q.pop(serve, &mut pool, |_, _| panic!("no drop")).unwrap();
+                if i.marked {
+                    marked.push(t);
+                }
+            }
+            let want: Vec<u64> = if ect { (25..=40).collect() } else { vec![] };
+            assert_eq!(marked, want);
+        }
     }
 
     #[test]
@@ -541,7 +610,7 @@ mod tests {
         // taken by a new flow.
         let ms = crate::NANOS_PER_MS;
         let mut got = vec![];
-        while let Some(i) = q.pop(ms, 0, 1500, Params::default(), &mut pool, |_, _| {}) {
+        while let Some(i) = q.pop(Serve::at(ms, 1500), &mut pool, |_, _| {}) {
             got.push(i);
         }
         assert_eq!(got.len(), 9);

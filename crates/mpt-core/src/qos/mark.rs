@@ -13,7 +13,8 @@
 //! for everything: the DSCP says what kind of traffic the tunnel carries).
 //!
 //! Invariants: the result is a TOS / traffic-class byte whose ECN bits are
-//! 0 (mpt does not carry ECN marks across the outer header); a packet too
+//! 0 (the ECN field is the tunnel's to set: [`crate::ecn_tunnel`] copies
+//! the inner ECT there, RFC 6040); a packet too
 //! short to hold an IP version and traffic class, or of neither IP version,
 //! reads as DSCP 0.
 

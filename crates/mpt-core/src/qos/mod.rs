@@ -39,7 +39,7 @@ pub mod share;
 use serde::Serialize;
 
 use self::classify::{flow_hash, inspect, ClassMatch};
-use self::drr::{ClassQueue, Item, Pushed};
+use self::drr::{ClassQueue, Item, Pushed, Serve};
 pub use self::mark::OuterDscp;
 use self::meter::{DelayHistogram, DelayPercentiles, RateBucket};
 use crate::Nanos;
@@ -50,6 +50,13 @@ pub const MAX_CLASSES: usize = 16;
 /// Packets one class holds at most (tuning knob: a memory bound; the time
 /// bound and CoDel normally act far earlier).
 pub const CLASS_LIMIT_PACKETS: usize = 4096;
+
+/// An ECN-capable packet that waited this fraction of its class's bound
+/// is marked CE whatever CoDel's state (tuning knob, [`drr`]'s early
+/// mark): 25 ms of the default 100. A TCP in slow start roughly doubles
+/// the queue each round trip, so the mark must come before half the
+/// bound, less a round trip, for its answer to arrive before the bound.
+pub const EARLY_MARK_DIVISOR: u64 = 4;
 
 /// DSCP code points treated as real-time by default: EF (RFC 3246) and
 /// VOICE-ADMIT (RFC 5865).
@@ -304,7 +311,7 @@ impl Qos {
             while !c.queue.is_empty() {
                 match c
                     .queue
-                    .pop(0, 0, self.mtu, self.codel, &mut self.pool, |_, _| {})
+                    .pop(Serve::at(0, self.mtu), &mut self.pool, |_, _| {})
                 {
                     Some(i) => out.push((i.at, i.buf)),
                     None => break,
@@ -443,11 +450,15 @@ impl Qos {
         let bound = self.classes[class].cfg.queue_ns.unwrap_or(self.queue_ns);
         let c = &mut self.classes[class];
         let counters = &mut c.counters;
-        let item = c.queue.pop(
+        let serve = Serve {
             now,
-            now.saturating_sub(bound),
-            self.mtu,
-            self.codel,
+            expired_before: now.saturating_sub(bound),
+            mark_sojourn_ns: (bound / EARLY_MARK_DIVISOR).max(self.codel.target_ns),
+            mtu: self.mtu,
+            codel: self.codel,
+        };
+        let item = c.queue.pop(
+            serve,
             &mut self.pool,
             |_, aqm| {
                 if aqm {
