@@ -236,6 +236,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0 if s["compared"] or args.count == 0 else 1
 
 
+def cmd_matrix_report(args: argparse.Namespace) -> int:
+    from . import qosmatrix
+
+    docs = []
+    for d in args.dirs:
+        f = Path(d) / "qos-matrix.json"
+        try:
+            docs.append(json.loads(f.read_text()))
+        except (OSError, ValueError) as e:
+            print(f"mptlab matrix-report: {f}: {e}", file=sys.stderr)
+            return 2
+    m = qosmatrix.merge(docs, args.repeats)
+    text = qosmatrix.merged_markdown(m)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text, end="")
+    return 0
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from .trace import generate, parse
 
@@ -309,6 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--runs", type=int, default=4, help="runs, each with both systems")
     ab.add_argument("--out", help="results directory (default results/ab-NAME-TIME)")
     ab.set_defaults(func=cmd_ab)
+    mr = sub.add_parser(
+        "matrix-report", help="merge qos-matrix runs: per cell its runs and worst figures"
+    )
+    mr.add_argument("dirs", nargs="+", help="results directories of qos-matrix runs")
+    mr.add_argument("--repeats", type=int, default=3, help="runs a cell needs to count (3)")
+    mr.add_argument("--out", help="also write the markdown table here")
+    mr.set_defaults(func=cmd_matrix_report)
     sw = sub.add_parser("sweep", help="mpt and MPTCP on link sets drawn from a seeded generator")
     sw.add_argument("--seed", type=int, default=1)
     sw.add_argument("--count", type=int, default=30)

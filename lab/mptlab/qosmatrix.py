@@ -112,6 +112,8 @@ def _scenario(s: Settings, pair: str, jitter: str, flows: int, flood: float, ord
         systems=order,
         ip=["4in4"],
         traffic=["voip", "qos-mix"],
+        # QoS off is judged against mpt's idle reference: no idle run of its own.
+        traffic_by_system={"mpt-noqos": ["qos-mix"]},
         seconds=s.seconds,
         flood_factor=flood,
         mix_streams=flows,
@@ -186,12 +188,22 @@ def run(s: Settings, outdir: Path, say: Callable[[str], None] = print) -> dict[s
             row["dir"] = f"c{n}r{rep}"
             rows.append(row)
             say(f"{tag}: {line(row)}")
-    met = sum(1 for r in rows if r["met"])
-    doc = {"settings": {k: v for k, v in vars(s).items()}, "rows": rows, "met": met}
+            # Written after every cell: a run stopped half way keeps what
+            # it measured (`mptlab matrix-report` merges runs).
+            doc = _write(s, rows, outdir)
+    doc = _write(s, rows, outdir)
+    say(f"qos-matrix: targets met in {doc['met']} of {doc['total']} runs")
+    return doc
+
+
+def _write(s: Settings, rows: list[dict[str, Any]], outdir: Path) -> dict[str, Any]:
+    doc = {"settings": {k: v for k, v in vars(s).items()}, "rows": rows}
+    doc["met"] = sum(1 for r in rows if r["met"])
     doc["total"] = len(rows)
-    (outdir / "qos-matrix.json").write_text(json.dumps(doc, indent=1))
+    tmp = outdir / "qos-matrix.json.tmp"
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(outdir / "qos-matrix.json")
     (outdir / "qos-matrix.md").write_text(markdown(doc))
-    say(f"qos-matrix: targets met in {met} of {len(rows)} runs")
     return doc
 
 
@@ -250,5 +262,73 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {_f(on.get('m2m_loss'), '.3f')} | {_f(off.get('jain'), '.3f')} "
             f"| {_f(off.get('voip_over_idle_ms'), '.1f')} | {'yes' if r['met'] else '**no**'} |"
             + tail
+        )
+    return "\n".join(out) + "\n"
+
+
+def merge(docs: list[dict[str, Any]], repeats_min: int = 3) -> dict[str, Any]:
+    """Cells of several runs' qos-matrix.json together: per cell its runs,
+    how many met the targets, and the worst of each figure over them.
+    `complete` counts the cells with at least `repeats_min` runs, all met."""
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    for doc in docs:
+        for r in doc.get("rows", []):
+            if "pair" in r:
+                cells.setdefault((r["pair"], r["jitter"], r["flows"], r["flood"]), []).append(r)
+
+    def worst(rows: list[dict[str, Any]], side: str, key: str, pick: Callable) -> Any:
+        vals = [r.get(side, {}).get(key) for r in rows]
+        vals = [v for v in vals if v is not None]
+        return pick(vals) if vals else None
+
+    out = []
+    for (pair, jitter, flows, flood), rows in sorted(
+        cells.items(), key=lambda kv: (rates(kv[0][0]), kv[0][1], kv[0][2], kv[0][3])
+    ):
+        out.append(
+            {
+                "pair": pair,
+                "jitter": jitter,
+                "flows": flows,
+                "flood": flood,
+                "runs": len(rows),
+                "met": sum(1 for r in rows if r.get("met")),
+                "jain_min": worst(rows, "on", "jain", min),
+                "share_min": worst(rows, "on", "share", min),
+                "voip_over_idle_ms_max": worst(rows, "on", "voip_over_idle_ms", max),
+                "voip_loss_max": worst(rows, "on", "voip_loss", max),
+                "m2m_loss_max": worst(rows, "on", "m2m_loss", max),
+                "off_voip_over_idle_ms_min": worst(rows, "off", "voip_over_idle_ms", min),
+                "off_jain_min": worst(rows, "off", "jain", min),
+            }
+        )
+    complete = sum(1 for c in out if c["runs"] >= repeats_min and c["met"] == c["runs"])
+    return {
+        "cells": out,
+        "repeats_min": repeats_min,
+        "complete": complete,
+        "runs": sum(c["runs"] for c in out),
+        "met": sum(c["met"] for c in out),
+    }
+
+
+def merged_markdown(m: dict[str, Any]) -> str:
+    out = [
+        f"{len(m['cells'])} cells, {m['runs']} runs: "
+        f"targets met in {m['met']} of {m['runs']} runs; "
+        f"{m['complete']} cells with at least {m['repeats_min']} runs, all met.",
+        "",
+        "| links | jitter | flows | flood | runs | met | Jain min | share min "
+        "| VoIP over idle ms, max | VoIP loss max | M2M loss max "
+        "| QoS off: Jain min | QoS off: VoIP over idle ms, min |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in m["cells"]:
+        out.append(
+            f"| {c['pair']} | {c['jitter']} | {c['flows']} | {c['flood']:g}x | {c['runs']} "
+            f"| {c['met']} | {_f(c['jain_min'], '.3f')} | {_f(c['share_min'], '.1%')} "
+            f"| {_f(c['voip_over_idle_ms_max'], '+.2f')} | {_f(c['voip_loss_max'], '.3f')} "
+            f"| {_f(c['m2m_loss_max'], '.3f')} | {_f(c['off_jain_min'], '.3f')} "
+            f"| {_f(c['off_voip_over_idle_ms_min'], '.1f')} |"
         )
     return "\n".join(out) + "\n"

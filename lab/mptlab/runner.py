@@ -599,7 +599,7 @@ class Runner:
                 topo,
                 lambda: systems.mpt(topo, tv, pv, rates, where, extra, **kw),
                 Point(**{**asdict(base), "system": system}),
-                sc.traffic,
+                sc.traffic_by_system.get(system, sc.traffic),
             )
         elif system == "mptcp" and tv == pv and not sc.lans:
             tr = [t for t in sc.traffic if t in ("tcp", "http")]

@@ -188,6 +188,10 @@ class Scenario:
     ip: list[str]
     traffic: list[str]
     seconds: float = 5.0
+    # The traffics of some systems, where they differ from `traffic` (set
+    # by code, not by scenario files: the qos-matrix measures QoS off on
+    # the mix only, its idle reference being mpt's).
+    traffic_by_system: dict[str, list[str]] = field(default_factory=dict)
     repeats: int = 1
     tcp_streams: int = 1
     http_mb: float = 0.0

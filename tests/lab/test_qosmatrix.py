@@ -102,3 +102,32 @@ def test_a_base_build_is_reported_against_its_own_idle_reference() -> None:
     assert s.base is True
     with pytest.raises(ValueError):
         Settings.from_dict({"base": "maybe"}, "")
+
+
+def test_runs_of_several_sessions_merge_per_cell_with_their_worst_figures() -> None:
+    from mptlab.qosmatrix import merge, merged_markdown
+
+    def row(pair: str, rep: int, jain: float, owd: float) -> dict[str, object]:
+        points = [
+            _point("mpt", "voip", owd_mean_ms=5.0),
+            _point("mpt", "qos-mix", **_mix(jain, 0.99, owd)),
+            _point("mpt-noqos", "qos-mix", **_mix(0.5, 0.3, 120.0)),
+        ]
+        r = _cell_row(points, "none")
+        r.update({"pair": pair, "jitter": "none", "flows": 4, "flood": 3.0, "repeat": rep})
+        return r
+
+    first = {"rows": [row("60+15", 0, 0.999, 5.2), row("100+20", 0, 0.999, 5.1)]}
+    # A run stopped before its first cell's row: nothing of it counts.
+    second = {"rows": [row("60+15", 0, 0.990, 5.9), row("60+15", 1, 0.995, 5.3)]}
+    m = merge([first, second], repeats_min=3)
+    cells = {c["pair"]: c for c in m["cells"]}
+    assert [c["pair"] for c in m["cells"]] == ["60+15", "100+20"]  # by rates
+    c = cells["60+15"]
+    assert (c["runs"], c["met"]) == (3, 3)
+    assert c["jain_min"] == pytest.approx(0.990)
+    assert c["voip_over_idle_ms_max"] == pytest.approx(0.9)
+    assert c["off_voip_over_idle_ms_min"] == pytest.approx(115.0)
+    # One cell has three runs, all met; the other has one.
+    assert (m["complete"], m["runs"], m["met"]) == (1, 4, 4)
+    assert "1 cells with at least 3 runs, all met" in merged_markdown(m)
