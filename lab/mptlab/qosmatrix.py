@@ -57,6 +57,9 @@ class Settings:
     flows: list[int] = field(default_factory=lambda: [2, 4, 8, 16])
     floods: list[float] = field(default_factory=lambda: [1.0, 3.0, 5.0])
     repeats: int = 3
+    # The first repeat's number: a matrix run over several sessions
+    # continues the alternation of the order (`matrix.repeat_from=1`).
+    repeat_from: int = 0
     seconds: float = 10.0
     base: bool = False
     extra: str = ""
@@ -81,7 +84,12 @@ class Settings:
             rates(p)
         if any(j not in JITTER for j in s.jitter):
             raise ValueError(f"[matrix] jitter: each of {sorted(JITTER)}")
-        if s.repeats < 1 or any(f < 1 for f in s.flows) or any(x <= 0 for x in s.floods):
+        if (
+            s.repeats < 1
+            or s.repeat_from < 0
+            or any(f < 1 for f in s.flows)
+            or any(x <= 0 for x in s.floods)
+        ):
             raise ValueError("[matrix]: repeats and flows at least 1, floods above 0")
         return s
 
@@ -169,7 +177,7 @@ def run(s: Settings, outdir: Path, say: Callable[[str], None] = print) -> dict[s
     cells = list(itertools.product(s.pairs, s.jitter, s.flows, s.floods))
     say(f"qos-matrix: {len(cells)} cells x {s.repeats} repeats, {s.seconds:g} s each")
     for n, (pair, jitter, flows, flood) in enumerate(cells):
-        for rep in range(s.repeats):
+        for rep in range(s.repeat_from, s.repeat_from + s.repeats):
             order = ["mpt", "mpt-base", "mpt-noqos"] if s.base else ["mpt", "mpt-noqos"]
             if rep % 2 == 1:
                 order.reverse()
