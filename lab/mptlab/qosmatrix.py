@@ -219,6 +219,15 @@ def _f(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _jain(side: dict[str, Any]) -> str:
+    """Jain's index of a run's TCP flows, or "starved" when none of them
+    delivered anything (QoS off beside a flood: the index is undefined)."""
+    streams = side.get("streams_mbps")
+    if side.get("jain") is None and streams and not any(streams):
+        return "starved"
+    return _f(side.get("jain"), ".3f")
+
+
 def line(row: dict[str, Any]) -> str:
     if "on" not in row:
         return f"error {row.get('error')}"
@@ -227,7 +236,7 @@ def line(row: dict[str, Any]) -> str:
     return (
         f"Jain {_f(on['jain'], '.3f')}, share {_f(on['share'], '.1%')}, "
         f"VoIP +{_f(on['voip_over_idle_ms'], '.2f')} ms loss {_f(on['voip_loss'], '.3f')}, "
-        f"M2M loss {_f(on['m2m_loss'], '.3f')}; QoS off: Jain {_f(off['jain'], '.3f')}, "
+        f"M2M loss {_f(on['m2m_loss'], '.3f')}; QoS off: Jain {_jain(off)}, "
         f"VoIP +{_f(off['voip_over_idle_ms'], '.1f')} ms"
         + ("" if row["met"] else f"  MISSED: {', '.join(failed) or row.get('error')}")
         + _base_line(row.get("base"))
@@ -267,7 +276,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {r['pair']} | {r['jitter']} | {r['flows']} | {r['flood']:g}x | {r['repeat'] + 1} "
             f"| {_f(on.get('jain'), '.3f')} | {_f(on.get('share'), '.1%')} "
             f"| {_f(on.get('voip_over_idle_ms'), '.2f')} | {_f(on.get('voip_loss'), '.3f')} "
-            f"| {_f(on.get('m2m_loss'), '.3f')} | {_f(off.get('jain'), '.3f')} "
+            f"| {_f(on.get('m2m_loss'), '.3f')} | {_jain(off)} "
             f"| {_f(off.get('voip_over_idle_ms'), '.1f')} | {'yes' if r['met'] else '**no**'} |"
             + tail
         )
