@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,13 @@ def run(s: Settings, outdir: Path, say: Callable[[str], None] = print) -> dict[s
             try:
                 # Short directory names: control sockets live inside them
                 # (a Unix socket's path has at most 107 bytes).
-                points = Runner(sc, outdir / f"c{n}r{rep}", progress=lambda m: None).run()
+                cell_dir = outdir / f"c{n}r{rep}"
+                points = Runner(sc, cell_dir, progress=lambda m: None).run()
+                # Every point's details (delays, rates, losses, the daemons'
+                # status at the end), for a cell that missed to be read.
+                (cell_dir / "points.json").write_text(
+                    json.dumps([asdict(p) for p in points], indent=1, default=str)
+                )
                 row = _cell_row(points, jitter, s.base)
             except Exception as e:  # noqa: BLE001 - the next cell runs all the same
                 row = {"error": f"{type(e).__name__}: {e}", "met": False, "checks": {}}
