@@ -4,8 +4,10 @@
 //!
 //! The bound is in time, not packets: the tunnel admits a packet only if
 //! it is expected to leave within `queue_ms` at its path's pacing rate
-//! ([`crate::stats::DropReason::QueueFull`] otherwise); [`SendQueue`] adds
-//! a hard cap of packets as a memory bound. This makes mpt the queue of
+//! ([`crate::stats::DropReason::QueueFull`] otherwise), so what waits is
+//! the paths' pacing rates times `queue_ms`; [`SendQueue`] adds hard caps
+//! of packets and of bytes as a memory bound, and keeps at most
+//! [`POOL_BUFFERS`] spare buffers. This makes mpt the queue of
 //! the bottleneck, where the inner TCP meets its drops, and where the QoS
 //! issue classifies.
 //!
@@ -27,6 +29,10 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::{Nanos, PathId};
+
+/// Spare buffers kept for the next packets (tuning knob: a burst at a high
+/// rate; beyond it, buffers are allocated and freed after).
+pub const POOL_BUFFERS: usize = 256;
 
 /// One waiting inner packet.
 #[derive(Debug)]
@@ -77,6 +83,9 @@ pub struct SendQueue {
     pool: Vec<Vec<u8>>,
     packets: usize,
     max_packets: usize,
+    /// Bytes waiting on all paths, and the cap on them.
+    total_bytes: usize,
+    max_bytes: usize,
     stats: QueueStats,
 }
 
@@ -89,7 +98,8 @@ impl SendQueue {
         self.rt_bytes.push(0);
     }
 
-    pub fn new(paths: usize, max_packets: usize) -> Self {
+    /// At most `max_packets` packets and `max_bytes` bytes wait.
+    pub fn new(paths: usize, max_packets: usize, max_bytes: usize) -> Self {
         Self {
             fifos: (0..paths).map(|_| VecDeque::new()).collect(),
             rt: (0..paths).map(|_| VecDeque::new()).collect(),
@@ -98,12 +108,14 @@ impl SendQueue {
             pool: Vec::new(),
             packets: 0,
             max_packets,
+            total_bytes: 0,
+            max_bytes,
             stats: QueueStats::default(),
         }
     }
 
-    /// Queue `pkt` on `path`, entered at `at`; `false` if the packet cap
-    /// is reached.
+    /// Queue `pkt` on `path`, entered at `at`; `false` if a cap is
+    /// reached.
     pub fn push(&mut self, path: PathId, seq: u64, class: u8, at: Nanos, pkt: &[u8]) -> bool {
         self.push_lane(false, path, seq, class, at, pkt)
     }
@@ -123,7 +135,10 @@ impl SendQueue {
         pkt: &[u8],
     ) -> bool {
         let p = path as usize;
-        if self.packets >= self.max_packets || p >= self.fifos.len() {
+        if self.packets >= self.max_packets
+            || self.total_bytes + pkt.len() > self.max_bytes
+            || p >= self.fifos.len()
+        {
             return false;
         }
         let mut buf = self.pool.pop().unwrap_or_default();
@@ -143,6 +158,7 @@ impl SendQueue {
             self.fifos[p].push_back(q);
         }
         self.bytes[p] += pkt.len();
+        self.total_bytes += pkt.len();
         self.packets += 1;
         self.stats.queued += 1;
         true
@@ -160,6 +176,7 @@ impl SendQueue {
             None => self.fifos.get_mut(p)?.pop_front()?,
         };
         self.bytes[p] -= q.len;
+        self.total_bytes -= q.len;
         self.packets -= 1;
         let wait = now.saturating_sub(q.at);
         self.stats.released += 1;
@@ -170,7 +187,7 @@ impl SendQueue {
 
     /// Return a popped packet's buffer to the pool.
     pub fn recycle(&mut self, q: Queued) {
-        if self.pool.len() < self.max_packets {
+        if self.pool.len() < POOL_BUFFERS.min(self.max_packets) {
             self.pool.push(q.buf);
         }
     }
@@ -213,6 +230,14 @@ impl SendQueue {
         self.packets
     }
 
+    /// Bytes waiting on all paths, and the cap on them.
+    pub fn total_bytes(&self) -> usize {
+        self.total_bytes
+    }
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     /// The tunnel sequence of the oldest ordinary packet of `path`.
     pub fn oldest_seq(&self, path: PathId) -> Option<u64> {
         self.fifos.get(path as usize)?.front().map(|q| q.seq)
@@ -244,8 +269,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_byte_cap_refuses_what_does_not_fit() {
+        let mut q = SendQueue::new(2, 100, 250);
+        assert!(q.push(0, 1, 0, 0, &[1; 100]));
+        assert!(q.push_rt(1, 2, 0, 0, &[2; 100]));
+        assert!(!q.push(0, 3, 0, 0, &[3; 51]), "301 > 250");
+        assert!(q.push(1, 3, 0, 0, &[3; 50]));
+        assert_eq!((q.total_bytes(), q.packets()), (250, 3));
+        let p = q.pop(1, 1).unwrap();
+        q.recycle(p);
+        assert_eq!(q.total_bytes(), 150);
+        assert!(q.push(0, 4, 0, 0, &[4; 100]));
+    }
+
+    #[test]
     fn per_path_fifo_bytes_and_cap() {
-        let mut q = SendQueue::new(2, 3);
+        let mut q = SendQueue::new(2, 3, usize::MAX);
         assert!(q.push(0, 1, 0, 10, &[1; 100]));
         assert!(q.push(1, 2, 0, 11, &[2; 50]));
         assert!(q.push(0, 3, 0, 12, &[3; 10]));
@@ -270,7 +309,7 @@ mod tests {
 
     #[test]
     fn the_real_time_lane_leaves_first_and_keeps_out_of_the_frontier() {
-        let mut q = SendQueue::new(1, 10);
+        let mut q = SendQueue::new(1, 10, usize::MAX);
         assert!(q.push(0, 10, 0, 1, &[1; 100]));
         assert!(q.push_rt(0, 7, 0x81, 2, &[2; 60]));
         assert_eq!(

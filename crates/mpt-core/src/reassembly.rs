@@ -24,7 +24,9 @@
 //!   more than an IP packet;
 //! * the buffer under way holds at most one packet, of at most
 //!   [`MAX_PACKET_BYTES`]; the parking holds at most [`PARKED_PACKETS`]
-//!   packets of at most [`MAX_FRAGMENTS`] pieces each; a finished packet
+//!   packets of at most [`MAX_FRAGMENTS`] pieces each, and at most
+//!   [`PARKED_BYTES_MAX`] bytes (the oldest parked packet goes first, as
+//!   when the parking is full); a finished packet
 //!   under way is handed out by swapping in a spare buffer from the caller
 //!   ([`Reassembler::take_packet`]), so no byte is copied twice.
 
@@ -39,6 +41,10 @@ pub const MAX_PACKET_BYTES: usize = 65_535;
 /// Packets interrupted by a gap kept for their late pieces (tuning knob:
 /// a gap given up too early spans a few packets at most).
 pub const PARKED_PACKETS: usize = 16;
+
+/// Bytes of parked pieces at most: as many packets of the longest length
+/// (derived bound; pieces of the tunnel MTU are far shorter).
+pub const PARKED_BYTES_MAX: usize = PARKED_PACKETS * MAX_PACKET_BYTES;
 
 /// What one piece did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +68,12 @@ struct Parked {
     have: u8,
 }
 
+impl Parked {
+    fn bytes(&self) -> usize {
+        self.pieces.iter().flatten().map(Vec::len).sum()
+    }
+}
+
 /// One packet under reassembly in order, and a few parked ones.
 #[derive(Debug, Default)]
 pub struct Reassembler {
@@ -70,6 +82,7 @@ pub struct Reassembler {
     under_way: Option<(u64, u8, u8)>,
     buf: Vec<u8>,
     parked: VecDeque<Parked>,
+    parked_bytes: usize,
     /// Parked packets completed by a late piece, to hand out (late).
     late: VecDeque<Vec<u8>>,
     /// Packets given up: a piece never came.
@@ -144,19 +157,28 @@ impl Reassembler {
         }
     }
 
+    /// Give up parked packet `i`.
+    fn unpark(&mut self, i: usize) {
+        if let Some(p) = self.parked.remove(i) {
+            self.parked_bytes -= p.bytes();
+            self.incomplete += 1;
+        }
+    }
+
     fn park_piece(&mut self, base: u64, count: u8, index: u8, piece: &[u8]) {
+        while self.parked_bytes + piece.len() > PARKED_BYTES_MAX && !self.parked.is_empty() {
+            self.unpark(0);
+        }
         let at = match self.parked.iter().position(|p| p.base == base) {
             Some(i) if self.parked[i].count == count => i,
             Some(i) => {
                 // The same first piece with another count: not one packet.
-                self.parked.remove(i);
-                self.incomplete += 1;
+                self.unpark(i);
                 return;
             }
             None => {
                 if self.parked.len() >= PARKED_PACKETS {
-                    self.parked.pop_front();
-                    self.incomplete += 1;
+                    self.unpark(0);
                 }
                 self.parked.push_back(Parked {
                     base,
@@ -174,12 +196,14 @@ impl Reassembler {
         }
         *slot = Some(piece.to_vec());
         p.have += 1;
+        self.parked_bytes += piece.len();
         if p.have < p.count {
             return;
         }
         let Some(done) = self.parked.remove(at) else {
             return;
         };
+        self.parked_bytes -= done.bytes();
         let pkt: Vec<u8> = done.pieces.into_iter().flatten().flatten().collect();
         if pkt.len() > MAX_PACKET_BYTES {
             self.incomplete += 1;
@@ -202,6 +226,16 @@ impl Reassembler {
     /// Packets parked for late pieces.
     pub fn parked(&self) -> usize {
         self.parked.len()
+    }
+
+    /// Bytes held: the packet under way and the parked pieces.
+    pub fn held_bytes(&self) -> usize {
+        let under_way = if self.under_way.is_some() {
+            self.buf.len()
+        } else {
+            0
+        };
+        under_way + self.parked_bytes
     }
 
     /// The packet the last [`Piece::Complete`] finished.
@@ -304,5 +338,22 @@ mod tests {
         assert_eq!(r.push(5001, &frag(1, 2, &big)), Piece::Parked);
         assert!(!r.is_under_way());
         assert_eq!(r.incomplete, 5);
+    }
+
+    #[test]
+    fn the_parking_is_bounded_in_bytes() {
+        let mut r = Reassembler::default();
+        let piece = vec![0u8; 65_000];
+        for k in 0..(PARKED_PACKETS as u64 + 1) {
+            r.push_late(100 * k + 1, &frag(1, 2, &piece));
+            assert!(r.held_bytes() <= PARKED_BYTES_MAX, "{}", r.held_bytes());
+        }
+        // The 17th made room by bytes before the count bound acted.
+        assert_eq!((r.parked(), r.incomplete), (PARKED_PACKETS, 1));
+        assert_eq!(r.held_bytes(), PARKED_PACKETS * 65_000);
+        // A late piece completes a parked packet: its bytes leave.
+        r.push_late(1600, &frag(0, 2, b"z"));
+        assert_eq!(r.take_late().map(|p| p.len()), Some(65_001));
+        assert_eq!(r.held_bytes(), (PARKED_PACKETS - 1) * 65_000);
     }
 }

@@ -9,6 +9,8 @@
 //!   `max_buffdelay_msec`);
 //! * the window of `capacity` packets would overflow (the MPT library's
 //!   `reorder_window`);
+//! * the held packets would exceed the byte bound: the gap before the
+//!   first held packet is given up;
 //! * a release policy ([`ReleasePolicy`], driven by the tunnel) proves the
 //!   missing packets cannot arrive any more, or that they can no longer
 //!   arrive in time ([`crate::release`]).
@@ -32,8 +34,14 @@
 //!   however large a sequence jump, makes it loop longer;
 //! * sequence numbers at or above [`SEQ_LIMIT`] are refused, so no sum of a
 //!   sequence number and the capacity can overflow;
-//! * held buffers come from and return to a bounded pool; memory is bounded
-//!   by `capacity × MTU`;
+//! * at most [`ReorderBuffer::bytes_max`] bytes of packets are held: a
+//!   packet waits at most `max_delay`, so what is held is the arrival rate
+//!   times that wait, and the bound is sized from it:
+//!   [`BYTES_PER_WINDOW`] times the most that arrived within a
+//!   `max_delay` recently, at least [`REORDER_BYTES_MIN`] and at most
+//!   [`REORDER_BYTES_MAX`] (`capacity` packets of the tunnel MTU would be
+//!   47 MB; a concentrator's peer at a few Mbit/s is held to 2 MiB); held
+//!   buffers come from and return to a pool of at most [`POOL_BUFFERS`];
 //! * nothing of the window is allocated before the first packet arrives
 //!   (a concentrator holds many idle peers).
 
@@ -46,6 +54,21 @@ use crate::Nanos;
 /// Sequence numbers at or above this are refused (as `Late`): no sender
 /// reaches 2^62 packets, and the bound keeps every sum below u64::MAX.
 pub const SEQ_LIMIT: u64 = 1 << 62;
+
+/// The bound on held bytes: this many times the most bytes that arrived
+/// within one `max_delay` recently (tuning knob: what a packet's longest
+/// wait can hold, twice), between a floor and a hard cap (tuning knobs:
+/// 2 MiB is 160 ms of 100 Mbit/s; 64 MiB is 54 ms of 10 Gbit/s, where 12
+/// paths of 1 Gbit/s held 2,500 packets).
+pub const BYTES_PER_WINDOW: usize = 2;
+pub const REORDER_BYTES_MIN: usize = 2 << 20;
+pub const REORDER_BYTES_MAX: usize = 64 << 20;
+/// Shortest window of the arrival count (with `max_delay` of 0).
+const ARRIVAL_WINDOW_MIN_NS: Nanos = 10 * crate::NANOS_PER_MS;
+
+/// Spare buffers kept for the next held packets (tuning knob: a burst of
+/// reordering at a high rate; more are allocated, and freed after).
+pub const POOL_BUFFERS: usize = 256;
 
 /// How far behind `next` (in multiples of capacity) a sequence number must
 /// be to be taken as a restart of the sender rather than a late packet.
@@ -84,12 +107,16 @@ pub struct ReorderStats {
     pub timeout_releases: u64,
     /// Releases forced by window overflow.
     pub overflow_releases: u64,
+    /// Releases forced by the bound on held bytes.
+    pub bytes_releases: u64,
     /// Releases proven safe by the release policy.
     pub policy_releases: u64,
     /// Sender restarts detected (sequence far behind).
     pub resyncs: u64,
     /// Largest number of packets held at once.
     pub max_held: u64,
+    /// Largest number of bytes held at once.
+    pub max_held_bytes: u64,
 }
 
 enum Slot {
@@ -108,6 +135,13 @@ pub struct ReorderBuffer {
     /// delivered (set) or given up (clear).
     delivered: Vec<u64>,
     held_count: usize,
+    held_bytes: usize,
+    /// Bytes that arrived in the current window (from `window_start`), the
+    /// decaying peak of earlier windows, and a bound set by hand.
+    window_start: Nanos,
+    window_bytes: usize,
+    peak_window_bytes: usize,
+    fixed_bytes_max: Option<usize>,
     /// (arrival time, seq) of held packets in arrival order; entries whose
     /// seq is below `next` are stale and skipped lazily.
     arrivals: VecDeque<(Nanos, u64)>,
@@ -129,6 +163,11 @@ impl ReorderBuffer {
             slots: Vec::new(),
             delivered: Vec::new(),
             held_count: 0,
+            held_bytes: 0,
+            window_start: 0,
+            window_bytes: 0,
+            peak_window_bytes: 0,
+            fixed_bytes_max: None,
             arrivals: VecDeque::new(),
             ready: VecDeque::new(),
             pool: Vec::new(),
@@ -138,6 +177,37 @@ impl ReorderBuffer {
 
     pub fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Hold at most `bytes` bytes of packets whatever the arrival rate
+    /// (at least one packet is always held).
+    pub fn set_bytes_max(&mut self, bytes: usize) {
+        self.fixed_bytes_max = Some(bytes);
+    }
+
+    /// The bound on held bytes now (see the module documentation).
+    pub fn bytes_max(&self) -> usize {
+        self.fixed_bytes_max.unwrap_or_else(|| {
+            let peak = self.peak_window_bytes.max(self.window_bytes);
+            peak.saturating_mul(BYTES_PER_WINDOW)
+                .clamp(REORDER_BYTES_MIN, REORDER_BYTES_MAX)
+        })
+    }
+
+    /// Count an arrival of `len` bytes at `now` for the byte bound: per
+    /// window of `max_delay`; at each new window the peak halves, or
+    /// becomes the window just ended if that was more.
+    fn count_arrival(&mut self, now: Nanos, len: usize) {
+        let window = self.max_delay.max(ARRIVAL_WINDOW_MIN_NS);
+        if now >= self.window_start.saturating_add(window) {
+            self.peak_window_bytes = (self.peak_window_bytes / 2).max(self.window_bytes);
+            self.window_bytes = 0;
+            self.window_start = now;
+        }
+        self.window_bytes += len;
+    }
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
     }
 
     /// Allocate the window (once, at the first packet or restart).
@@ -207,6 +277,7 @@ impl ReorderBuffer {
         if seq >= SEQ_LIMIT {
             return Accept::Late;
         }
+        self.count_arrival(now, payload.len());
         self.allocate();
         if !self.started {
             self.started = true;
@@ -246,6 +317,7 @@ impl ReorderBuffer {
         buf.extend_from_slice(payload);
         self.slots[i] = Slot::Held { seq, buf };
         self.held_count += 1;
+        self.held_bytes += payload.len();
         self.stats.max_held = self.stats.max_held.max(self.held_count as u64);
         if seq == self.next {
             // In order, but packets are queued in `ready` before it.
@@ -260,7 +332,23 @@ impl ReorderBuffer {
             }
             self.arrivals.push_back((now, seq));
         }
+        while self.held_count > 1 && self.held_bytes > self.bytes_max() {
+            self.release_first_held();
+        }
+        self.stats.max_held_bytes = self.stats.max_held_bytes.max(self.held_bytes as u64);
         Accept::Held
+    }
+
+    /// Give up the gap before the first held packet and release it (and
+    /// what follows it in order). O(capacity) at worst.
+    fn release_first_held(&mut self) {
+        let first = (self.next..self.next + self.capacity).find(
+            |&seq| matches!(&self.slots[self.idx(seq)], Slot::Held { seq: s, .. } if *s == seq),
+        );
+        if let Some(seq) = first {
+            self.stats.bytes_releases += 1;
+            self.release_through(seq + 1);
+        }
     }
 
     /// Move held packets that are now in order to the ready queue.
@@ -270,6 +358,7 @@ impl ReorderBuffer {
             match std::mem::replace(&mut self.slots[i], Slot::Empty) {
                 Slot::Held { seq, buf } if seq == self.next => {
                     self.held_count -= 1;
+                    self.held_bytes -= buf.len();
                     self.ready.push_back((seq, buf));
                     self.set_delivered(seq, true);
                     self.next += 1;
@@ -294,6 +383,7 @@ impl ReorderBuffer {
             match std::mem::replace(&mut self.slots[i], Slot::Empty) {
                 Slot::Held { seq: s, buf } if s == seq => {
                     self.held_count -= 1;
+                    self.held_bytes -= buf.len();
                     self.ready.push_back((seq, buf));
                     self.set_delivered(seq, true);
                 }
@@ -406,7 +496,7 @@ impl ReorderBuffer {
 
     /// Return a delivered buffer to the pool.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.pool.len() < self.capacity as usize {
+        if self.pool.len() < POOL_BUFFERS.min(self.capacity as usize) {
             self.pool.push(buf);
         }
     }

@@ -282,3 +282,81 @@ fn the_window_is_allocated_at_the_first_packet_not_before() {
     assert!(rb.is_allocated());
     assert_eq!(out, vec![5]);
 }
+
+#[test]
+fn held_bytes_are_bounded_by_giving_up_the_first_gap() {
+    // Room for 1000 packets, but 3 KB: three of these 1000-byte packets.
+    let mut rb = ReorderBuffer::new(1000, 1_000_000);
+    rb.set_bytes_max(3000);
+    let pkt = |seq: u64| {
+        let mut p = vec![0u8; 1000];
+        p[..8].copy_from_slice(&seq.to_be_bytes());
+        p
+    };
+    let mut out = vec![];
+    assert_eq!(rb.insert(0, &pkt(0), 0), Accept::DeliverNow);
+    out.push(0);
+    // 1 is missing; 2, 3, 4 are held (3000 bytes, at the bound).
+    for s in [2, 3, 4] {
+        assert_eq!(rb.insert(s, &pkt(s), 0), Accept::Held);
+    }
+    assert_eq!((rb.held(), rb.held_bytes()), (3, 3000));
+    drain(&mut rb, &mut out);
+    assert_eq!(out, [0]);
+    // 6 would make 4000: the gap at 1 is given up, 2-4 leave in order,
+    // 6 waits for 5.
+    assert_eq!(rb.insert(6, &pkt(6), 0), Accept::Held);
+    drain(&mut rb, &mut out);
+    assert_eq!(out, [0, 2, 3, 4]);
+    assert_eq!((rb.held(), rb.held_bytes()), (1, 1000));
+    let st = rb.stats();
+    assert_eq!(
+        (st.bytes_releases, st.lost, st.max_held_bytes),
+        (1, 1, 3000)
+    );
+    // The late packet is still delivered, out of order.
+    assert_eq!(rb.insert(1, &pkt(1), 0), Accept::DeliverLate);
+    assert_eq!(rb.insert(5, &pkt(5), 0), Accept::DeliverNow);
+    out.push(5);
+    drain(&mut rb, &mut out);
+    assert_eq!(out, [0, 2, 3, 4, 5, 6]);
+    assert_eq!(rb.held_bytes(), 0);
+}
+
+#[test]
+fn the_pool_keeps_a_bounded_number_of_buffers() {
+    let mut rb = ReorderBuffer::new(4096, 1_000_000);
+    let mut out = vec![];
+    deliver(&mut rb, 0, 0, &mut out);
+    for s in 2..2000 {
+        deliver(&mut rb, s, 0, &mut out);
+    }
+    deliver(&mut rb, 1, 0, &mut out);
+    assert_eq!(out.len(), 2000);
+    assert!(rb.pool.len() <= POOL_BUFFERS, "{}", rb.pool.len());
+}
+
+#[test]
+fn the_byte_bound_follows_the_arrival_rate_between_its_floor_and_cap() {
+    let ms = crate::NANOS_PER_MS;
+    let mut rb = ReorderBuffer::new(4096, 100 * ms);
+    assert_eq!(rb.bytes_max(), REORDER_BYTES_MIN);
+    // 10 Gbit/s: 1.25 MB per ms, for 300 ms, in order.
+    let pkt = vec![0u8; 12_500];
+    let mut seq = 0;
+    for t in 0..300 * 10 {
+        for _ in 0..10 {
+            assert_eq!(rb.insert(seq, &pkt, t * ms / 10), Accept::DeliverNow);
+            seq += 1;
+        }
+    }
+    assert_eq!(rb.bytes_max(), REORDER_BYTES_MAX);
+    // A peer at 8 Mbit/s (1 KB per ms) for a second: the peak decays to
+    // the floor.
+    let small = vec![0u8; 1_000];
+    for t in 300..1300 {
+        assert_eq!(rb.insert(seq, &small, t * ms), Accept::DeliverNow);
+        seq += 1;
+    }
+    assert_eq!(rb.bytes_max(), REORDER_BYTES_MIN);
+}

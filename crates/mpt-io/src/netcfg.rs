@@ -36,6 +36,14 @@ use tracing::{debug, warn};
 /// A route request's answer may not take longer (tuning knob).
 const NETLINK_TIMEOUT_MS: u64 = 2_000;
 
+/// Packets the TUN device holds for mpt to read (its `txqueuelen`; tuning
+/// knob). The kernel drops what does not fit, before mpt classifies it,
+/// whatever its class: with the default of 500, a UDP flood at 225 Mbit/s
+/// filled it within 21 ms of the reader falling behind on a 2-core
+/// machine, and a call lost packets there (qos-matrix, 60+15 Mbit/s).
+/// Packets wait in it only while mpt is behind.
+pub const TUN_TXQUEUELEN: u32 = 4096;
+
 /// One rtnetlink socket; requests are answered in order.
 struct Netlink {
     socket: Socket,
@@ -134,7 +142,8 @@ fn quiet_ipv6(dev: &str) {
     }
 }
 
-/// Give interface `dev` its addresses and MTU and bring it up.
+/// Give interface `dev` its addresses, MTU and queue length
+/// ([`TUN_TXQUEUELEN`]) and bring it up.
 pub fn configure(dev: &str, addresses: &[IpNet], mtu: u32) -> io::Result<()> {
     let mut nl =
         Netlink::open().map_err(|e| io::Error::new(e.kind(), format!("rtnetlink: {e}")))?;
@@ -142,9 +151,21 @@ pub fn configure(dev: &str, addresses: &[IpNet], mtu: u32) -> io::Result<()> {
     let mut link = LinkMessage::default();
     link.header.index = index;
     link.attributes.push(LinkAttribute::Mtu(mtu));
-    debug!(dev, mtu, "configuring: mtu");
+    link.attributes
+        .push(LinkAttribute::TxQueueLen(TUN_TXQUEUELEN));
+    debug!(
+        dev,
+        mtu,
+        txqueuelen = TUN_TXQUEUELEN,
+        "configuring: mtu and queue length"
+    );
     nl.request(RouteNetlinkMessage::SetLink(link), 0)
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot set mtu {mtu} on {dev}: {e}")))?;
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot set mtu {mtu} and txqueuelen {TUN_TXQUEUELEN} on {dev}: {e}"),
+            )
+        })?;
     for a in addresses {
         let ip = a.addr();
         let mut m = AddressMessage::default();

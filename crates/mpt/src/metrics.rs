@@ -320,21 +320,36 @@ pub fn render(v: &Value, tunnel: &str) -> String {
         m.family("mpt_paths_up", "gauge", "Paths that carry traffic");
         m.sample("mpt_paths_up", &[], x);
     }
-    if let Some(x) = v.get("queue").and_then(|q| num(q, "packets_now")) {
-        m.family(
+    for (section, key, name, help) in [
+        (
+            "queue",
+            "packets_now",
             "mpt_send_queue_packets",
-            "gauge",
             "Packets waiting in the send queue",
-        );
-        m.sample("mpt_send_queue_packets", &[], x);
-    }
-    if let Some(x) = v.get("reorder").and_then(|r| num(r, "held_now")) {
-        m.family(
+        ),
+        (
+            "queue",
+            "bytes_now",
+            "mpt_send_queue_bytes",
+            "Bytes waiting in the send queue",
+        ),
+        (
+            "reorder",
+            "held_now",
             "mpt_reorder_held_packets",
-            "gauge",
             "Packets held to restore order",
-        );
-        m.sample("mpt_reorder_held_packets", &[], x);
+        ),
+        (
+            "reorder",
+            "held_bytes",
+            "mpt_reorder_held_bytes",
+            "Bytes of packets held to restore order",
+        ),
+    ] {
+        if let Some(x) = v.get(section).and_then(|r| num(r, key)) {
+            m.family(name, "gauge", help);
+            m.sample(name, &[], x);
+        }
     }
     let paths = v
         .get("paths")

@@ -325,8 +325,10 @@ pub fn render(v: &Value) -> String {
             .unwrap_or(0.0);
         let _ = writeln!(
             o,
-            "\nsend queue: {} waiting now (bound {} ms), {} waited, mean wait {:.2} ms, max {:.2} ms, {} moved off a failed path",
+            "\nsend queue: {} waiting now ({} of at most {}; bound {} ms), {} waited, mean wait {:.2} ms, max {:.2} ms, {} moved off a failed path",
             num(q, "packets_now"),
+            bytes(num(q, "bytes_now")),
+            bytes(num(q, "bytes_max")),
             q.get("max_ms").and_then(Value::as_f64).unwrap_or(0.0),
             num(q, "queued"),
             if released > 0.0 { total / released / 1e6 } else { 0.0 },
@@ -347,9 +349,11 @@ pub fn render(v: &Value) -> String {
     let r = v.get("reorder").cloned().unwrap_or(Value::Null);
     let _ = writeln!(
         o,
-        "reorder: window {}, held now {}, in order {}, reordered {}, lost {} (came late and delivered {}), released by policy {} / timeout {} / overflow {}, max held {}, margin {} ms",
+        "reorder: window {}, held now {} ({} of at most {}), in order {}, reordered {}, lost {} (came late and delivered {}), released by policy {} / timeout {} / overflow {} / bytes {}, max held {} ({}), margin {} ms",
         num(&r, "window"),
         num(&r, "held_now"),
+        bytes(num(&r, "held_bytes")),
+        bytes(num(&r, "bytes_max")),
         num(&r, "in_order"),
         num(&r, "reordered"),
         num(&r, "lost"),
@@ -357,7 +361,9 @@ pub fn render(v: &Value) -> String {
         num(&r, "policy_releases"),
         num(&r, "timeout_releases"),
         num(&r, "overflow_releases"),
+        num(&r, "bytes_releases"),
         num(&r, "max_held"),
+        bytes(num(&r, "max_held_bytes")),
         ms(&r, "late_margin_ms"),
     );
     if let Some(e) = v.get("ecn").filter(|e| e.is_object()) {
@@ -542,12 +548,14 @@ fn render_classes(o: &mut String, v: &Value) {
         };
         let _ = writeln!(
             o,
-            "  {} (precedence {}, {kind}{outer}): sent {} packets ({}), waiting {} in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
+            "  {} (precedence {}, {kind}{outer}): sent {} packets ({}), waiting {} ({} of at most {}) in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
             c.get("name").and_then(Value::as_str).unwrap_or("?"),
             num(c, "priority"),
             num(c, "packets"),
             bytes(num(c, "bytes")),
             num(c, "queued_packets"),
+            bytes(num(c, "queued_bytes")),
+            bytes(num(c, "queued_bytes_max")),
             num(c, "flows_now"),
             c.get("fair_share_mbps")
                 .and_then(Value::as_f64)
@@ -731,10 +739,12 @@ fn fragments_line(v: &Value) -> String {
         _ => String::new(),
     };
     format!(
-        " (fragments above {body} bytes: {} pieces sent, {} received, {} packets reassembled{clamp})",
+        " (fragments above {body} bytes: {} pieces sent, {} received, {} packets reassembled, {} held of at most {}{clamp})",
         num(f, "tx_pieces"),
         num(f, "rx_pieces"),
-        num(f, "reassembled")
+        num(f, "reassembled"),
+        bytes(num(f, "held_bytes")),
+        bytes(num(f, "held_bytes_max")),
     )
 }
 

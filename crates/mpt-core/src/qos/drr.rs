@@ -33,8 +33,10 @@
 //!   holds packets is in exactly one of `new` and `old`; an empty bucket
 //!   is in at most `old` (until its turn comes);
 //! * within a flow, packets leave in the order they came;
-//! * buffers are recycled through the caller's pool: no allocation per
-//!   packet after warm-up; memory is bounded by `limit` packets.
+//! * buffers are recycled through the caller's pool (of at most
+//!   [`super::POOL_BUFFERS`]): no allocation per packet after warm-up;
+//!   memory is bounded by `limit` packets and `limit_bytes` bytes: a class
+//!   at either bound makes room from its fattest flow, as when it is full.
 
 use std::collections::VecDeque;
 
@@ -124,8 +126,9 @@ struct Flow {
 pub enum Pushed {
     /// Queued; `dropped` packets of the fattest flow made room.
     Queued { dropped: usize },
-    /// Refused: the class is full and this packet's flow is the fattest.
-    Refused,
+    /// Refused: the class is full and this packet's flow is the fattest
+    /// (`dropped` packets of other flows went before it was).
+    Refused { dropped: usize },
 }
 
 /// One class's flows. See the module documentation.
@@ -139,6 +142,7 @@ pub struct ClassQueue {
     packets: usize,
     bytes: usize,
     limit: usize,
+    limit_bytes: usize,
     quantum: i64,
     aqm: bool,
     share: FairShare,
@@ -158,6 +162,7 @@ impl ClassQueue {
             packets: 0,
             bytes: 0,
             limit: limit.max(1),
+            limit_bytes: usize::MAX,
             quantum: quantum.max(1) as i64,
             aqm,
             share: FairShare::default(),
@@ -165,8 +170,19 @@ impl ClassQueue {
         }
     }
 
+    /// Hold at most `bytes` bytes as well (at least one packet).
+    pub fn with_limit_bytes(mut self, bytes: usize) -> Self {
+        self.limit_bytes = bytes;
+        self
+    }
+
     pub fn packets(&self) -> usize {
         self.packets
+    }
+
+    /// Whether a packet of `len` bytes does not fit (a bound reached).
+    fn over(&self, len: usize) -> bool {
+        self.packets >= self.limit || (self.packets > 0 && self.bytes + len > self.limit_bytes)
     }
     pub fn bytes(&self) -> usize {
         self.bytes
@@ -270,23 +286,27 @@ impl ClassQueue {
     pub fn push(&mut self, hash: u64, at: Nanos, pkt: &[u8], pool: &mut Vec<Vec<u8>>) -> Pushed {
         let f = self.bucket(hash, at);
         let mut dropped = 0;
-        if self.packets >= self.limit {
+        if self.over(pkt.len()) {
             let Some(fat) = self.fattest() else {
-                return Pushed::Refused;
+                return Pushed::Refused { dropped: 0 };
             };
             if self.share.heavy(fat) {
                 self.flag(fat, at);
             }
             if fat == f {
-                return Pushed::Refused;
+                return Pushed::Refused { dropped: 0 };
             }
-            while dropped < DROP_BATCH_PACKETS {
-                let Some(item) = self.flows[fat].q.pop_front() else {
-                    break;
-                };
-                self.take(fat, item.buf.len());
-                pool.push(item.buf);
+            // A batch from the fattest flow (RFC 8290 §4.1); then, while a
+            // large packet still does not fit, one at a time from the
+            // fattest flow of the moment.
+            while dropped < DROP_BATCH_PACKETS && self.drop_head(fat, pool) {
                 dropped += 1;
+            }
+            while self.over(pkt.len()) {
+                match self.fattest() {
+                    Some(g) if g != f && self.drop_head(g, pool) => dropped += 1,
+                    _ => return Pushed::Refused { dropped },
+                }
             }
         }
         let mut buf = pool.pop().unwrap_or_default();
@@ -307,6 +327,16 @@ impl ClassQueue {
         self.packets += 1;
         self.bytes += pkt.len();
         Pushed::Queued { dropped }
+    }
+
+    /// Drop the head of flow `f` to make room; whether it had one.
+    fn drop_head(&mut self, f: usize, pool: &mut Vec<Vec<u8>>) -> bool {
+        let Some(item) = self.flows[f].q.pop_front() else {
+            return false;
+        };
+        self.take(f, item.buf.len());
+        super::give_back(pool, item.buf);
+        true
     }
 
     fn take(&mut self, f: usize, len: usize) {
@@ -404,7 +434,7 @@ impl ClassQueue {
             }
             if drop {
                 dropped(&item, aqm);
-                pool.push(item.buf);
+                super::give_back(pool, item.buf);
                 continue;
             }
             return Some(item);
@@ -425,9 +455,7 @@ mod tests {
 
     fn drain(q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>) -> Vec<u8> {
         let mut out = vec![];
-        while let Some(i) = q.pop(Serve::at(0, 1500), pool, |_, _| {
-            panic!("no drop")
-        }) {
+        while let Some(i) = q.pop(Serve::at(0, 1500), pool, |_, _| panic!("no drop")) {
             out.push(i.buf[0]);
         }
         out
@@ -458,10 +486,8 @@ mod tests {
             q.push(1, 0, &[1; 1000], &mut pool);
         }
         let pop = |q: &mut ClassQueue, pool: &mut Vec<Vec<u8>>| {
-            q.pop(Serve::at(0, 1500), pool, |_, _| {
-                panic!("no drop")
-            })
-            .map(|i| i.buf[0])
+            q.pop(Serve::at(0, 1500), pool, |_, _| panic!("no drop"))
+                .map(|i| i.buf[0])
         };
         // Flow 1 has used its first quantum and is an old flow now.
         assert_eq!(pop(&mut q, &mut pool), Some(1));
@@ -488,7 +514,10 @@ mod tests {
                 Pushed::Queued { dropped: 0 }
             );
         }
-        assert_eq!(q.push(9, 0, &[9; 100], &mut pool), Pushed::Refused);
+        assert_eq!(
+            q.push(9, 0, &[9; 100], &mut pool),
+            Pushed::Refused { dropped: 0 }
+        );
         assert_eq!(
             q.push(3, 0, &[3; 100], &mut pool),
             Pushed::Queued {
@@ -498,6 +527,38 @@ mod tests {
         assert_eq!(q.packets(), 20 - DROP_BATCH_PACKETS + 1);
         let order = drain(&mut q, &mut pool);
         assert_eq!(order, [9, 9, 9, 9, 3]);
+    }
+
+    #[test]
+    fn a_class_at_its_byte_bound_makes_room_from_the_fattest_flow() {
+        // Room for 1000 packets but 40 KB: forty 1000-byte packets.
+        let mut pool = vec![];
+        let mut q = ClassQueue::new(1000, 1500, false).with_limit_bytes(40_000);
+        for _ in 0..30 {
+            q.push(9, 0, &[9; 1000], &mut pool);
+        }
+        for _ in 0..10 {
+            q.push(3, 0, &[3; 1000], &mut pool);
+        }
+        assert_eq!(q.bytes(), 40_000);
+        // The fattest flow's packet is refused; another's takes a batch of
+        // the fattest flow's.
+        assert_eq!(
+            q.push(9, 0, &[9; 1000], &mut pool),
+            Pushed::Refused { dropped: 0 }
+        );
+        assert_eq!(
+            q.push(3, 0, &[3; 1000], &mut pool),
+            Pushed::Queued {
+                dropped: DROP_BATCH_PACKETS
+            }
+        );
+        // A large packet takes a batch of the fattest flow's (14 left)
+        // and as many more of the next fattest as it needs.
+        let r = q.push(5, 0, &[5; 30_000], &mut pool);
+        assert_eq!(r, Pushed::Queued { dropped: 15 });
+        assert_eq!(q.bytes(), 40_000);
+        assert!(pool.len() <= super::super::POOL_BUFFERS);
     }
 
     #[test]

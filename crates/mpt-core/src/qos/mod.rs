@@ -51,6 +51,22 @@ pub const MAX_CLASSES: usize = 16;
 /// bound and CoDel normally act far earlier).
 pub const CLASS_LIMIT_PACKETS: usize = 4096;
 
+/// Bytes one class holds at most (tuning knob: a memory bound; 27 ms of
+/// 10 Gbit/s, where 4096 packets of the tunnel MTU would be 47 MB; the
+/// time bound and CoDel act far earlier).
+pub const CLASS_LIMIT_BYTES: usize = 32 << 20;
+
+/// Spare packet buffers the stage keeps (tuning knob: a burst at a high
+/// rate; beyond it, buffers are allocated and freed after).
+pub const POOL_BUFFERS: usize = 256;
+
+/// Keep `buf` for the next packet if the pool has room.
+fn give_back(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
+    if pool.len() < POOL_BUFFERS {
+        pool.push(buf);
+    }
+}
+
 /// An ECN-capable packet that waited this fraction of its class's bound
 /// is marked CE whatever CoDel's state (tuning knob, [`drr`]'s early
 /// mark): 25 ms of the default 100. A TCP in slow start roughly doubles
@@ -191,6 +207,8 @@ pub struct ClassStatus {
     pub outer_dscp: String,
     pub queued_packets: usize,
     pub queued_bytes: usize,
+    /// The class's bound in bytes ([`CLASS_LIMIT_BYTES`]).
+    pub queued_bytes_max: usize,
     pub flows_now: usize,
     /// Flows sharing the class in the last measured window, and the fair
     /// share a flow that does not answer drops is held to (Mbit/s of
@@ -250,7 +268,8 @@ impl Qos {
             .into_iter()
             .map(|c| Class {
                 catch_all: c.matcher.is_catch_all(),
-                queue: ClassQueue::new(CLASS_LIMIT_PACKETS, mtu.max(1500), c.aqm),
+                queue: ClassQueue::new(CLASS_LIMIT_PACKETS, mtu.max(1500), c.aqm)
+                    .with_limit_bytes(CLASS_LIMIT_BYTES),
                 max: c.max_bps.map(RateBucket::new),
                 min: c.min_bps.map(RateBucket::new),
                 counters: ClassCounters::default(),
@@ -402,11 +421,11 @@ impl Qos {
                     dropped_full: dropped,
                 }
             }
-            Pushed::Refused => {
-                c.counters.dropped_full += 1;
+            Pushed::Refused { dropped } => {
+                c.counters.dropped_full += dropped as u64 + 1;
                 Enqueued {
                     queued: false,
-                    dropped_full: 1,
+                    dropped_full: dropped + 1,
                 }
             }
         }
@@ -457,19 +476,15 @@ impl Qos {
             mtu: self.mtu,
             codel: self.codel,
         };
-        let item = c.queue.pop(
-            serve,
-            &mut self.pool,
-            |_, aqm| {
-                if aqm {
-                    counters.dropped_aqm += 1;
-                    dropped(QosDrop::Aqm);
-                } else {
-                    counters.dropped_expired += 1;
-                    dropped(QosDrop::Expired);
-                }
-            },
-        );
+        let item = c.queue.pop(serve, &mut self.pool, |_, aqm| {
+            if aqm {
+                counters.dropped_aqm += 1;
+                dropped(QosDrop::Aqm);
+            } else {
+                counters.dropped_expired += 1;
+                dropped(QosDrop::Expired);
+            }
+        });
         if item.as_ref().is_some_and(|i| i.marked) {
             counters.marked_aqm += 1;
         }
@@ -486,7 +501,7 @@ impl Qos {
                 let mut drop = 0;
                 if let Some((_, i)) = self.pop(now, |_| drop += 1) {
                     self.classes[k].counters.dropped_expired += 1;
-                    self.pool.push(i.buf);
+                    give_back(&mut self.pool, i.buf);
                     n += 1;
                 }
                 n += drop;
@@ -497,9 +512,7 @@ impl Qos {
 
     /// Give a served packet's buffer back.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.pool.len() < CLASS_LIMIT_PACKETS {
-            self.pool.push(buf);
-        }
+        give_back(&mut self.pool, buf);
     }
 
     /// A packet of `class` left mpt after `wait_ns` in it.
@@ -528,6 +541,7 @@ impl Qos {
                 outer_dscp: c.cfg.outer_dscp.describe(),
                 queued_packets: c.queue.packets() + rt_queued.get(i).copied().unwrap_or(0),
                 queued_bytes: c.queue.bytes(),
+                queued_bytes_max: CLASS_LIMIT_BYTES,
                 flows_now: c.queue.active_flows(),
                 sharing_flows: c.queue.share().flows(),
                 fair_share_mbps: c

@@ -113,6 +113,9 @@ impl Tunnel {
             reassembled: self.frag.reasm.reassembled,
             reassembled_late: self.frag.reasm.reassembled_late,
             parked_now: self.frag.reasm.parked(),
+            held_bytes: self.frag.reasm.held_bytes(),
+            held_bytes_max: crate::reassembly::MAX_PACKET_BYTES
+                + crate::reassembly::PARKED_BYTES_MAX,
             mss_clamp: self
                 .frag
                 .mss_clamp

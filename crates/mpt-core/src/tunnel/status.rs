@@ -20,6 +20,9 @@ use crate::{Nanos, PathId};
 pub struct ReorderStatus {
     pub window: u64,
     pub held_now: usize,
+    /// Bytes of packets held now, and the bound on them.
+    pub held_bytes: usize,
+    pub bytes_max: usize,
     pub next_seq: u64,
     /// The margin a gap is waited for beyond its paths' delays, ms
     /// (`crate::release::LateMargin`).
@@ -32,6 +35,9 @@ pub struct ReorderStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct QueueStatus {
     pub packets_now: usize,
+    /// Bytes waiting now, and the cap on them.
+    pub bytes_now: usize,
+    pub bytes_max: usize,
     /// The bound: longest expected wait admitted, milliseconds.
     pub max_ms: f64,
     #[serde(flatten)]
@@ -78,6 +84,10 @@ pub struct FragmentStatus {
     pub reassembled: u64,
     pub reassembled_late: u64,
     pub parked_now: usize,
+    /// Bytes held for reassembly (the packet under way and the parked
+    /// pieces), and the bound on them.
+    pub held_bytes: usize,
+    pub held_bytes_max: usize,
     /// The MSS bound of routed TCP, IPv4 and IPv6 (`None`: no clamp).
     pub mss_clamp: Option<(u16, u16)>,
     /// Routed TCP SYNs whose MSS was lowered.
@@ -126,12 +136,16 @@ impl Tunnel {
             reorder: ReorderStatus {
                 window: self.reorder.capacity(),
                 held_now: self.reorder.held(),
+                held_bytes: self.reorder.held_bytes(),
+                bytes_max: self.reorder.bytes_max(),
                 next_seq: self.reorder.next_seq(),
                 late_margin_ms: self.late_margin_ms(),
                 stats: self.reorder.stats().clone(),
             },
             queue: (self.paced || self.queue.stats().staged > 0).then(|| QueueStatus {
                 packets_now: self.queue.packets(),
+                bytes_now: self.queue.total_bytes(),
+                bytes_max: self.queue.max_bytes(),
                 max_ms: self.queue_max as f64 / crate::NANOS_PER_MS as f64,
                 stats: self.queue.stats().clone(),
             }),

@@ -1,0 +1,49 @@
+//! Tests of the recovery ring and its bounds.
+
+use super::*;
+
+#[test]
+fn the_ring_holds_at_most_its_bytes_and_keeps_the_newest() {
+    let mut r = Recovery::new();
+    let body_max = 1400;
+    // 4096 packets of 11,440 bytes would be 47 MB.
+    let pkt = vec![0x45u8; 11_440];
+    for seq in 0..RING_PACKETS as u64 {
+        r.store(0, seq, 0, &pkt);
+        assert!(r.held_bytes <= RING_BYTES_MAX, "{seq}: {}", r.held_bytes);
+    }
+    assert_eq!(r.stats.ring_bytes, r.held_bytes as u64);
+    let newest = RING_PACKETS as u64 - 1;
+    assert!(r.find(newest, body_max).is_some());
+    let kept = RING_BYTES_MAX / 11_440;
+    assert!(r.find(newest - kept as u64 + 2, body_max).is_some());
+    assert!(r.find(0, body_max).is_none(), "the oldest made room");
+    // Small packets all fit: every one of the last 4096 is held.
+    let small = vec![0x45u8; 1200];
+    for seq in RING_PACKETS as u64..3 * RING_PACKETS as u64 {
+        r.store(0, seq, 0, &small);
+    }
+    let last = 3 * RING_PACKETS as u64 - 1;
+    assert!((0..RING_PACKETS as u64).all(|k| r.find(last - k, body_max).is_some()));
+    assert!(r.held_bytes <= RING_BYTES_MAX);
+}
+
+#[test]
+fn the_ring_keeps_copies_only_while_a_request_can_come() {
+    const MS: Nanos = NANOS_PER_MS;
+    assert_eq!(keep_for(100 * MS, 40 * MS, 100 * MS), 280 * MS);
+    let mut r = Recovery::new();
+    r.set_keep(280 * MS);
+    assert_eq!(r.stats.ring_keep_ms, 280);
+    // 1400-byte packets every millisecond (11.2 Mbit/s) for 2 s.
+    let pkt = vec![0x45u8; 1400];
+    for seq in 0..2_000u64 {
+        r.store(seq * MS, seq, 0, &pkt);
+    }
+    let newest = 1_999;
+    assert!(r.find(newest, 1400).is_some());
+    assert!(r.find(newest - 280, 1400).is_some(), "kept for 280 ms");
+    assert!(r.find(newest - 300, 1400).is_none(), "older ones went");
+    assert!(r.held_bytes <= 282 * 1500, "{}", r.held_bytes);
+    assert!(r.spare.len() <= SPARE_BUFFERS);
+}
