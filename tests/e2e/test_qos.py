@@ -62,6 +62,8 @@ def test_voip_keeps_its_delay_beside_a_flood_and_the_classes_show(workdir: Path)
     assert be["dropped_full"] + be["dropped_aqm"] + be["dropped_expired"] + be["dropped_share"] > 0
     drops = st["status"]["drops"]
     assert drops["class_full"] + drops["aqm"] + drops["queue_full"] + drops["flow_share"] > 0
+    # The kernel's drops at the TUN's queue, before mpt, are counted too.
+    assert "tun_queue_full" in drops, drops
     assert (
         "QoS classes" in st["human"]
         and "realtime (precedence 0, real-time, outer DSCP copied)" in st["human"]

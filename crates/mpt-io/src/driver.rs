@@ -533,6 +533,13 @@ impl Driver {
                 "uptime_s".into(),
                 json!(self.started.elapsed().as_secs_f64()),
             );
+            if let (Some(Value::Object(d)), Ok(n)) = (
+                m.get_mut("drops"),
+                crate::netcfg::tun_queue_drops(&self.identity.name),
+            ) {
+                // Before mpt: the kernel's, at the TUN's full queue.
+                d.insert("tun_queue_full".into(), json!(n));
+            }
             m.insert("addresses".into(), json!(self.identity.addresses));
             m.insert("control_socket".into(), json!(self.identity.control_socket));
             let socks: Vec<Value> = e

@@ -565,6 +565,12 @@ impl HubDriver {
                 s
             })
             .collect();
+        let mut drops = total.get("drops").cloned().unwrap_or(json!({}));
+        if let (Value::Object(d), Ok(n)) = (&mut drops, crate::netcfg::tun_queue_drops(&self.name))
+        {
+            // Before mpt: the kernel's, at the TUN's full queues.
+            d.insert("tun_queue_full".into(), json!(n));
+        }
         json!({
             "schema": STATUS_SCHEMA,
             "name": self.name,
@@ -575,7 +581,7 @@ impl HubDriver {
             "peers_configured": c.peer_count(),
             "peers_connected": peers.iter().filter(|p| p["connected"] == json!(true)).count(),
             "peers": peers,
-            "drops": total.get("drops").cloned().unwrap_or(json!({})),
+            "drops": drops,
             "cookies_sent": total["cookies_sent"],
             "tun_write_failures": total["tun_write_failures"],
             "io": total["io"],

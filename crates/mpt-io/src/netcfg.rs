@@ -105,6 +105,11 @@ impl Netlink {
 
     /// The index of interface `dev`.
     fn index(&mut self, dev: &str) -> io::Result<u32> {
+        self.link(dev).map(|l| l.header.index)
+    }
+
+    /// Interface `dev`'s link message (its index, attributes, counters).
+    fn link(&mut self, dev: &str) -> io::Result<LinkMessage> {
         let mut m = LinkMessage::default();
         m.attributes.push(LinkAttribute::IfName(dev.to_string()));
         let answer = self
@@ -113,11 +118,26 @@ impl Netlink {
         answer
             .into_iter()
             .find_map(|r| match r {
-                RouteNetlinkMessage::NewLink(l) => Some(l.header.index),
+                RouteNetlinkMessage::NewLink(l) => Some(l),
                 _ => None,
             })
             .ok_or_else(|| io::Error::other(format!("no interface {dev}")))
     }
+}
+
+/// Packets the kernel dropped because the TUN device `dev`'s queue was
+/// full ([`TUN_TXQUEUELEN`]): its `tx_dropped`, the packets routed into
+/// the tunnel that mpt did not read in time. Over rtnetlink, so it is the
+/// interface of the daemon's own network namespace.
+pub fn tun_queue_drops(dev: &str) -> io::Result<u64> {
+    let link = Netlink::open()?.link(dev)?;
+    link.attributes
+        .iter()
+        .find_map(|a| match a {
+            LinkAttribute::Stats64(s) => Some(s.tx_dropped),
+            _ => None,
+        })
+        .ok_or_else(|| io::Error::other(format!("no counters for {dev}")))
 }
 
 fn family(ip: &IpAddr) -> AddressFamily {
