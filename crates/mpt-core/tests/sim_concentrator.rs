@@ -175,9 +175,6 @@ impl World {
             let t = &mut self.clients[c as usize];
             let mut out = vec![];
             while let Some(tx) = t.poll_transmit(now, &mut buf) {
-                out.push((tx, buf[..tx.len].to_vec()));
-            }
-            while let Some(tx) = t.poll_queued(now, &mut buf) {
                 let mut d = buf[..tx.len].to_vec();
                 if t.sealer().seal(tx.seal, &mut d) {
                     out.push((tx, d));
@@ -209,9 +206,6 @@ impl World {
             let mut out = vec![];
             if let Some(t) = self.servers[s].tunnel_mut(id) {
                 while let Some(tx) = t.poll_transmit(now, buf) {
-                    out.push((tx, buf[..tx.len].to_vec()));
-                }
-                while let Some(tx) = t.poll_queued(now, buf) {
                     let mut d = buf[..tx.len].to_vec();
                     if t.sealer().seal(tx.seal, &mut d) {
                         out.push((tx, d));

@@ -10,7 +10,7 @@ use common::*;
 use mpt_core::ecn_tunnel::{inner_ecn, ECT0, ECT1};
 use mpt_core::qos::ecn::{CE, ECN_MASK, NOT_ECT};
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{Received, Tunnel};
+use mpt_core::tunnel::{Carries, Received, Tunnel};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 
@@ -55,7 +55,10 @@ fn transmit(sim: &mut Sim, now: Nanos, pkt: &[u8]) -> Vec<(Vec<u8>, u8)> {
         out.push((buf[..tx.len].to_vec(), tx.tos));
     }
     let mut q = vec![0u8; 8192];
-    while let Some(tx) = sim.t[0].poll_queued(now, &mut q) {
+    while let Some(tx) = sim.t[0].poll_transmit(now, &mut q) {
+        if tx.carries == Carries::Control {
+            continue;
+        }
         let mut d = q[..tx.len].to_vec();
         assert!(sim.t[0].sealer().seal(tx.seal, &mut d));
         out.push((d, tx.tos));

@@ -293,9 +293,10 @@ impl Tap {
             return;
         };
         let f = match Header::new_checked(dgram) {
-            // A fragment's piece is not a packet: the datagram capture
-            // shows it, the inner one shows packets that travelled whole.
-            Ok(h) if h.packet_type() == PacketType::Fragment => return,
+            // A fragment's piece is not a packet, nor is a control
+            // packet: the datagram capture shows them, the inner one shows
+            // packets that travelled whole.
+            Ok(h) if h.packet_type() != PacketType::Data => return,
             Ok(h) => h.fields(),
             Err(_) => return,
         };

@@ -207,12 +207,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 }
             }
         }
-        self.send_fragments(peer, now);
+        self.send_output(peer, now);
     }
 
-    /// The other pieces of a packet cut into fragments, right behind its
-    /// first (each path carries tunnel sequence numbers in order).
-    fn send_fragments(&mut self, peer: PeerId, now: Nanos) {
+    /// What the peer's tunnel has to send behind the packet just sent
+    /// ([`mpt_core::tunnel::Tunnel::poll_transmit`], in its order).
+    fn send_output(&mut self, peer: PeerId, now: Nanos) {
         let Hub {
             conc,
             paths,
@@ -223,7 +223,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         let Some(t) = conc.tunnel_mut(peer) else {
             return;
         };
-        while let Some(tx) = t.poll_fragment(now, scratch) {
+        while let Some(tx) = t.poll_transmit(now, scratch) {
             if let Some(e) = seal_and_send(t, paths, io, scratch, &tx) {
                 t.on_send_error(tx.path, is_hard(&e), now);
             }
@@ -364,12 +364,6 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             let peer_name = &cfg.name;
             let mut failed = vec![];
             while let Some(tx) = t.poll_transmit(now, scratch) {
-                io.udp_send_calls += 1;
-                if let Err(e) = paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
-                    failed.push((tx.path, is_hard(&e)));
-                }
-            }
-            while let Some(tx) = t.poll_queued(now, scratch) {
                 if let Some(e) = seal_and_send(t, paths, io, scratch, &tx) {
                     failed.push((tx.path, is_hard(&e)));
                 }

@@ -501,7 +501,7 @@ impl Concentrator {
     }
 
     /// The next peer that may have output, to drain with
-    /// [`Concentrator::tunnel_mut`] (`poll_transmit`, `poll_queued`,
+    /// [`Concentrator::tunnel_mut`] (`poll_transmit`,
     /// `deliver_ready`, `poll_event`) and then [`Concentrator::rearm`];
     /// `None` when no peer has any.
     pub fn next_busy(&mut self) -> Option<PeerId> {
@@ -568,7 +568,7 @@ impl Concentrator {
 
     /// Run the timers of every peer due at `now`, each once; those peers
     /// join the work list. (A peer's next deadline may already be due —
-    /// queued packets wait for `poll_queued`, not for a timer — so the due
+    /// queued packets wait for `poll_transmit`, not for a timer — so the due
     /// peers are collected first: re-armed ones wait for the next call.)
     pub fn handle_timeout(&mut self, now: Nanos) {
         let mut due = std::mem::take(&mut self.due_scratch);

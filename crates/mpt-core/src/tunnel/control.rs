@@ -224,8 +224,9 @@ impl Tunnel {
     /// Write the next due control packet into `buf` (at least 256 bytes):
     /// handshake responses and cookie replies, then initiations, then NACKs,
     /// path validation, echoes, probes and receiver reports (each echo and
-    /// probe carries a report too).
-    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+    /// probe carries a report too); complete (sealed). Part of
+    /// [`Tunnel::poll_transmit`].
+    pub(super) fn poll_control(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < 256 {
             return None;
         }
@@ -237,7 +238,8 @@ impl Tunnel {
                 local_key,
                 dst,
                 len: bytes.len(),
-                seal: None,
+                seal: super::Seal::Done,
+                carries: super::Carries::Control,
                 tos: 0,
             });
         }
@@ -331,7 +333,8 @@ impl Tunnel {
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
             len,
-            seal,
+            seal: seal.into(),
+            carries: super::Carries::Control,
             tos: 0,
         };
         self.seal_or_count(tx, buf)

@@ -12,8 +12,8 @@
 //! Send side: a packet of `len` bytes takes [`Tunnel::seq_span`]
 //! consecutive tunnel sequence numbers when it enters (the queue, the
 //! staging area or the wire); `emit_data` sends its piece 0 in the
-//! caller's buffer and keeps the rest in `FragOut`; [`Tunnel::poll_fragment`]
-//! (and [`Tunnel::poll_queued`], which calls it first) hands out the rest.
+//! caller's buffer and keeps the rest in `FragOut`; [`Tunnel::poll_transmit`]
+//! hands out the rest before anything else (`output.rs`).
 //! Loss recovery keeps the whole packet under its first sequence number
 //! and resends single pieces.
 //!
@@ -27,8 +27,9 @@
 //! * a packet that fits one datagram (`len <= body_max`) is sent exactly
 //!   as before: one data packet, one sequence number;
 //! * pieces waiting in `FragOut` are bounded by the caller draining them:
-//!   the engine calls [`Tunnel::poll_fragment`] after every send, and
-//!   [`Tunnel::poll_queued`] drains them before anything else; their
+//!   callers drain [`Tunnel::poll_transmit`] after every send (at most
+//!   [`Tunnel::send_batch_max`] sends, one when packets may be cut),
+//!   which hands them out before anything else; their
 //!   buffers are reused;
 //! * a reassembled packet is delivered before anything released after
 //!   its last piece (order is kept).
@@ -127,7 +128,7 @@ impl Tunnel {
 
     /// Cut the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]` (longer
     /// than one datagram carries): piece 0 is encapsulated in `buf`, the
-    /// rest waits for [`Tunnel::poll_fragment`]. Accounting as for a data
+    /// rest waits for [`Tunnel::poll_transmit`]. Accounting as for a data
     /// packet is the caller's (`emit_data`).
     #[allow(clippy::too_many_arguments)] // emit_data's, as they are
     pub(super) fn emit_first_fragment(
@@ -246,8 +247,9 @@ impl Tunnel {
 
     /// The next piece of a packet whose first piece has left, in `buf`
     /// (room for the header, one datagram's body and the tag), to seal like
-    /// [`Tunnel::send_unsealed`]'s. Call after every send until `None`.
-    pub fn poll_fragment(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+    /// [`Tunnel::send_unsealed`]'s (the first source of
+    /// [`Tunnel::poll_transmit`]).
+    pub(super) fn poll_fragment(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         loop {
             let at = self.next_piece_index(now)?;
             let f = &mut self.frag.out[at];
@@ -294,7 +296,8 @@ impl Tunnel {
                 self.senders[path as usize].on_send(total);
             }
             self.frag.tx_fragments += 1;
-            return Some(self.data_transmit(path, dst, total, seal, tos));
+            let carries = super::Carries::Piece;
+            return Some(self.data_transmit(path, dst, total, seal, tos, carries));
         }
     }
 

@@ -52,7 +52,8 @@ impl Tunnel {
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
             len: total,
-            seal: None,
+            seal: super::Seal::Done,
+            carries: super::Carries::Control,
             tos: 0,
         })
     }

@@ -15,8 +15,10 @@
 //!   buffer ([`Received::Deliver`]), early data is copied into the reorder
 //!   buffer and handed out by [`Tunnel::deliver_ready`] (see `recv.rs`,
 //!   `split.rs`);
-//! * [`Tunnel::poll_transmit`] — handshake messages, probes and echoes,
-//!   complete;
+//! * [`Tunnel::poll_transmit`] — everything else that leaves, in the
+//!   order the wire needs it: the rest of a packet cut into pieces,
+//!   control packets (handshakes, probes, echoes, reports, recovery), and
+//!   packets that waited for their path (`output.rs`);
 //! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers;
 //! * [`Tunnel::poll_event`] — events for the log (path up/down, sessions,
 //!   address changes).
@@ -35,6 +37,7 @@ mod ecn;
 pub use ecn::EcnStats;
 mod fragment;
 mod handshake;
+mod output;
 mod pairing;
 mod path_loss;
 mod paths;
@@ -155,13 +158,35 @@ pub struct Transmit {
     pub local_key: usize,
     pub dst: SocketAddr,
     pub len: usize,
-    /// What [`Sealer::seal`] still needs to do for this datagram: `Some`
-    /// only from [`Tunnel::send_unsealed`] on a secure tunnel; `None` when
-    /// the datagram is complete (sealed, plaintext, or a handshake message).
-    pub seal: Option<SealTicket>,
+    /// Whether the datagram is complete or still needs [`Sealer::seal`].
+    pub seal: Seal,
+    /// What it carries (a capture shows inner packets, not control).
+    pub carries: Carries,
     /// The outer header's TOS / traffic-class byte (its class's
     /// [`crate::qos::OuterDscp`]; 0 for control packets).
     pub tos: u8,
+}
+
+/// Whether a [`Transmit`]'s datagram still needs its seal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// Complete as it is: a control packet (sealed when it was made), a
+    /// handshake message, or any datagram of a plaintext tunnel.
+    Done,
+    /// A data packet or piece whose body [`Sealer::seal`] seals with this
+    /// ticket before it leaves (a batch at a time, on the workers).
+    Pending(SealTicket),
+}
+
+/// What a [`Transmit`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carries {
+    /// An inner packet whole, or the first piece of one cut in pieces.
+    Packet,
+    /// A later piece of a packet cut in pieces (`fragment.rs`).
+    Piece,
+    /// A control or handshake packet of the tunnel's own.
+    Control,
 }
 
 /// Result of [`Tunnel::recv`].
@@ -307,7 +332,7 @@ pub struct Tunnel {
     staged: std::collections::VecDeque<(u8, Vec<u8>)>,
     paced: bool,
     queue_max: Nanos,
-    /// The path [`Tunnel::poll_queued`] looks at first (round robin).
+    /// The path `poll_queued` looks at first (round robin).
     release_next: usize,
     /// A release of `release_next`'s waiting packets is under way.
     releasing: bool,

@@ -12,7 +12,7 @@
 //! * otherwise it is copied into the path's FIFO in [`SendQueue`] if it is
 //!   expected to leave within the queue bound, and dropped
 //!   ([`DropReason::QueueFull`]) if not;
-//! * [`Tunnel::poll_queued`] releases waiting packets as budgets refill;
+//! * [`Tunnel::poll_transmit`] releases waiting packets as budgets refill;
 //!   [`Tunnel::poll_timeout`] includes the next refill.
 //!
 //! Invariants:
@@ -25,7 +25,7 @@
 //!   behaviour is the static-share tunnel's;
 //! * a path carries tunnel sequence numbers in order: the pieces of a
 //!   packet cut into fragments leave before any later packet on its path
-//!   (callers drain [`Tunnel::poll_fragment`] after every send, and a
+//!   (callers drain [`Tunnel::poll_transmit`] after every send, and a
 //!   paced send queues behind pieces still waiting);
 //! * before the first session, the latest [`STAGED_MAX_PACKETS`] packets
 //!   wait for it (as wireguard-go stages them; older ones are dropped as
@@ -74,7 +74,7 @@ impl Tunnel {
     /// and [`Transmit::seal`] (in parallel, a batch at a time) before the
     /// datagram leaves. `Transmit::len` includes the tag's room.
     /// [`Tunnel::send`] does both at once. `None`: the packet waits in
-    /// the send queue ([`Tunnel::poll_queued`] sends it later) or was
+    /// the send queue ([`Tunnel::poll_transmit`] sends it later) or was
     /// dropped (counted).
     pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
         if len > self.mtu
@@ -204,7 +204,7 @@ impl Tunnel {
         self.paths[path as usize].tail_since = Some(now);
         self.counters.tx_packets += 1;
         self.counters.tx_bytes += len as u64;
-        Some(self.data_transmit(path, dst, total, seal, tos))
+        Some(self.data_transmit(path, dst, total, seal, tos, super::Carries::Packet))
     }
 
     /// A data datagram of `len` bytes leaving on `path` for `dst`.
@@ -215,13 +215,15 @@ impl Tunnel {
         len: usize,
         seal: Option<super::SealTicket>,
         tos: u8,
+        carries: super::Carries,
     ) -> Transmit {
         Transmit {
             path,
             local_key: self.paths[path as usize].cfg.local_key,
             dst,
             len,
-            seal,
+            seal: seal.into(),
+            carries,
             tos,
         }
     }
@@ -234,10 +236,7 @@ impl Tunnel {
     /// ([`crate::pace::TokenBucket::release_need`]) and then goes on while
     /// it has budget, so that its packets leave together (one batch send)
     /// before the next path's. Call until `None`, at one `now`.
-    pub fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(t) = self.poll_fragment(now, buf) {
-            return Some(t);
-        }
+    pub(super) fn poll_queued(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if !self.staged.is_empty() && !self.staging() {
             self.unstage(now);
         }

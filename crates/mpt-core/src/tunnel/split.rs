@@ -60,12 +60,12 @@ impl Sealer<'_> {
     }
 
     /// Seal `datagram` (its whole length, the tag's room at the end) in
-    /// place with the session and nonce of `ticket` ([`Transmit::seal`];
-    /// `None`: nothing to seal, the datagram is complete). `false` means it
-    /// must not be sent: the session is gone (expired while queued) or a
-    /// ticket reached a plaintext tunnel.
-    pub fn seal(&self, ticket: Option<SealTicket>, datagram: &mut [u8]) -> bool {
-        let Some(t) = ticket else {
+    /// place as its [`Transmit::seal`] says ([`super::Seal::Done`]: nothing
+    /// to seal, the datagram is complete). `false` means it must not be
+    /// sent: the session is gone (expired while queued) or a ticket
+    /// reached a plaintext tunnel.
+    pub fn seal(&self, seal: super::Seal, datagram: &mut [u8]) -> bool {
+        let super::Seal::Pending(t) = seal else {
             return true;
         };
         let Some(c) = self.crypto else {
@@ -152,7 +152,10 @@ impl Tunnel {
     /// (`no_session`) and not returned.
     pub(super) fn seal_or_count(&mut self, tx: Transmit, buf: &mut [u8]) -> Option<Transmit> {
         if self.sealer().seal(tx.seal, &mut buf[..tx.len]) {
-            Some(Transmit { seal: None, ..tx })
+            Some(Transmit {
+                seal: super::Seal::Done,
+                ..tx
+            })
         } else {
             self.drops.add(DropReason::NoSession);
             None

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 
 use mpt_core::crypto::state::SecurityConfig;
 pub use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{Event, Received, ReleaseKind, Tunnel, TunnelConfig};
+use mpt_core::tunnel::{Carries, Event, Received, ReleaseKind, Tunnel, TunnelConfig};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, NANOS_PER_MS};
 
@@ -235,21 +235,20 @@ impl Sim {
 
     pub fn pump_control(&mut self, now: Nanos) {
         for side in 0..2 {
-            let mut buf = [0u8; 2048];
-            while let Some(tx) = self.t[side].poll_transmit(now, &mut buf) {
-                let link = self.link(side, tx.path as usize);
-                self.emit(now, side, link, buf[..tx.len].to_vec(), None);
-            }
-            // Packets that waited in the send queue (paced paths, or held
-            // for the first session).
+            // Control packets, and packets that waited in the send queue
+            // (paced paths, or held for the first session).
             let mut qbuf = vec![0u8; 8192];
-            while let Some(tx) = self.t[side].poll_queued(now, &mut qbuf) {
+            while let Some(tx) = self.t[side].poll_transmit(now, &mut qbuf) {
+                let link = self.link(side, tx.path as usize);
+                if tx.carries == Carries::Control {
+                    self.emit(now, side, link, qbuf[..tx.len].to_vec(), None);
+                    continue;
+                }
                 let idx = index_of(&qbuf[HEADER_LEN..]);
                 let mut d = qbuf[..tx.len].to_vec();
                 if !self.t[side].sealer().seal(tx.seal, &mut d) {
                     continue;
                 }
-                let link = self.link(side, tx.path as usize);
                 if side == 0 {
                     self.sent_on_path[link] += 1;
                     self.queued_tos.push((idx, tx.tos));

@@ -27,7 +27,7 @@ use mpt_core::Nanos;
 use serde::Serialize;
 
 use crate::batch::{RecvBatch, Span, TxBatch};
-use crate::capture::{Dir, Tap};
+use crate::capture::Tap;
 use crate::events::EventLog;
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::tunwrite::{TunWriter, WriteStats};
@@ -226,7 +226,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         if let Some(t) = self.capture.as_mut() {
             t.active(now);
         }
-        self.release_queued();
+        self.send_output();
         if ready.tun {
             ready.tun = self.pump_tun();
         }
@@ -241,23 +241,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             self.deliver_ready();
             self.flush_writer();
         }
-        self.flush_control(now);
-        self.release_queued();
+        self.send_output();
         self.log_events();
-    }
-
-    /// Send what the core has to say by itself (handshakes, probes).
-    fn flush_control(&mut self, now: Nanos) {
-        while let Some(tx) = self.tunnel.poll_transmit(now, &mut self.scratch) {
-            let d = &self.scratch[..tx.len];
-            let wall = self.wall(now);
-            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-                tap.datagram(Dir::Out, tx.local_key, wall, d);
-            }
-            if let Err(e) = self.paths.send_to(tx.local_key, d, tx.dst) {
-                self.tunnel.on_send_error(tx.path, is_hard(&e), now);
-            }
-        }
     }
 
     fn log_events(&mut self) {

@@ -11,14 +11,16 @@
 //! own ticket, on the workers, and each socket's slots leave in one batch
 //! send.
 //!
-//! Packets that wait in the core's send queue (their path's pacing budget
-//! is spent) leave through the same slots when the budget refills
-//! ([`Engine::release_queued`], each turn and at the core's deadline).
+//! Everything else the core has to send (control packets, and packets
+//! that waited in its queues) leaves through the same slots, in the order
+//! the core gives ([`Tunnel::poll_transmit`], drained after every
+//! [`Tunnel::send_batch_max`] sends, each turn and at the core's
+//! deadline: [`Engine::send_output`]).
 //!
 //! Invariants:
-//! * the pieces of a packet cut into fragments leave right behind its
-//!   first piece, before any later packet
-//!   ([`mpt_core::tunnel::Tunnel::poll_fragment`] after every send);
+//! * datagrams leave each socket in the order the core made them: after
+//!   at most [`Tunnel::send_batch_max`] packets handed to the core, its
+//!   output is drained before the next packet is read;
 //! * nothing leaves unsealed when security is on: a slot whose seal fails
 //!   is dropped and counted (`no_session`);
 //! * a session change between a packet's encapsulation and its seal does
@@ -49,7 +51,7 @@ fn meta(tx: &Transmit) -> TxMeta {
         dst: tx.dst,
         path: tx.path,
         len: tx.len,
-        seal: tx.seal,
+        seal: tx.seal.ticket(),
         tos: tx.tos,
     }
 }
@@ -91,7 +93,7 @@ impl<P: PathIo> Flush<'_, P> {
             self.seal_ok.resize(spans.len(), false);
             self.workers
                 .for_each(bufs, spans, self.seal_ok, &|j, d: &mut [u8]| {
-                    sealer.seal(tickets[j], d)
+                    sealer.seal(tickets[j].into(), d)
                 });
             let failed = self.tx.sealed(self.seal_ok);
             for _ in 0..failed {
@@ -144,26 +146,14 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         more
     }
 
-    /// Send what waits in the core's queue and whose path has budget now,
-    /// through the transmit slots like packets read from the TUN.
-    pub(super) fn release_queued(&mut self) {
-        if self.tunnel.queued() == 0 {
-            return;
-        }
+    /// Send what the core has to send by itself now (control packets,
+    /// packets whose path has budget again), through the transmit slots
+    /// like packets read from the TUN.
+    pub(super) fn send_output(&mut self) {
         let now = self.clock.now();
-        loop {
-            if self.tx.is_full() {
-                self.flush_tx();
-            }
-            let Some(slot) = self.tx.slot() else {
-                break;
-            };
-            match self.tunnel.poll_queued(now, slot) {
-                Some(t) => self.tx.commit(meta(&t)),
-                None => break,
-            }
-        }
-        self.flush_tx();
+        let (mut flush, tunnel) = self.flush_parts();
+        drain_output(&mut flush, tunnel, now);
+        flush.run(tunnel, now);
     }
 
     fn flush_tx(&mut self) {
@@ -200,18 +190,17 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         (flush, tunnel)
     }
 
-    /// One batch read straight into the free transmit slots.
+    /// One batch read straight into the free transmit slots, in reads of
+    /// as many packets as the core takes before its output is drained.
     fn pump_tun_plain(&mut self) -> bool {
-        if self.tunnel.datagram_body_max() >= self.tunnel.mtu() {
-            return self.read_into_slots(BATCH_PACKETS);
-        }
-        // A packet may leave in pieces, which go out before any later
-        // packet (each path carries tunnel sequence numbers in order):
-        // one packet per read, its pieces behind it.
-        for _ in 0..BATCH_PACKETS {
-            if !self.read_into_slots(1) {
+        let per_read = self.tunnel.send_batch_max().clamp(1, BATCH_PACKETS);
+        let mut read = 0;
+        while read < BATCH_PACKETS {
+            let want = per_read.min(BATCH_PACKETS - read);
+            if !self.read_into_slots(want) {
                 return false;
             }
+            read += want;
         }
         true
     }
@@ -246,17 +235,17 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 None => self.tx.skip(),
             }
         }
-        // The rest of a packet cut into fragments (with `max` = 1, right
-        // behind it).
-        self.drain_fragments(now);
+        // What the core has to send behind them (`max` is at most
+        // `send_batch_max`).
+        self.drain_output(now);
         n == want
     }
 
-    /// Send the pieces still waiting of packets cut into fragments
-    /// ([`Tunnel::poll_fragment`]), through the transmit slots.
-    fn drain_fragments(&mut self, now: Nanos) {
+    /// Put the core's output ([`Tunnel::poll_transmit`]) into the transmit
+    /// slots behind what is there.
+    fn drain_output(&mut self, now: Nanos) {
         let (mut flush, tunnel) = self.flush_parts();
-        drain_fragments(&mut flush, tunnel, now);
+        drain_output(&mut flush, tunnel, now);
     }
 
     /// Whether to go on after a failed read (only if interrupted).
@@ -335,7 +324,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             Some(t) => self.tx.commit(meta(&t)),
             None => self.tx.skip(),
         }
-        self.drain_fragments(now);
+        self.drain_output(now);
     }
 
     /// Cut a super-packet into segments, each straight into its transmit
@@ -348,8 +337,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         };
         let now = self.clock.now();
         let (mut flush, tunnel) = self.flush_parts();
+        let per_drain = tunnel.send_batch_max();
         let mut burst = tunnel.burst(now, pkt.len(), count);
         let mut cut = 0;
+        let mut undrained = 0;
         for i in 0..count {
             if flush.tx.is_full() {
                 flush.run(&mut burst, now);
@@ -366,10 +357,17 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 Some(t) => flush.tx.commit(meta(&t)),
                 None => flush.tx.skip(),
             }
-            drain_fragments(&mut flush, &mut burst, now);
+            undrained += 1;
+            if undrained >= per_drain {
+                drain_output(&mut flush, &mut burst, now);
+                undrained = 0;
+            }
             cut += 1;
         }
         drop(burst);
+        if undrained > 0 {
+            drain_output(&mut flush, tunnel, now);
+        }
         let io = &mut *flush.io;
         let (supers, segments) = if udp {
             (&mut io.uso_super_packets, &mut io.uso_segments)
@@ -381,9 +379,9 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 }
 
-/// Send the waiting pieces of fragmented packets through the free transmit
-/// slots, flushing when they run out.
-fn drain_fragments<P: PathIo>(flush: &mut Flush<'_, P>, tunnel: &mut Tunnel, now: Nanos) {
+/// Put the core's output ([`Tunnel::poll_transmit`], in its order) into the
+/// free transmit slots, flushing when they run out.
+fn drain_output<P: PathIo>(flush: &mut Flush<'_, P>, tunnel: &mut Tunnel, now: Nanos) {
     loop {
         if flush.tx.is_full() {
             flush.run(tunnel, now);
@@ -391,7 +389,7 @@ fn drain_fragments<P: PathIo>(flush: &mut Flush<'_, P>, tunnel: &mut Tunnel, now
         let Some(slot) = flush.tx.slot() else {
             return;
         };
-        match tunnel.poll_fragment(now, slot) {
+        match tunnel.poll_transmit(now, slot) {
             Some(t) => flush.tx.commit(meta(&t)),
             None => return,
         }

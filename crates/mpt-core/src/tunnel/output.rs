@@ -1,0 +1,77 @@
+//! The tunnel's output, in the order the wire needs it: one poll for every
+//! datagram the core has to send (quinn-proto's `poll_transmit` is the
+//! model).
+//!
+//! Three sources feed the wire besides the packet a caller has just
+//! handed to [`Tunnel::send_unsealed`]:
+//!
+//! 1. the rest of a packet cut into pieces (`fragment.rs`): they leave
+//!    right behind its first piece, before any later packet on its path;
+//! 2. control packets (`control.rs`): handshake messages, recovery
+//!    requests and resends, path validation, echoes, probes, reports;
+//! 3. packets that waited for their path's pacing budget, or for the first
+//!    session (`send.rs`, the QoS stage in `qos.rs`).
+//!
+//! [`Tunnel::poll_transmit`] yields them in that order. The caller's only
+//! rule: after at most [`Tunnel::send_batch_max`] calls to
+//! [`Tunnel::send_unsealed`], and whenever [`Tunnel::poll_timeout`] is
+//! due, poll until `None`, sending each datagram in the order given
+//! (sealing it first when its [`Transmit::seal`] is
+//! [`Seal::Pending`]). The I/O layer knows nothing of pieces or queues.
+//!
+//! Invariants:
+//! * a path carries tunnel sequence numbers in order: pieces come before
+//!   control packets (whose frontier assumes them sent) and queued data;
+//! * a datagram handed out has been counted as sent (path sequence, pacing
+//!   budget, recovery ring); one that cannot be made is counted as a drop
+//!   and skipped, never handed out half made;
+//! * no allocation: each source reuses its buffers.
+
+use super::{Seal, Transmit, Tunnel};
+use crate::Nanos;
+
+impl Tunnel {
+    /// The next datagram to send, written into `buf`: the pieces still
+    /// waiting of a packet cut into fragments, then control packets, then
+    /// packets whose path has budget again. `buf` needs room for the
+    /// header, the largest inner packet and the tag (a transmit slot).
+    /// Call until `None` at one `now`; see the module doc for when.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.poll_fragment(now, buf) {
+            return Some(t);
+        }
+        if let Some(t) = self.poll_control(now, buf) {
+            return Some(t);
+        }
+        self.poll_queued(now, buf)
+    }
+
+    /// How many packets [`Tunnel::send_unsealed`] may take before the
+    /// caller polls [`Tunnel::poll_transmit`] to the end: one when a packet
+    /// may leave in several datagrams (they go before the next packet, so
+    /// a caller that placed the next packet in its batch already would
+    /// send it too early); unlimited otherwise.
+    pub fn send_batch_max(&self) -> usize {
+        if self.frag.body_max >= self.mtu {
+            usize::MAX
+        } else {
+            1
+        }
+    }
+}
+
+impl Seal {
+    /// The ticket to seal with, if the datagram still needs it.
+    pub fn ticket(self) -> Option<super::SealTicket> {
+        match self {
+            Seal::Done => None,
+            Seal::Pending(t) => Some(t),
+        }
+    }
+}
+
+impl From<Option<super::SealTicket>> for Seal {
+    fn from(t: Option<super::SealTicket>) -> Self {
+        t.map_or(Seal::Done, Seal::Pending)
+    }
+}
