@@ -20,6 +20,7 @@
 
 use std::net::SocketAddr;
 
+use super::slot;
 use super::{Event, Transmit, Tunnel};
 use crate::wire::{PacketType, ProbeBody, HEADER_LEN, REPORT_BODY_LEN};
 use crate::{Nanos, PathId, NANOS_PER_MS};
@@ -41,7 +42,7 @@ impl Tunnel {
         self.paths
             .iter()
             .enumerate()
-            .filter(|(i, p)| p.rx_up && self.leaving[*i].is_none())
+            .filter(|(i, p)| p.rx_up && self.paths[*i].leaving.is_none())
             .fold(0, |m, (i, _)| m | (1 << i))
     }
 
@@ -51,12 +52,12 @@ impl Tunnel {
     /// is up. Backup paths are probed all the time, so their liveness and
     /// delay stay known and failover to them is immediate.
     pub(super) fn refresh_usable(&mut self) {
-        let live = |i: usize| self.up[i] && !self.admin_down[i];
-        let primary_up = (0..self.paths.len()).any(|i| live(i) && !self.paths[i].cfg.backup);
-        for i in 0..self.paths.len() {
-            self.usable[i] = live(i) && (!self.paths[i].cfg.backup || !primary_up);
+        let live = |p: &slot::PathSlot| p.up && !p.admin_down;
+        let primary_up = self.paths.iter().any(|p| live(p) && !p.cfg.backup);
+        for p in &mut self.paths {
+            p.usable = live(p) && (!p.cfg.backup || !primary_up);
         }
-        self.first_path_up |= self.usable.iter().any(|u| *u);
+        self.first_path_up |= self.paths.iter().any(|p| p.usable);
     }
 
     /// Take the path named `name` out of use, or back (an operator's
@@ -66,7 +67,7 @@ impl Tunnel {
     /// the paths there are.
     pub fn set_admin_down(&mut self, name: &str, down: bool) -> Result<PathId, String> {
         let i = self.path_named(name)?;
-        self.admin_down[i] = down;
+        self.paths[i].admin_down = down;
         self.refresh_usable();
         Ok(i as PathId)
     }
@@ -96,7 +97,7 @@ impl Tunnel {
         if !self.paced {
             return Err("rate_mbit caps path-aware sending; this tunnel sends by static weights, which do not pace".into());
         }
-        self.senders[i].set_cap(cap_bps);
+        self.paths[i].sender.set_cap(cap_bps);
         self.paths[i].cfg.rate_cap_bps = cap_bps;
         Ok(i as PathId)
     }
@@ -155,7 +156,7 @@ impl Tunnel {
     }
 
     pub(super) fn refresh_up(&mut self, pid: PathId, now: Nanos) {
-        if self.removed[pid as usize] {
+        if self.paths[pid as usize].removed {
             return;
         }
         let p = &mut self.paths[pid as usize];
@@ -173,7 +174,7 @@ impl Tunnel {
             return;
         }
         p.up = up;
-        self.up[pid as usize] = up;
+        self.live[pid as usize] = up;
         if up {
             p.ups += 1;
             p.reset_loss();
@@ -189,7 +190,7 @@ impl Tunnel {
                 "no report from the peer within the dead interval"
             };
             self.events.push_back(Event::PathDown { path: pid, reason });
-            if !self.up.iter().any(|u| *u) {
+            if !self.paths.iter().any(|p| p.up) {
                 self.events.push_back(Event::AllPathsDown);
             }
         }

@@ -192,7 +192,7 @@ impl Tunnel {
     /// has budget, and never while a real-time packet waits for it (that
     /// one leaves first; its own deadline wakes the loop).
     fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
-        let s = &self.senders[path as usize];
+        let s = &self.paths[path as usize].sender;
         if !self.paced || !s.carries_realtime(now) {
             now
         } else if self.queue.rt_len(path) > 0 {
@@ -206,12 +206,12 @@ impl Tunnel {
     /// ([`Self::pieces_release_at`], with its budget brought to `now`).
     fn pieces_held(&mut self, now: Nanos, path: PathId) -> bool {
         if self.paced {
-            self.senders[path as usize].refill(now);
+            self.paths[path as usize].sender.refill(now);
         }
         let at = self.pieces_release_at(now, path);
         if at > now && at != Nanos::MAX {
             // Held for budget: the pacer limits the path.
-            self.senders[path as usize].on_held();
+            self.paths[path as usize].sender.on_held();
         }
         at > now
     }
@@ -293,7 +293,7 @@ impl Tunnel {
                 continue;
             };
             if self.paced {
-                self.senders[path as usize].on_send(total);
+                self.paths[path as usize].sender.on_send(total);
             }
             self.frag.tx_fragments += 1;
             let carries = super::Carries::Piece;

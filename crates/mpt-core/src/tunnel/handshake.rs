@@ -63,7 +63,9 @@ impl Tunnel {
     /// mac2, which is bound to that path's address), else rotating over the
     /// paths that are up, or over all paths with a known remote.
     fn initiation_path(&self, now: Nanos, attempt: u64) -> Option<PathId> {
-        let up: Vec<usize> = (0..self.paths.len()).filter(|i| self.up[*i]).collect();
+        let up: Vec<usize> = (0..self.paths.len())
+            .filter(|i| self.paths[*i].up)
+            .collect();
         let known: Vec<usize> = (0..self.paths.len())
             .filter(|i| self.paths[*i].remote.is_some())
             .collect();
@@ -238,6 +240,8 @@ impl Tunnel {
         self.policy.reset();
         self.recovery_reset();
         self.paths.iter_mut().for_each(|p| p.peer_restarted());
-        self.senders.iter_mut().for_each(|s| s.peer_restarted());
+        self.paths
+            .iter_mut()
+            .for_each(|p| p.sender.peer_restarted());
     }
 }

@@ -46,6 +46,7 @@ mod recovery;
 mod recv;
 mod release;
 mod send;
+mod slot;
 pub use control::TAIL_PROBE_NS;
 pub use qos::FILL_MARGIN_NS;
 pub use send::STAGED_MAX_PACKETS;
@@ -278,20 +279,11 @@ pub enum Event {
 
 /// The tunnel. See the module documentation.
 pub struct Tunnel {
-    paths: Vec<PathState>,
-    /// Per path: alive for sending (liveness).
-    up: Vec<bool>,
-    /// Per path: may carry data now: up, and either not a backup path or
-    /// no other path is up (see [`Tunnel::refresh_usable`]).
-    usable: Vec<bool>,
-    /// Paths an operator took down (`mpt path NAME down`): never usable.
-    admin_down: Vec<bool>,
-    /// Paths removed at runtime (a reload): their slot stays, unused, so
-    /// that every other path keeps its id.
-    removed: Vec<bool>,
-    /// Paths being removed: until when their packets are still received
-    /// (`paths.rs`).
-    leaving: Vec<Option<Nanos>>,
+    /// Every path's state, one slot per path id (`slot.rs`).
+    paths: Vec<slot::PathSlot>,
+    /// Per path: whether it is up, as the release policy reads it (a
+    /// copy of each slot's `up`, kept by its one writer, `refresh_up`).
+    live: Vec<bool>,
     /// The peer's path ids paired with ours (`pairing.rs`).
     pairing: pairing::Pairing,
     /// Probes naming a path we have on another socket (log rate limit).
@@ -321,8 +313,6 @@ pub struct Tunnel {
     handshake_out: VecDeque<(PathId, SocketAddr, Vec<u8>)>,
     /// Path chosen for the current burst (see [`Tunnel::burst`]).
     burst_path: Option<PathId>,
-    /// Per path: rate model and pacing budget (`pace`).
-    senders: Vec<PathSender>,
     /// What the scheduler sees of each path (scratch, one per path).
     views: Vec<PathView>,
     /// Packets waiting for their path's budget.
@@ -396,34 +386,26 @@ impl Tunnel {
             SchedKind::Wrr => Box::new(SmoothWrr::with_share(&weights, cfg.share)),
         };
         let paced = sched.paced();
-        let senders = cfg
+        let paths = cfg
             .paths
-            .iter()
+            .into_iter()
             .map(|p| {
                 let control: Box<dyn RateControl> = if paced {
                     Box::new(TargetDelay::default())
                 } else {
                     Box::new(Unpaced)
                 };
-                PathSender::new(control, p.rate_cap_bps.filter(|_| paced))
+                let sender = PathSender::new(control, p.rate_cap_bps.filter(|_| paced));
+                slot::PathSlot::new(PathState::new(p, now), sender)
             })
             .collect();
         Self {
-            paths: cfg
-                .paths
-                .into_iter()
-                .map(|p| PathState::new(p, now))
-                .collect(),
-            up: vec![false; n],
-            usable: vec![false; n],
-            admin_down: vec![false; n],
-            removed: vec![false; n],
-            leaving: vec![None; n],
+            paths,
+            live: vec![false; n],
             pairing: pairing::Pairing::default(),
             mismatches: 0,
             first_path_up: false,
             sched,
-            senders,
             views: vec![PathView::default(); n],
             queue: SendQueue::new(n, QUEUE_MAX_PACKETS, QUEUE_MAX_BYTES),
             staged: std::collections::VecDeque::new(),
@@ -493,7 +475,7 @@ impl Tunnel {
         self.paths.len()
     }
     pub fn path(&self, id: PathId) -> Option<&PathState> {
-        self.paths.get(id as usize)
+        self.paths.get(id as usize).map(|p| &p.state)
     }
     pub fn drops(&self) -> &DropCounters {
         &self.drops

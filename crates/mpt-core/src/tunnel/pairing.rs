@@ -43,7 +43,8 @@ impl Tunnel {
         local_key: usize,
         from: SocketAddr,
     ) -> Option<PathId> {
-        let on_socket = |i: usize| self.paths[i].cfg.local_key == local_key && !self.removed[i];
+        let on_socket =
+            |i: usize| self.paths[i].cfg.local_key == local_key && !self.paths[i].removed;
         match self.pairing.local(claimed) {
             // Paired, on this socket. Elsewhere: the peer may have given
             // the id to another path (removed and added at runtime); its
@@ -63,7 +64,8 @@ impl Tunnel {
     /// can be for: the path on that socket whose remote is `from`, else
     /// the only path on that socket.
     fn socket_path(&self, local_key: usize, from: SocketAddr) -> Option<PathId> {
-        let on_socket = |i: usize| self.paths[i].cfg.local_key == local_key && !self.removed[i];
+        let on_socket =
+            |i: usize| self.paths[i].cfg.local_key == local_key && !self.paths[i].removed;
         let mut by_source = None;
         let mut only = None;
         let mut count = 0;
@@ -92,7 +94,9 @@ impl Tunnel {
     ) -> Option<PathId> {
         let socket = self.paths[guessed as usize].cfg.local_key;
         let ours = (0..self.paths.len())
-            .find(|i| !self.removed[*i] && self.paths[*i].cfg.name.as_bytes() == name.as_bytes())
+            .find(|i| {
+                !self.paths[*i].removed && self.paths[*i].cfg.name.as_bytes() == name.as_bytes()
+            })
             .map(|i| i as PathId);
         let by_socket = self.socket_path(socket, from);
         match self.pairing.name(peer_path, name, ours, by_socket) {

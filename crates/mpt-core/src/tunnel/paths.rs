@@ -17,6 +17,7 @@
 //! what waited for a removed path moves to the others (as for a path an
 //! operator took down).
 
+use super::slot::PathSlot;
 use super::Tunnel;
 use crate::pace::{PathSender, RateControl, TargetDelay, Unpaced};
 use crate::path::{PathConfig, PathState};
@@ -27,13 +28,13 @@ impl Tunnel {
     /// The paths in use (not removed, not leaving), by id.
     pub fn active_paths(&self) -> impl Iterator<Item = PathId> + '_ {
         (0..self.paths.len())
-            .filter(|i| !self.removed[*i] && self.leaving[*i].is_none())
+            .filter(|i| self.paths[*i].active())
             .map(|i| i as PathId)
     }
 
     /// Whether path `id` was removed at runtime (its slot is unused).
     pub fn is_removed(&self, id: PathId) -> bool {
-        self.removed.get(id as usize).copied().unwrap_or(true)
+        self.paths.get(id as usize).is_none_or(|p| p.removed)
     }
 
     /// Add a path at runtime; returns its id. Refused when the name is
@@ -41,7 +42,7 @@ impl Tunnel {
     pub fn add_path(&mut self, cfg: PathConfig, now: Nanos) -> Result<PathId, String> {
         // A path of the same name that is still leaving goes now.
         if let Some(i) = (0..self.paths.len())
-            .find(|i| self.leaving[*i].is_some() && self.paths[*i].cfg.name == cfg.name)
+            .find(|i| self.paths[*i].leaving.is_some() && self.paths[*i].cfg.name == cfg.name)
         {
             self.finish_removal(i, now);
         }
@@ -67,29 +68,22 @@ impl Tunnel {
         let reuse = if self.paths.len() < MAX_PATHS {
             None
         } else {
-            self.removed.iter().position(|r| *r)
+            self.paths.iter().position(|p| p.removed)
         };
         let i = match reuse {
             Some(i) => {
-                self.paths[i] = state;
-                self.senders[i] = sender;
+                self.paths[i] = PathSlot::new(state, sender);
                 i
             }
             None => {
-                self.paths.push(state);
-                self.senders.push(sender);
-                self.up.push(false);
-                self.usable.push(false);
-                self.admin_down.push(false);
-                self.removed.push(false);
-                self.leaving.push(None);
+                self.paths.push(PathSlot::new(state, sender));
+                self.live.push(false);
                 self.views.push(PathView::default());
                 self.queue.add_path();
                 self.paths.len() - 1
             }
         };
-        (self.up[i], self.usable[i]) = (false, false);
-        (self.admin_down[i], self.removed[i]) = (false, false);
+        self.live[i] = false;
         self.pairing.forget_local(i as PathId);
         self.refresh_weights();
         self.refresh_usable();
@@ -105,8 +99,8 @@ impl Tunnel {
                 "'{name}' is the last primary path; add or make another path primary first"
             ));
         }
-        self.admin_down[i] = true;
-        self.leaving[i] = Some(now + self.paths[i].cfg.dead);
+        self.paths[i].admin_down = true;
+        self.paths[i].leaving = Some(now + self.paths[i].cfg.dead);
         // Tell the peer at once that we no longer hear it there.
         self.paths.iter_mut().for_each(|p| p.probe_due = true);
         self.refresh_usable();
@@ -117,10 +111,12 @@ impl Tunnel {
     fn finish_removal(&mut self, i: usize, now: Nanos) {
         let mut cfg = self.paths[i].cfg.clone();
         cfg.remote = None;
-        self.paths[i] = PathState::new(cfg, now);
-        (self.up[i], self.usable[i]) = (false, false);
-        (self.admin_down[i], self.removed[i]) = (true, true);
-        self.leaving[i] = None;
+        let slot = &mut self.paths[i];
+        slot.state = PathState::new(cfg, now);
+        slot.usable = false;
+        (slot.admin_down, slot.removed) = (true, true);
+        slot.leaving = None;
+        self.live[i] = false;
         self.pairing.forget_local(i as PathId);
         self.refresh_usable();
     }
@@ -128,7 +124,7 @@ impl Tunnel {
     /// Free the slots of paths whose removal is due (timers).
     pub(super) fn finish_removals(&mut self, now: Nanos) {
         for i in 0..self.paths.len() {
-            if self.leaving[i].is_some_and(|t| t <= now) {
+            if self.paths[i].leaving.is_some_and(|t| t <= now) {
                 self.finish_removal(i, now);
             }
         }
@@ -136,7 +132,7 @@ impl Tunnel {
 
     /// When the next removal is due.
     pub(super) fn removal_deadline(&self) -> Option<Nanos> {
-        self.leaving.iter().flatten().min().copied()
+        self.paths.iter().filter_map(|p| p.leaving).min()
     }
 
     /// Whether a path in use other than `i` is a primary (not a backup).

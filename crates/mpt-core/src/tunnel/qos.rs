@@ -120,17 +120,22 @@ impl Tunnel {
     fn realtime_pick(&mut self, now: Nanos, len: usize, except: Option<PathId>) -> Option<PathId> {
         let mut best: Option<(Nanos, PathId)> = None;
         for i in 0..self.paths.len() {
-            if !self.usable[i] || except == Some(i as PathId) || self.paths[i].remote.is_none() {
+            if !self.paths[i].usable
+                || except == Some(i as PathId)
+                || self.paths[i].remote.is_none()
+            {
                 continue;
             }
-            let s = &mut self.senders[i];
+            let slot = &mut self.paths[i];
+            let s = &mut slot.sender;
             let wait = if self.paced {
                 s.refill(now);
                 s.wait_ns(self.queue.rt_bytes(i as PathId) + len)
             } else {
                 0
             };
-            let delay = self.paths[i]
+            let delay = slot
+                .state
                 .rtt_min()
                 .map_or(UNKNOWN_DELAY_NS, |r| r / 2 + s.standing_queue_ns());
             let arrival = wait + delay;
@@ -153,13 +158,13 @@ impl Tunnel {
             self.drops.add(DropReason::NoPath);
             return None;
         };
-        self.senders[path as usize].on_realtime(now);
+        self.paths[path as usize].sender.on_realtime(now);
         let seq = self.rt_seq;
         self.rt_seq += 1;
         let class_byte = class as u8 | CLASS_UNORDERED;
         if redundant {
             if let Some(second) = self.realtime_pick(now, len, Some(path)) {
-                self.senders[second as usize].on_realtime(now);
+                self.paths[second as usize].sender.on_realtime(now);
                 let pkt = &buf[HEADER_LEN..HEADER_LEN + len];
                 if !self.queue.push_rt(second, seq, class_byte, now, pkt) {
                     self.drops.add(DropReason::QueueFull);
@@ -167,7 +172,7 @@ impl Tunnel {
             }
         }
         if self.paced {
-            let s = &mut self.senders[path as usize];
+            let s = &mut self.paths[path as usize].sender;
             s.refill(now);
             if self.queue.rt_len(path) > 0 || !s.has_budget() {
                 let pkt = &buf[HEADER_LEN..HEADER_LEN + len];
@@ -192,14 +197,14 @@ impl Tunnel {
     /// (module documentation). Uses the views of the last pick.
     pub(super) fn fill_bound(&self, path: PathId) -> Nanos {
         let slowest = (0..self.paths.len())
-            .filter(|i| self.usable[*i])
+            .filter(|i| self.paths[*i].usable)
             .filter_map(|i| self.views[i].delay_ns)
             .max();
         let gap = match (slowest, self.views[path as usize].delay_ns) {
             (Some(s), Some(d)) => s.saturating_sub(d),
             _ => 0,
         };
-        let jitter = self.senders[path as usize].jitter_ns().unwrap_or(0);
+        let jitter = self.paths[path as usize].sender.jitter_ns().unwrap_or(0);
         let margin = FILL_MARGIN_NS
             + jitter
                 .saturating_mul(FILL_JITTER_GAIN)
@@ -212,7 +217,7 @@ impl Tunnel {
     /// the timers, not per packet.
     pub(super) fn update_qos_paths(&mut self) {
         let rtt = (0..self.paths.len())
-            .filter(|i| self.usable[*i])
+            .filter(|i| self.paths[*i].usable)
             .filter_map(|i| self.paths[i].rtt_min())
             .max();
         if let (Some(q), Some(r)) = (self.qos.as_mut(), rtt) {
@@ -223,8 +228,8 @@ impl Tunnel {
         // costs at the tunnel's MTU). Unpaced (static weights): unknown.
         let capacity = self.paced.then(|| {
             (0..self.paths.len())
-                .filter(|i| self.usable[*i])
-                .filter_map(|i| self.senders[i].bandwidth_bps())
+                .filter(|i| self.paths[*i].usable)
+                .filter_map(|i| self.paths[i].sender.bandwidth_bps())
                 .sum::<u64>()
         });
         if let Some(q) = self.qos.as_mut() {

@@ -382,7 +382,7 @@ impl Tunnel {
             return;
         }
         let rtt_max = (0..self.paths.len())
-            .filter(|i| self.usable[*i])
+            .filter(|i| self.paths[*i].usable)
             .map(|i| self.paths[i].srtt().unwrap_or(WAIT_NO_RTT))
             .max()
             .unwrap_or(WAIT_NO_RTT);
@@ -401,8 +401,10 @@ impl Tunnel {
     /// an answer that comes after the wait is a loss to the inner TCP all
     /// the same.
     pub(super) fn recovery_path(&self) -> Option<PathId> {
-        let usable =
-            || (0..self.paths.len()).filter(|i| self.usable[*i] && self.paths[*i].remote.is_some());
+        let usable = || {
+            (0..self.paths.len())
+                .filter(|i| self.paths[*i].usable && self.paths[*i].remote.is_some())
+        };
         let least = usable()
             .map(|i| self.paths[i].tx_loss_recent())
             .min_by(f64::total_cmp)?;
@@ -423,7 +425,7 @@ impl Tunnel {
         // The wait only matters for new gaps: no path scan otherwise.
         let wait = if floor > from {
             let best_rtt = (0..self.paths.len())
-                .filter(|i| self.usable[*i])
+                .filter(|i| self.paths[*i].usable)
                 .filter_map(|i| self.paths[i].srtt())
                 .min();
             let recovery_rtt = self
@@ -505,7 +507,7 @@ impl Tunnel {
     fn nack_paths(&self) -> Option<(PathId, PathId)> {
         let safe = self.recovery_path()?;
         let fast = (0..self.paths.len())
-            .filter(|i| self.usable[*i] && self.paths[*i].remote.is_some())
+            .filter(|i| self.paths[*i].usable && self.paths[*i].remote.is_some())
             .min_by_key(|i| self.paths[*i].srtt().unwrap_or(Nanos::MAX))
             .map_or(safe, |i| i as PathId);
         Some((fast, safe))
@@ -525,7 +527,7 @@ impl Tunnel {
         let seq_now = self.next_tunnel_seq;
         if let Some((path, body)) = self.recovery.as_mut()?.nack_copy.take() {
             let len = body.len();
-            let usable = self.usable.get(usize::from(path)).copied().unwrap_or(false);
+            let usable = self.paths.get(usize::from(path)).is_some_and(|p| p.usable);
             if usable && buf.len() >= HEADER_LEN + len + TAG_LEN {
                 buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&body);
                 return self.control_transmit(now, path, PacketType::Nack, 0, seq_now, buf, len);

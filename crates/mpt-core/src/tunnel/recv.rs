@@ -300,7 +300,9 @@ impl Tunnel {
         let p = &mut self.paths[pid as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
         let rtt_min = p.rtt_min();
-        self.senders[pid as usize].on_report(now, w.sent_ns, r, rtt_min);
+        self.paths[pid as usize]
+            .sender
+            .on_report(now, w.sent_ns, r, rtt_min);
         self.size_recovery_ring();
         if adapt {
             self.adapt_weights();

@@ -22,8 +22,8 @@ use crate::Nanos;
 impl Tunnel {
     /// Refresh each path's expected lateness (module documentation).
     pub(super) fn update_late_bounds(&mut self, now: Nanos) {
-        let (paths, up) = (&self.paths, &self.up);
-        let range = |i: usize| up[i].then(|| paths[i].rx_delay_range(now)).flatten();
+        let paths = &self.paths;
+        let range = |i: usize| paths[i].up.then(|| paths[i].rx_delay_range(now)).flatten();
         let fastest = (0..paths.len()).filter_map(range).map(|(f, _)| f).min();
         let cap = self.reorder_max_delay;
         self.late_margin.on_timer(now);
@@ -61,7 +61,7 @@ impl Tunnel {
     fn release_view(&self, now: Nanos, oldest: Option<(Nanos, u64)>) -> ReleaseView<'_> {
         ReleaseView {
             now,
-            live: &self.up,
+            live: &self.live,
             late_ns: &self.late_ns,
             next: self.reorder.next_seq(),
             oldest,

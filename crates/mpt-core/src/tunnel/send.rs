@@ -46,17 +46,17 @@ impl Tunnel {
     /// Fill the scheduler's view of every path for a packet of `len` bytes.
     fn fill_views(&mut self, now: Nanos, len: usize) {
         let paced = self.paced;
-        for (i, p) in self.paths.iter().enumerate() {
-            let s = &mut self.senders[i];
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            let s = &mut p.sender;
             let wait_ns = if paced {
                 s.refill(now);
                 s.wait_ns(self.queue.bytes(i as PathId) + len)
             } else {
                 0
             };
-            let delay_ns = p.rtt_min().map(|r| r / 2 + s.standing_queue_ns());
+            let delay_ns = p.state.rtt_min().map(|r| r / 2 + s.standing_queue_ns());
             self.views[i] = PathView {
-                up: self.usable[i],
+                up: p.usable,
                 wait_ns,
                 delay_ns,
             };
@@ -127,7 +127,7 @@ impl Tunnel {
             self.stage_packet(now, class_idx, flow, &buf[HEADER_LEN..HEADER_LEN + len]);
             return None;
         }
-        let burst = self.burst_path.filter(|p| self.usable[*p as usize]);
+        let burst = self.burst_path.filter(|p| self.paths[*p as usize].usable);
         let Some(path) = burst.or_else(|| self.pick(now, len)) else {
             self.drops.add(DropReason::NoPath);
             return None;
@@ -142,7 +142,7 @@ impl Tunnel {
             // Pieces of an earlier packet still to leave on this path go
             // first (a path carries tunnel sequence numbers in order).
             let pieces_first = self.fragment_frontier(path).is_some();
-            let s = &mut self.senders[p];
+            let s = &mut self.paths[p].sender;
             s.refill(now);
             if self.queue.len(path) > 0 || !s.has_budget() || pieces_first {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
@@ -199,7 +199,7 @@ impl Tunnel {
             self.emit(now, path, PacketType::Data, class, seq, buf, len)?
         };
         if self.paced {
-            self.senders[path as usize].on_send(total);
+            self.paths[path as usize].sender.on_send(total);
         }
         self.paths[path as usize].tail_since = Some(now);
         self.counters.tx_packets += 1;
@@ -259,13 +259,13 @@ impl Tunnel {
             if self.queue.rt_len(path) == 0 && self.fragment_frontier(path).is_some() {
                 continue;
             }
-            if !self.usable[p] {
+            if !self.paths[p].usable {
                 if let Some(t) = self.reroute(now, path, buf) {
                     return Some(t);
                 }
                 continue;
             }
-            let s = &mut self.senders[p];
+            let s = &mut self.paths[p].sender;
             s.refill(now);
             // Real-time packets leave as soon as there is budget.
             let ready = if (k == 0 && self.releasing) || self.queue.rt_len(path) > 0 {
@@ -335,7 +335,7 @@ impl Tunnel {
         if pieces == Some(now) {
             return pieces;
         }
-        let any_up = self.usable.iter().any(|u| *u);
+        let any_up = self.paths.iter().any(|p| p.usable);
         // The QoS stage drains as path queues make room (their deadlines
         // below); with every path queue empty, at once; with no path,
         // when its oldest packet is due to be dropped.
@@ -354,15 +354,19 @@ impl Tunnel {
         (0..self.paths.len())
             .filter_map(|i| {
                 let (at, _) = self.queue.oldest(i as PathId)?;
-                Some(if self.usable[i] && self.queue.rt_len(i as PathId) > 0 {
-                    self.senders[i].budget_at(now)
-                } else if self.usable[i] {
-                    self.senders[i].release_at(now, self.queue.bytes(i as PathId))
-                } else if any_up {
-                    now
-                } else {
-                    at.saturating_add(self.queue_max + 1)
-                })
+                Some(
+                    if self.paths[i].usable && self.queue.rt_len(i as PathId) > 0 {
+                        self.paths[i].sender.budget_at(now)
+                    } else if self.paths[i].usable {
+                        self.paths[i]
+                            .sender
+                            .release_at(now, self.queue.bytes(i as PathId))
+                    } else if any_up {
+                        now
+                    } else {
+                        at.saturating_add(self.queue_max + 1)
+                    },
+                )
             })
             .chain(stage)
             .chain(pieces)

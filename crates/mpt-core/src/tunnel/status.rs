@@ -108,11 +108,10 @@ impl Tunnel {
             paths: self
                 .paths
                 .iter()
-                .zip(&self.senders)
-                .zip(&self.admin_down)
                 .enumerate()
-                .filter(|(i, _)| !self.removed[*i])
-                .map(|(i, ((p, s), admin_down))| {
+                .filter(|(_, p)| !p.removed)
+                .map(|(i, p)| {
+                    let (s, admin_down) = (&p.sender, &p.admin_down);
                     let mut st = p.status(now);
                     st.id = i as PathId;
                     st.sending = self.paced.then(|| {
@@ -127,7 +126,7 @@ impl Tunnel {
                     st
                 })
                 .collect(),
-            paths_up: self.up.iter().filter(|u| **u).count(),
+            paths_up: self.paths.iter().filter(|p| p.up).count(),
             scheduler: self.sched.name(),
             release_policy: self.policy.name(),
             mtu: self.mtu,
