@@ -35,6 +35,7 @@ mod address;
 mod control;
 mod ecn;
 pub use ecn::EcnStats;
+mod config;
 mod fragment;
 mod handshake;
 mod output;
@@ -47,7 +48,9 @@ mod recv;
 mod release;
 mod send;
 mod slot;
+pub use config::{ReleaseKind, SchedKind, TunnelConfig, QUEUE_MAX_BYTES, QUEUE_MAX_PACKETS};
 pub use control::TAIL_PROBE_NS;
+pub use output::{Carries, Seal, Transmit};
 pub use qos::FILL_MARGIN_NS;
 pub use send::STAGED_MAX_PACKETS;
 mod split;
@@ -61,81 +64,17 @@ pub use split::{OpenTicket, Opener, RecvStart, SealTicket, Sealer};
 pub use status::{QueueStatus, ReorderStatus, TunnelStatus};
 
 use crate::crypto::replay::ReplayWindow;
-use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole, SecurityConfig};
+use crate::crypto::state::{CryptoEvent, CryptoState, HandshakeRole};
 use crate::crypto::TAG_LEN;
 use crate::pace::{PathSender, RateControl, TargetDelay, Unpaced};
-use crate::path::{PathConfig, PathState};
-use crate::qos::{Qos, QosConfig};
+use crate::path::PathState;
+use crate::qos::Qos;
 use crate::queue::SendQueue;
 use crate::reorder::{PathFrontier, ReleasePolicy, ReorderBuffer, ReorderStats, TimeoutOnly};
-use crate::sched::{Ecf, PathView, Scheduler, Share, SmoothWrr};
+use crate::sched::{Ecf, PathView, Scheduler, SmoothWrr};
 use crate::stats::{DropCounters, DropReason, TunnelCounters};
 use crate::wire::{self, HeaderFields, PacketType, HEADER_LEN};
 use crate::{Nanos, PathId};
-
-/// Which reorder release policy to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseKind {
-    /// Only `max_delay` and window overflow release gaps.
-    Timeout,
-    /// Also release once every live path has moved past a gap.
-    PathFrontier,
-}
-
-/// Which scheduler places packets on paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchedKind {
-    /// Earliest expected arrival over paced paths, capacity learned
-    /// ([`Ecf`], [`TargetDelay`]).
-    Ecf,
-    /// Static weights, unpaced ([`SmoothWrr`]).
-    Wrr,
-}
-
-/// Largest number of packets in the send queue whatever its time bound
-/// (tuning knob: a memory bound, 16 MiB of 1400-byte packets).
-pub const QUEUE_MAX_PACKETS: usize = 12_000;
-/// Largest number of bytes in the send queue whatever its time bound
-/// (tuning knob: a memory bound; 27 ms of 10 Gbit/s, where 12,000 packets
-/// of the tunnel MTU would be 137 MB; the time bound, `queue_ms` at the
-/// paths' pacing rates, acts first below 2.7 Gbit/s).
-pub const QUEUE_MAX_BYTES: usize = 32 << 20;
-
-/// Configuration of the core tunnel.
-#[derive(Debug, Clone)]
-pub struct TunnelConfig {
-    pub paths: Vec<PathConfig>,
-    /// Largest inner packet accepted from the TUN.
-    pub mtu: usize,
-    /// Most inner bytes one datagram carries on the smallest path (its MTU
-    /// less the outer headers and the tag); inner packets up to `mtu` that
-    /// are larger travel as fragments (`fragment.rs`). `None`: `mtu`, so
-    /// nothing is cut.
-    pub datagram_body: Option<usize>,
-    pub reorder_window: usize,
-    pub reorder_max_delay: Nanos,
-    pub release: ReleaseKind,
-    /// Whether path weights share packets or bytes.
-    pub share: Share,
-    pub scheduler: SchedKind,
-    /// Longest expected wait in the send queue (paced schedulers).
-    pub queue_max: Nanos,
-    /// `None`: plaintext (lab comparisons only).
-    pub security: Option<SecurityConfig>,
-    /// Seed for session indices and ephemeral keys (from the OS at start).
-    pub seed: [u8; 32],
-    /// Lower a path's weight while its packets get lost (see
-    /// [`loss_weight_factor`]).
-    pub adapt_to_loss: bool,
-    /// Ask for lost data packets again and resend asked ones (see
-    /// `recovery.rs`); both peers need it.
-    pub recover: bool,
-    /// Traffic classes (`None`: no QoS, one FIFO per path as before).
-    pub qos: Option<QosConfig>,
-    /// Lower the MSS of routed TCP SYNs that leave through the tunnel to
-    /// what fits one datagram (`mss.rs`); `None`: never.
-    pub mss_clamp: Option<crate::mss::MssClamp>,
-}
 
 /// Excess loss (over the best path's) below which weights do not move: the
 /// noise of a 200-packet estimate at congestion-level loss (tuning knob).
@@ -150,44 +89,6 @@ pub const LOSS_DEAD_ZONE: f64 = 0.005;
 pub fn loss_weight_factor(excess: f64) -> f64 {
     let e = (excess - LOSS_DEAD_ZONE).clamp(0.0, 1.0);
     (1.0 / (1.0 + 100.0 * e).powi(2)).max(0.01)
-}
-
-/// A datagram to send: `buf[..len]` goes to `dst` over `path`'s socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transmit {
-    pub path: PathId,
-    pub local_key: usize,
-    pub dst: SocketAddr,
-    pub len: usize,
-    /// Whether the datagram is complete or still needs [`Sealer::seal`].
-    pub seal: Seal,
-    /// What it carries (a capture shows inner packets, not control).
-    pub carries: Carries,
-    /// The outer header's TOS / traffic-class byte (its class's
-    /// [`crate::qos::OuterDscp`]; 0 for control packets).
-    pub tos: u8,
-}
-
-/// Whether a [`Transmit`]'s datagram still needs its seal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seal {
-    /// Complete as it is: a control packet (sealed when it was made), a
-    /// handshake message, or any datagram of a plaintext tunnel.
-    Done,
-    /// A data packet or piece whose body [`Sealer::seal`] seals with this
-    /// ticket before it leaves (a batch at a time, on the workers).
-    Pending(SealTicket),
-}
-
-/// What a [`Transmit`] carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Carries {
-    /// An inner packet whole, or the first piece of one cut in pieces.
-    Packet,
-    /// A later piece of a packet cut in pieces (`fragment.rs`).
-    Piece,
-    /// A control or handshake packet of the tunnel's own.
-    Control,
 }
 
 /// Result of [`Tunnel::recv`].

@@ -27,8 +27,48 @@
 //!   and skipped, never handed out half made;
 //! * no allocation: each source reuses its buffers.
 
-use super::{Seal, Transmit, Tunnel};
-use crate::Nanos;
+use std::net::SocketAddr;
+
+use super::{SealTicket, Tunnel};
+use crate::{Nanos, PathId};
+
+/// A datagram to send: `buf[..len]` goes to `dst` over `path`'s socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub path: PathId,
+    pub local_key: usize,
+    pub dst: SocketAddr,
+    pub len: usize,
+    /// Whether the datagram is complete or still needs [`super::Sealer::seal`].
+    pub seal: Seal,
+    /// What it carries (a capture shows inner packets, not control).
+    pub carries: Carries,
+    /// The outer header's TOS / traffic-class byte (its class's
+    /// [`crate::qos::OuterDscp`]; 0 for control packets).
+    pub tos: u8,
+}
+
+/// Whether a [`Transmit`]'s datagram still needs its seal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seal {
+    /// Complete as it is: a control packet (sealed when it was made), a
+    /// handshake message, or any datagram of a plaintext tunnel.
+    Done,
+    /// A data packet or piece whose body [`super::Sealer::seal`] seals with this
+    /// ticket before it leaves (a batch at a time, on the workers).
+    Pending(SealTicket),
+}
+
+/// What a [`Transmit`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carries {
+    /// An inner packet whole, or the first piece of one cut in pieces.
+    Packet,
+    /// A later piece of a packet cut in pieces (`fragment.rs`).
+    Piece,
+    /// A control or handshake packet of the tunnel's own.
+    Control,
+}
 
 impl Tunnel {
     /// The next datagram to send, written into `buf`: the pieces still
@@ -62,7 +102,7 @@ impl Tunnel {
 
 impl Seal {
     /// The ticket to seal with, if the datagram still needs it.
-    pub fn ticket(self) -> Option<super::SealTicket> {
+    pub fn ticket(self) -> Option<SealTicket> {
         match self {
             Seal::Done => None,
             Seal::Pending(t) => Some(t),
@@ -70,8 +110,8 @@ impl Seal {
     }
 }
 
-impl From<Option<super::SealTicket>> for Seal {
-    fn from(t: Option<super::SealTicket>) -> Self {
+impl From<Option<SealTicket>> for Seal {
+    fn from(t: Option<SealTicket>) -> Self {
         t.map_or(Seal::Done, Seal::Pending)
     }
 }
