@@ -1,8 +1,9 @@
 //! The control socket: a Unix stream socket over which `mpt status` asks the
 //! running daemon for its state.
 //!
-//! Protocol: the client connects, writes one request line (`status`), and
-//! reads one line of JSON; the server then closes. An unknown request gets
+//! Protocol: the client connects, writes one request line (a
+//! [`mpt_control::Request`] as JSON), and reads one line of JSON; the
+//! server then closes. A request the daemon does not take gets
 //! `{"error": "..."}`.
 //!
 //! Invariants:
@@ -40,7 +41,7 @@ pub const MAX_ANSWER_BYTES: u64 = 16 << 20;
 pub const MAX_CONTROL_CLIENTS: usize = 16;
 
 /// A complete request waiting for the data plane's answer.
-pub struct Request {
+pub struct Pending {
     pub command: String,
     pub reply: SyncSender<String>,
     /// Who asked (the client's process, user and group from
@@ -113,7 +114,7 @@ impl ControlSocket {
     /// to `tx` after which `wake` is called so the data plane answers it.
     pub fn serve(
         &mut self,
-        tx: mpsc::Sender<Request>,
+        tx: mpsc::Sender<Pending>,
         wake: Arc<dyn Fn() + Send + Sync>,
     ) -> io::Result<()> {
         let listener = self
@@ -140,7 +141,7 @@ impl ControlSocket {
 fn serve_one(
     stream: UnixStream,
     active: &Arc<AtomicUsize>,
-    tx: &mpsc::Sender<Request>,
+    tx: &mpsc::Sender<Pending>,
     wake: &Arc<dyn Fn() + Send + Sync>,
 ) {
     if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONTROL_CLIENTS {
@@ -194,7 +195,7 @@ fn read_request(stream: &UnixStream, deadline: Instant) -> io::Result<String> {
 
 fn handle(
     stream: &UnixStream,
-    tx: &mpsc::Sender<Request>,
+    tx: &mpsc::Sender<Pending>,
     wake: &(dyn Fn() + Send + Sync),
 ) -> io::Result<()> {
     let deadline = Instant::now() + CONTROL_TIMEOUT;
@@ -205,7 +206,7 @@ fn handle(
         Err(e) => format!("unknown ({e})"),
     };
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-    tx.send(Request {
+    tx.send(Pending {
         command,
         reply: reply_tx,
         who,
@@ -226,8 +227,9 @@ impl Drop for ControlSocket {
     }
 }
 
-/// Client side: send `command` and return the daemon's one-line answer.
-pub fn request(path: &Path, command: &str) -> io::Result<String> {
+/// Client side: send `request` and return the daemon's one-line answer.
+pub fn request(path: &Path, request: &mpt_control::Request) -> io::Result<String> {
+    let command = request.to_line();
     let stream = UnixStream::connect(path).map_err(|e| {
         let hint = match e.kind() {
             io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
@@ -273,23 +275,29 @@ mod tests {
         let path = dir.join("sub").join("t.sock");
         let mut s = ControlSocket::bind(&path).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
-        let (tx, rx) = mpsc::channel::<Request>();
+        let (tx, rx) = mpsc::channel::<Pending>();
         s.serve(tx, Arc::new(|| {})).unwrap();
         std::thread::spawn(move || {
             for r in rx {
-                let _ = r.reply.send(format!("{{\"echo\":\"{}\"}}", r.command));
+                let _ = r
+                    .reply
+                    .send(serde_json::json!({ "echo": r.command }).to_string());
             }
         });
+        let answer = request(&path, &mpt_control::Request::Status).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
         assert_eq!(
-            request(&path, "status").unwrap().trim(),
-            "{\"echo\":\"status\"}"
+            v["echo"], "{\"request\":\"status\"}",
+            "the request as one JSON line"
         );
         // A second daemon on the same path is refused.
         let e = ControlSocket::bind(&path).err().unwrap().to_string();
         assert!(e.contains("in use by another running mpt"), "{e}");
         drop(s);
         assert!(!path.exists());
-        let e = request(&path, "status").unwrap_err().to_string();
+        let e = request(&path, &mpt_control::Request::Status)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is the daemon running"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -320,7 +328,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mpt-ctl-idle-{}", std::process::id()));
         let path = dir.join("t.sock");
         let mut s = ControlSocket::bind(&path).unwrap();
-        let (tx, rx) = mpsc::channel::<Request>();
+        let (tx, rx) = mpsc::channel::<Pending>();
         s.serve(tx, Arc::new(|| {})).unwrap();
         std::thread::spawn(move || {
             for r in rx {
@@ -334,7 +342,12 @@ mod tests {
         let mut long = UnixStream::connect(&path).unwrap();
         let _ = long.write_all(&[b'x'; 4 * MAX_REQUEST_BYTES]);
         let started = std::time::Instant::now();
-        assert_eq!(request(&path, "status").unwrap().trim(), "{\"ok\":true}");
+        assert_eq!(
+            request(&path, &mpt_control::Request::Status)
+                .unwrap()
+                .trim(),
+            "{\"ok\":true}"
+        );
         assert!(
             started.elapsed() < Duration::from_millis(500),
             "{:?}",

@@ -29,12 +29,13 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use crate::capture::{CaptureSpec, Tap};
-use crate::control::Request;
+use crate::control::Pending;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
 use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::Clock;
 use crate::udp::{PathBind, PathSocket};
 use crate::workers::{Engage, Workers};
+use mpt_control::Request;
 
 pub(crate) const TOKEN_TUN: Token = Token(0);
 pub(crate) const TOKEN_SIGNAL: Token = Token(1);
@@ -66,7 +67,7 @@ pub struct Driver {
     _signal_rx: MioUnixStream,
     /// SIGHUP's pipe, read to empty on each hangup.
     hangup_rx: MioUnixStream,
-    control_rx: mpsc::Receiver<Request>,
+    control_rx: mpsc::Receiver<Pending>,
     /// Throughput over the last second, per path (status).
     rates: RateWindow,
     started: Instant,
@@ -136,7 +137,7 @@ impl ReloadCtx<'_> {
 pub(crate) struct LoopSources {
     pub signal_rx: MioUnixStream,
     pub hangup_rx: MioUnixStream,
-    pub control_rx: mpsc::Receiver<Request>,
+    pub control_rx: mpsc::Receiver<Pending>,
     pub hook: ControlHook,
 }
 
@@ -174,7 +175,7 @@ impl LoopSources {
 
 /// What the control thread needs to hand requests to the loop.
 pub struct ControlHook {
-    pub tx: mpsc::Sender<Request>,
+    pub tx: mpsc::Sender<Pending>,
     pub wake: Arc<dyn Fn() + Send + Sync>,
 }
 
@@ -351,46 +352,60 @@ impl Driver {
 
     fn answer_control(&mut self) {
         while let Ok(req) = self.control_rx.try_recv() {
-            let words: Vec<&str> = req.command.split_whitespace().collect();
             let who = req.who.as_str();
-            let answer = match words.as_slice() {
-                ["status"] => self.status_json(),
-                ["path", name, action @ ("up" | "down")] => {
-                    self.path_admin(name, *action == "down", who)
+            let answer = match Request::parse(&req.command) {
+                Err(e) => mpt_control::error(e),
+                Ok(Request::Status) => self.status_json(),
+                Ok(Request::PathAdmin {
+                    peer: None,
+                    path,
+                    down,
+                }) => self.path_admin(&path, down, who),
+                Ok(Request::PathSet {
+                    peer: None,
+                    path,
+                    key,
+                    value,
+                }) => self.path_set(&path, &key, &value, who),
+                Ok(Request::Reload) => self.reload_now(who),
+                Ok(Request::CaptureStart(spec)) if spec.peer.is_none() => {
+                    self.capture_start(&spec, who)
                 }
-                ["path", name, "set", key, value] => self.path_set(name, key, value, who),
-                ["reload"] => self.reload_now(who),
-                ["capture", "start", ..] => {
-                    let spec = req.command.find('{').map_or("", |i| &req.command[i..]);
-                    self.capture_start(spec, who)
-                }
-                ["capture", "status"] => self.capture_status(),
-                ["capture", "stop"] => {
+                Ok(Request::CaptureStatus) => self.capture_status(),
+                Ok(Request::CaptureStop) => {
                     if let Some(t) = self.engine.capture.as_mut() {
                         t.stop();
                         info!(tunnel = %self.identity.name, by = %who, "capture stopped over the control socket");
                     }
                     self.capture_status()
                 }
-                _ => json!({ "error": format!("unknown request '{}'", req.command) }),
+                Ok(
+                    Request::PathAdmin { peer: Some(_), .. }
+                    | Request::PathSet { peer: Some(_), .. }
+                    | Request::CaptureStart(_),
+                ) => mpt_control::error("this daemon is one tunnel: it has no peers to name"),
+                Ok(
+                    Request::PeerStatus { .. }
+                    | Request::PeerAdd { .. }
+                    | Request::PeerRemove { .. },
+                ) => mpt_control::error(
+                    "this daemon is one tunnel, not a concentrator: it has no peers",
+                ),
             };
             let _ = req.reply.send(answer.to_string());
         }
     }
 
-    /// `capture start {json}`: write what the tunnel does to a pcapng file
-    /// (see `capture.rs`). One capture at a time.
-    fn capture_start(&mut self, spec: &str, who: &str) -> Value {
-        let v: Value = match serde_json::from_str(spec) {
-            Ok(v) => v,
-            Err(e) => return json!({ "error": format!("capture request is not JSON: {e}") }),
-        };
+    /// `mpt capture`: write what the tunnel does to a pcapng file (see
+    /// `capture.rs`). One capture at a time.
+    fn capture_start(&mut self, v: &mpt_control::CaptureSpec, who: &str) -> Value {
         if self.engine.capture.as_ref().is_some_and(Tap::active_now) {
             return json!({ "error": "a capture is under way (mpt capture --stop ends it)" });
         }
-        let Some(file) = v.get("file").and_then(Value::as_str) else {
+        let file = v.file.as_str();
+        if file.is_empty() {
             return json!({ "error": "capture needs a file" });
-        };
+        }
         let t = self.engine.tunnel();
         let names: Vec<String> = (0..t.path_count())
             .map(|i| {
@@ -400,16 +415,10 @@ impl Driver {
             })
             .collect();
         let mut sockets = vec![];
-        for n in v
-            .get("paths")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let n = n.as_str().unwrap_or_default();
+        for n in &v.paths {
             let found = t
                 .active_paths()
-                .find(|i| t.path(*i).is_some_and(|p| p.cfg.name == n));
+                .find(|i| t.path(*i).is_some_and(|p| p.cfg.name == *n));
             match found.and_then(|i| t.path(i)) {
                 Some(p) => sockets.push((p.cfg.local_key, format!("path {n} ({})", p.cfg.local))),
                 None => {
@@ -421,7 +430,7 @@ impl Driver {
                 }
             }
         }
-        let tun = v.get("tun").and_then(Value::as_bool).unwrap_or(false);
+        let tun = v.tun;
         if !tun && sockets.is_empty() {
             return json!({ "error": "nothing to capture: give the TUN, a path, or both" });
         }
@@ -429,8 +438,8 @@ impl Driver {
             file: file.into(),
             tun,
             sockets,
-            count: v.get("count").and_then(Value::as_u64),
-            seconds: v.get("seconds").and_then(Value::as_f64),
+            count: v.count,
+            seconds: v.seconds,
         };
         let now = self.engine.clock.now();
         match Tap::start(&spec, &self.identity.name, now, names) {

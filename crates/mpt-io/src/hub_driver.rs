@@ -26,7 +26,7 @@ use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::control::Request;
+use crate::control::Pending;
 use crate::driver::{
     ControlHook, LoopSources, STATUS_SCHEMA, TOKEN_HANGUP, TOKEN_SIGNAL, TOKEN_SOCKET_BASE,
     TOKEN_TUN, TOKEN_WAKER,
@@ -37,6 +37,7 @@ use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::Clock;
 use crate::shards::{self, Op, ShardLink, TOKEN_SHARD};
 use crate::udp::PathSocket;
+use mpt_control::Request;
 
 /// Changes a reload or a request makes beyond the concentrator (routes).
 pub trait PeerHooks {
@@ -70,7 +71,7 @@ pub struct HubDriver {
     control_socket: String,
     _signal_rx: MioUnixStream,
     hangup_rx: MioUnixStream,
-    control_rx: mpsc::Receiver<Request>,
+    control_rx: mpsc::Receiver<Pending>,
     started: Instant,
     ready: Ready,
     /// Each peer's routes (beyond its allowed IPs), by id.
@@ -106,8 +107,7 @@ pub(crate) fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
 }
 
 /// Parse `peer add`'s JSON into a peer and its routes.
-fn parse_peer(spec: &str) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
-    let v: Value = serde_json::from_str(spec).map_err(|e| format!("peer add: not JSON: {e}"))?;
+fn parse_peer(v: &Value) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
     let key = v
         .get("public_key")
         .and_then(Value::as_str)
@@ -325,26 +325,31 @@ impl HubDriver {
 
     fn answer_control(&mut self) {
         while let Ok(req) = self.control_rx.try_recv() {
-            let words: Vec<&str> = req.command.split_whitespace().collect();
-            let answer = match words.as_slice() {
-                ["status"] => self.status_json(),
-                ["status", "peer", who] => match self.find(who) {
+            let answer = match Request::parse(&req.command) {
+                Err(e) => mpt_control::error(e),
+                Ok(Request::Status) => self.status_json(),
+                Ok(Request::PeerStatus { peer }) => match self.find(&peer) {
                     Some(id) => self.peer_detail(id),
-                    None => json!({ "error": format!("no peer named or keyed '{who}'") }),
+                    None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
                 },
-                ["peer", "add", ..] => {
-                    let spec = req.command.find('{').map_or("", |i| &req.command[i..]);
-                    match parse_peer(spec) {
-                        Ok((cfg, routes)) => self.add(cfg, routes, &req.who),
-                        Err(e) => json!({ "error": e }),
-                    }
-                }
-                ["peer", "remove", who] => match self.find(who) {
+                Ok(Request::PeerAdd { peer }) => match parse_peer(&peer) {
+                    Ok((cfg, routes)) => self.add(cfg, routes, &req.who),
+                    Err(e) => json!({ "error": e }),
+                },
+                Ok(Request::PeerRemove { peer }) => match self.find(&peer) {
                     Some(id) => self.remove(id, &req.who),
-                    None => json!({ "error": format!("no peer named or keyed '{who}'") }),
+                    None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
                 },
-                ["reload"] => self.reload(&req.who),
-                _ => json!({ "error": format!("unknown request '{}'", req.command) }),
+                Ok(Request::Reload) => self.reload(&req.who),
+                Ok(
+                    Request::PathAdmin { .. }
+                    | Request::PathSet { .. }
+                    | Request::CaptureStart(_)
+                    | Request::CaptureStatus
+                    | Request::CaptureStop,
+                ) => mpt_control::error(
+                    "a concentrator does not take path or capture requests yet (issue 40: one engine)",
+                ),
             };
             let _ = req.reply.send(answer.to_string());
         }

@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::status::ask;
+use mpt_control::Request as Ask;
 
 /// How often the capture's progress is asked for (tuning knob).
 const POLL: Duration = Duration::from_millis(100);
@@ -42,17 +43,18 @@ fn absolute(file: &Path) -> io::Result<PathBuf> {
 /// Run a capture to its end; print its counters.
 pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
     let file = absolute(r.file)?;
-    let spec = json!({
-        "file": file.display().to_string(),
-        "tun": r.tun,
-        "paths": r.paths,
-        "count": r.count,
-        "seconds": r.seconds,
-    });
-    ask(sock, &format!("capture start {spec}"))?;
+    let spec = mpt_control::CaptureSpec {
+        file: file.display().to_string(),
+        tun: r.tun,
+        paths: r.paths.to_vec(),
+        peer: None,
+        count: r.count,
+        seconds: r.seconds,
+    };
+    ask(sock, &Ask::CaptureStart(spec))?;
     // The daemon creates the file on its writer thread: wait until it did,
     // or said why not.
-    let mut first = ask(sock, "capture status")?;
+    let mut first = ask(sock, &Ask::CaptureStatus)?;
     for _ in 0..50 {
         if first.get("opened").and_then(Value::as_bool) == Some(true)
             || first.get("failed").is_some()
@@ -60,7 +62,7 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
-        first = ask(sock, "capture status")?;
+        first = ask(sock, &Ask::CaptureStatus)?;
     }
     if let Some(e) = first.get("failed").and_then(Value::as_str) {
         return Err(io::Error::other(format!("capture failed: {e}")));
@@ -84,10 +86,10 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
     let last = loop {
         std::thread::sleep(POLL);
         if interrupted.load(Ordering::Relaxed) && !stop_sent {
-            ask(sock, "capture stop")?;
+            ask(sock, &Ask::CaptureStop)?;
             stop_sent = true;
         }
-        let v = ask(sock, "capture status")?;
+        let v = ask(sock, &Ask::CaptureStatus)?;
         if v.get("closed").and_then(Value::as_bool) == Some(true) {
             break v;
         }
@@ -111,7 +113,7 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
 
 /// `mpt capture --stop`: end the capture under way.
 pub fn stop(sock: &Path, json_out: bool) -> io::Result<()> {
-    let v = ask(sock, "capture stop")?;
+    let v = ask(sock, &Ask::CaptureStop)?;
     if json_out {
         println!("{v}");
     } else {

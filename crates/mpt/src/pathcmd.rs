@@ -86,7 +86,15 @@ pub fn set_value(key: &str, value: &str) -> Result<String, String> {
 
 /// `mpt path NAME set KEY VALUE` with a value from [`set_value`].
 pub fn set(sock: &Path, name: &str, key: &str, value: &str, json: bool) -> io::Result<()> {
-    let v = ask(sock, &format!("path {name} set {key} {value}"))?;
+    let v = ask(
+        sock,
+        &mpt_control::Request::PathSet {
+            peer: None,
+            path: name.into(),
+            key: key.into(),
+            value: value.into(),
+        },
+    )?;
     if json {
         println!("{v}");
     } else {
@@ -102,7 +110,14 @@ pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()
             "'{name}' cannot be a path name (names have no spaces)"
         )));
     }
-    let v = ask(sock, &format!("path {name} {action}"))?;
+    let v = ask(
+        sock,
+        &mpt_control::Request::PathAdmin {
+            peer: None,
+            path: name.into(),
+            down: action == "down",
+        },
+    )?;
     if json {
         println!("{v}");
     } else {

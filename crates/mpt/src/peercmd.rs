@@ -39,7 +39,7 @@ pub fn add(
             .map_err(|e| io::Error::other(format!("cannot read {}: {e}", f.display())))?;
         spec["preshared_key"] = json!(text.trim());
     }
-    let v = ask(sock, &format!("peer add {spec}"))?;
+    let v = ask(sock, &mpt_control::Request::PeerAdd { peer: spec })?;
     if json_out {
         println!("{v}");
     } else {
@@ -54,7 +54,7 @@ pub fn add(
 
 /// `mpt peer remove KEY|NAME`.
 pub fn remove(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
-    let v = ask(sock, &format!("peer remove {who}"))?;
+    let v = ask(sock, &mpt_control::Request::PeerRemove { peer: who.into() })?;
     if json_out {
         println!("{v}");
     } else {
@@ -65,7 +65,7 @@ pub fn remove(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
 
 /// `mpt status --peer KEY|NAME`.
 pub fn show_peer(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
-    let v = ask(sock, &format!("status peer {who}"))?;
+    let v = ask(sock, &mpt_control::Request::PeerStatus { peer: who.into() })?;
     if json_out {
         println!(
             "{}",

@@ -223,7 +223,7 @@ pub const EXIT_NEEDS_RESTART: u8 = 3;
 /// or the file has errors, [`EXIT_NEEDS_RESTART`] some change needs a
 /// restart.
 pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<u8> {
-    let v = crate::status::ask(sock, "reload")?;
+    let v = crate::status::ask(sock, &mpt_control::Request::Reload)?;
     let list = |k: &str| -> Vec<String> {
         v.get(k)
             .and_then(Value::as_array)

@@ -22,7 +22,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use mpt_config::Config;
-use mpt_io::control::Request;
+use mpt_io::control::Pending;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -61,7 +61,7 @@ pub fn named(paths: &[mpt_config::PathSection]) -> Vec<Named> {
 /// list it watches.
 pub fn spawn(
     cfg: &Config,
-    tx: mpsc::Sender<Request>,
+    tx: mpsc::Sender<Pending>,
     wake: Arc<dyn Fn() + Send + Sync>,
 ) -> std::io::Result<Watched> {
     let watched: Watched = Arc::new(Mutex::new(named(&cfg.paths)));
@@ -74,13 +74,13 @@ pub fn spawn(
 }
 
 fn ask(
-    tx: &mpsc::Sender<Request>,
+    tx: &mpsc::Sender<Pending>,
     wake: &(dyn Fn() + Send + Sync),
-    command: String,
+    request: mpt_control::Request,
 ) -> Option<Value> {
     let (reply, answer) = mpsc::sync_channel(1);
-    tx.send(Request {
-        command,
+    tx.send(Pending {
+        command: request.to_line(),
         reply,
         who: "the hostname resolver of this daemon".into(),
     })
@@ -93,7 +93,7 @@ fn ask(
 fn run(
     tunnel: &str,
     watched: &Watched,
-    tx: &mpsc::Sender<Request>,
+    tx: &mpsc::Sender<Pending>,
     wake: &(dyn Fn() + Send + Sync),
 ) {
     let mut down_before: HashSet<String> = HashSet::new();
@@ -105,7 +105,7 @@ fn run(
             down_before.clear();
             continue;
         }
-        let Some(status) = ask(tx, wake, "status".into()) else {
+        let Some(status) = ask(tx, wake, mpt_control::Request::Status) else {
             return;
         };
         let paths = status
@@ -140,7 +140,12 @@ fn run(
             };
             match picked {
                 Ok(a) if Some(a) != current => {
-                    let cmd = format!("path {} set remote {a}", n.path);
+                    let cmd = mpt_control::Request::PathSet {
+                        peer: None,
+                        path: n.path.clone(),
+                        key: "remote".into(),
+                        value: a.to_string(),
+                    };
                     let ok = ask(tx, wake, cmd).is_some_and(|v| v.get("ok").is_some());
                     if ok {
                         info!(tunnel = %tunnel, path = %n.path, host = %n.host, old = %current.map_or_else(|| "-".to_string(), |c: SocketAddr| c.to_string()), new = %a, "path down: its remote's name resolved to a new address, which it uses from now on");

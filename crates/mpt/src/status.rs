@@ -8,6 +8,7 @@
 //! each way, RTT, loss and time since last heard; then totals, reorder
 //! statistics and every drop counter.
 
+use mpt_control::Request;
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -71,12 +72,12 @@ pub fn watch(
 
 /// The daemon's status document, or why there is none.
 pub(crate) fn fetch(sock: &Path) -> io::Result<Value> {
-    ask(sock, "status")
+    ask(sock, &Request::Status)
 }
 
-/// The daemon's answer to `command`, or its refusal as an error.
-pub(crate) fn ask(sock: &Path, command: &str) -> io::Result<Value> {
-    let line = mpt_io::control::request(sock, command)?;
+/// The daemon's answer to `request`, or its refusal as an error.
+pub(crate) fn ask(sock: &Path, request: &Request) -> io::Result<Value> {
+    let line = mpt_io::control::request(sock, request)?;
     let v: Value = serde_json::from_str(&line)
         .map_err(|e| io::Error::other(format!("daemon sent invalid JSON: {e}")))?;
     if let Some(e) = v.get("error").and_then(Value::as_str) {
