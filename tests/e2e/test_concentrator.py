@@ -4,8 +4,11 @@ paths, in namespaces (issue: the concentrator)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from mptlab.star import SERVER_TUNNEL, Star, client_tunnel, peer_add_args, start
 from mptlab.traffic import ping
 from mptlab.util import mpt_binary, run, wait_for
@@ -73,6 +76,29 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         caps = [p["sending"]["cap_mbps"] for p in peer1["tunnel"]["paths"]]
         assert caps == [None, 3.0], caps
         assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
+
+        # An operator takes one of client 1's paths out of use at the
+        # server (client 1 is the other shard's) and back: `mpt path
+        # --peer`, as on a single tunnel.
+        path_cmd = [str(mpt_binary()), "path", *sock, "--peer", "client1"]
+        out = run([*path_cmd, "link1", "down"], ns=star.ns("s")).stdout
+        assert "peer client1: path link1 is administratively down" in out, out
+        peer1 = json.loads(status(star, tmp_path, "--peer", "client1", "--json"))
+        assert [p["admin_down"] for p in peer1["tunnel"]["paths"]] == [False, True]
+        listed = run([*path_cmd, "list"], ns=star.ns("s")).stdout
+        assert "admin down" in listed, listed
+        assert ping(star, 1, SERVER_TUNNEL, count=2, interval=0.1).received == 2  # type: ignore[arg-type]
+        run([*path_cmd, "link1", "up"], ns=star.ns("s"))
+        peer1 = json.loads(status(star, tmp_path, "--peer", "client1", "--json"))
+        assert [p["admin_down"] for p in peer1["tunnel"]["paths"]] == [False, False]
+        bare = [str(mpt_binary()), "path", *sock, "link1", "down"]
+        refused = run(bare, ns=star.ns("s"), check=False)
+        assert refused.returncode == 1 and "name the peer" in refused.stderr, refused.stderr
+        unknown = run([*path_cmd, "nosuch", "down"], ns=star.ns("s"), check=False)
+        assert unknown.returncode == 1 and "link0" in unknown.stderr, unknown.stderr
+        log = (tmp_path / "server.log").read_text()
+        assert "path administratively down over the control socket" in log
+        assert "peer=client1" in log
 
         # Client 0 speaks with client 1's address: dropped, counted.
         run(["ip", "addr", "add", f"{client_tunnel(1)}/32", "dev", "mpc0"], ns=star.ns(0))
@@ -187,3 +213,48 @@ def test_a_client_moves_to_the_second_concentrator_within_two_seconds(tmp_path: 
         assert "moving to another server" in log and "server1" in log, log[-2000:]
         # Now the second announces it (for the routing daemon to spread).
         wait_for("the second concentrator announces the client", lambda: announced("s1"), 10)
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark missing")
+def test_a_concentrator_captures_every_peer_into_one_file(tmp_path: Path) -> None:
+    """`mpt capture` on a concentrator of two shards: the inner packets of
+    both clients (client 1 is the other shard's) and the datagrams of one
+    server path, in one pcapng file that tshark reads."""
+    with Star(2, links=2) as star:
+        _server, clients = start(star, tmp_path, server_workers=2)
+        wait_for("every client connected", lambda: connected(star, tmp_path) == 2, 15)
+        for c in clients:
+            c.wait_ready(paths_up=2, timeout=15)
+        out = tmp_path / "cap.pcapng"
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", star.ns("s"), str(mpt_binary()), "capture"]
+            + ["-s", str(tmp_path / "server.sock"), "--tun", "--path", "link0"]
+            + ["-w", str(out), "--seconds", "4", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for("the capture file", out.exists, 10)
+        for i in range(2):
+            assert ping(star, i, SERVER_TUNNEL, count=10, interval=0.1).received == 10  # type: ignore[arg-type]
+        stdout, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 0, stderr
+        done = json.loads(stdout)
+        assert done["written"] >= 40 and done["dropped"] == 0, done
+        r = subprocess.run(
+            ["tshark", "-r", str(out), "-T", "fields", "-E", "separator=|"]
+            + ["-e", "frame.interface_id", "-e", "icmp.type", "-e", "frame.comment"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        rows = [line.split("|") for line in r.stdout.splitlines() if line]
+        for i in range(2):
+            asked = [x for x in rows if x[0] == "0" and x[1] == "8" and f"peer client{i}" in x[2]]
+            assert len(asked) >= 9, (i, rows[:20])
+        replies = [x for x in rows if x[0] == "0" and x[1] == "0"]
+        assert len(replies) >= 18 and all(x[2].startswith("out ") for x in replies), replies
+        datagrams = [x for x in rows if x[0] == "1"]
+        assert any(x[2].startswith("in ") for x in datagrams), datagrams[:5]
+        assert any(x[2].startswith("out ") for x in datagrams), datagrams[:5]

@@ -89,13 +89,17 @@ struct Record {
     comment: String,
 }
 
-/// The data path's end of a capture. See the module documentation.
+/// The data path's end of a capture. See the module documentation. A
+/// clone is another end of the same capture (a concentrator's shards each
+/// hold one): same file, counters and packet limit.
+#[derive(Debug, Clone)]
 pub struct Tap {
     tx: Option<SyncSender<Record>>,
     tun_iface: Option<u32>,
     /// Interface of each socket key captured.
     socket_iface: Vec<Option<u32>>,
-    left: Option<u64>,
+    /// Packets still to take (shared by the clones).
+    left: Option<Arc<AtomicU64>>,
     until: Option<Nanos>,
     pub stats: Arc<CaptureStats>,
     pub file: PathBuf,
@@ -178,7 +182,7 @@ impl Tap {
             tx: Some(tx),
             tun_iface,
             socket_iface,
-            left: spec.count,
+            left: spec.count.map(|c| Arc::new(AtomicU64::new(c))),
             // Any number a control client sends is a duration: negative or
             // not a number is none, too large is a day.
             until: spec.seconds.map(|s| {
@@ -205,7 +209,11 @@ impl Tap {
         if self.tx.is_none() {
             return false;
         }
-        if self.until.is_some_and(|u| now >= u) || self.left == Some(0) {
+        let none_left = self
+            .left
+            .as_ref()
+            .is_some_and(|l| l.load(Ordering::Relaxed) == 0);
+        if self.until.is_some_and(|u| now >= u) || none_left {
             self.stop();
             return false;
         }
@@ -220,6 +228,15 @@ impl Tap {
     }
 
     fn push(&mut self, iface: u32, wall_ns: u64, data: &[u8], comment: String) {
+        if self
+            .left
+            .as_ref()
+            .is_some_and(|l| l.load(Ordering::Relaxed) == 0)
+        {
+            // Another end of the capture took the last packet.
+            self.stop();
+            return;
+        }
         let Some(tx) = self.tx.as_ref() else {
             return;
         };
@@ -232,9 +249,13 @@ impl Tap {
         match tx.try_send(r) {
             Ok(()) => {
                 self.stats.captured.fetch_add(1, Ordering::Relaxed);
-                if let Some(l) = self.left.as_mut() {
-                    *l = l.saturating_sub(1);
-                    if *l == 0 {
+                if let Some(l) = self.left.as_ref() {
+                    let before = l
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                            Some(v.saturating_sub(1))
+                        })
+                        .unwrap_or(0);
+                    if before <= 1 {
                         self.stop();
                     }
                 }
@@ -317,6 +338,17 @@ impl Tap {
         if held {
             comment.push_str(" held_for_reordering");
         }
+        self.push(iface, wall_ns, pkt, comment);
+    }
+
+    /// An inner packet at the TUN of a concentrator (`pkt` alone, no
+    /// datagram header: read before its peer's tunnel took it, or as it is
+    /// written), with `comment` (its peer).
+    pub fn packet(&mut self, dir: Dir, wall_ns: u64, pkt: &[u8], comment: &str) {
+        let Some(iface) = self.tun_iface else {
+            return;
+        };
+        let comment = format!("{} {comment}", dir_word(dir));
         self.push(iface, wall_ns, pkt, comment);
     }
 

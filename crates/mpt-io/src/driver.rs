@@ -32,6 +32,7 @@ use crate::capture::{CaptureSpec, Tap};
 use crate::control::Pending;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
 use crate::linux::{SystemClock, UdpPaths};
+use crate::pathctl::{self, PathChange};
 use crate::seam::Clock;
 use crate::udp::{PathBind, PathSocket};
 use crate::workers::{Engage, Workers};
@@ -360,13 +361,13 @@ impl Driver {
                     peer: None,
                     path,
                     down,
-                }) => self.path_admin(&path, down, who),
+                }) => self.path_change(&path, &PathChange::Admin { down }, who),
                 Ok(Request::PathSet {
                     peer: None,
                     path,
                     key,
                     value,
-                }) => self.path_set(&path, &key, &value, who),
+                }) => self.path_change(&path, &PathChange::Set { key, value }, who),
                 Ok(Request::Reload) => self.reload_now(who),
                 Ok(Request::CaptureStart(spec)) if spec.peer.is_none() => {
                     self.capture_start(&spec, who)
@@ -460,48 +461,15 @@ impl Driver {
         }
     }
 
-    /// `mpt path NAME up|down`: an operator takes a path out of use or
-    /// back (logged; the control socket is root's, mode 0600).
-    fn path_admin(&mut self, name: &str, down: bool, who: &str) -> Value {
-        let word = if down { "down" } else { "up" };
-        match self.engine.tunnel_mut().set_admin_down(name, down) {
-            Ok(_) => {
-                info!(tunnel = %self.identity.name, path = %name, by = %who, "path set administratively {word} over the control socket");
-                json!({ "ok": true, "path": name, "admin": word })
-            }
-            Err(e) => json!({ "error": e }),
-        }
-    }
-
-    /// `mpt path NAME set rate_mbit N|none`, `set weight N` and `set backup
-    /// true|false` (logged with who asked). Values were checked by the
-    /// CLI; they are checked again.
-    fn path_set(&mut self, name: &str, key: &str, value: &str, who: &str) -> Value {
-        let t = self.engine.tunnel_mut();
-        let r = match (key, value) {
-            ("rate_mbit", "none") => t.set_rate_cap(name, None),
-            ("rate_mbit", v) => match v.parse::<u64>() {
-                Ok(m) if (1..=1_000_000).contains(&m) => t.set_rate_cap(name, Some(m * 1_000_000)),
-                _ => Err(format!("rate_mbit '{v}' is not 1 to 1000000 or none")),
-            },
-            ("remote", v) => match v.parse::<std::net::SocketAddr>() {
-                Ok(a) => t.set_remote(name, a),
-                Err(_) => Err(format!("remote '{v}' is not an address:port")),
-            },
-            ("weight", v) => match v.parse::<u32>() {
-                Ok(w) => t.set_weight(name, w),
-                Err(_) => Err(format!("weight '{v}' is not 1 to 1000")),
-            },
-            ("backup", "true") => t.set_backup(name, true),
-            ("backup", "false") => t.set_backup(name, false),
-            _ => Err(format!(
-                "cannot set '{key}' to '{value}' (rate_mbit N|none, weight N, backup true|false, remote ADDR:PORT)"
-            )),
-        };
-        match r {
-            Ok(_) => {
-                info!(tunnel = %self.identity.name, path = %name, %key, %value, by = %who, "path setting changed over the control socket");
-                json!({ "ok": true, "path": name, key: value })
+    /// `mpt path NAME up|down|set KEY VALUE`: an operator's change to a
+    /// path (`pathctl.rs`; logged with who asked; the control socket is
+    /// root's, mode 0600).
+    fn path_change(&mut self, name: &str, change: &PathChange, who: &str) -> Value {
+        match pathctl::apply(self.engine.tunnel_mut(), name, change) {
+            Ok(v) => {
+                let what = change.describe();
+                info!(tunnel = %self.identity.name, path = %name, by = %who, "path {what} over the control socket");
+                v
             }
             Err(e) => json!({ "error": e }),
         }

@@ -27,6 +27,7 @@ use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 
 use crate::batch::RecvBatch;
+use crate::capture::{Dir, Tap};
 use crate::engine::{is_hard, IoStats, Ready, BATCH_PACKETS, BUF_BYTES, WALL_REFRESH_NS};
 use crate::events::EventLog;
 use crate::seam::{Clock, PathIo, Slots, TunDevice};
@@ -54,6 +55,11 @@ pub struct Hub<T, P, C> {
     live: Vec<bool>,
     /// Peers whose liveness changed, for the driver (routes to announce).
     changes: Vec<(PeerId, bool)>,
+    /// The wall clock's offset from the loop's (capture timestamps).
+    wall_offset: i64,
+    /// A packet capture under way (`mpt capture`), or the last one: this
+    /// shard's end of it.
+    pub capture: Option<Tap>,
 }
 
 impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
@@ -77,6 +83,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             spans: Vec::new(),
             live: Vec::new(),
             changes: Vec::new(),
+            wall_offset: 0,
+            capture: None,
         }
     }
 
@@ -88,6 +96,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     }
     pub fn io_stats(&self) -> &IoStats {
         &self.io
+    }
+    /// The wall clock at loop time `now`, ns since the UNIX epoch.
+    fn wall(&self, now: Nanos) -> u64 {
+        (now as i64).wrapping_add(self.wall_offset) as u64
     }
     pub fn tun_write_failures(&self) -> u64 {
         self.tun_write_failures
@@ -144,7 +156,11 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
         {
             self.last_wall = Some(now);
-            self.conc.set_wall_offset(self.clock.wall_offset());
+            self.wall_offset = self.clock.wall_offset();
+            self.conc.set_wall_offset(self.wall_offset);
+        }
+        if let Some(t) = self.capture.as_mut() {
+            t.active(now);
         }
         if ready.tun {
             ready.tun = self.pump_tun();
@@ -177,9 +193,19 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         };
         self.io.tun_reads += 1;
         let now = self.clock.now();
+        let wall = self.wall(now);
         for k in 0..n {
             let len = self.tun_lens[k];
             let slot = k * self.stride..(k + 1) * self.stride;
+            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                let at = slot.start + HEADER_LEN;
+                tap.packet(
+                    Dir::Out,
+                    wall,
+                    &self.tun_slots[at..at + len],
+                    "read from the TUN",
+                );
+            }
             let sent = self.conc.send(now, &mut self.tun_slots[slot.clone()], len);
             self.transmit(now, slot, sent);
         }
@@ -199,6 +225,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         };
         self.io.udp_send_calls += 1;
         let d = &self.tun_slots[slot][..tx.len];
+        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+            let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+            tap.datagram(Dir::Out, tx.local_key, wall, d);
+        }
         match self.paths.send_to(tx.local_key, d, tx.dst) {
             Ok(()) => self.io.udp_datagrams_sent += 1,
             Err(e) => {
@@ -213,18 +243,27 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     /// What the peer's tunnel has to send behind the packet just sent
     /// ([`mpt_core::tunnel::Tunnel::poll_transmit`], in its order).
     fn send_output(&mut self, peer: PeerId, now: Nanos) {
+        let wall = self.wall(now);
         let Hub {
             conc,
             paths,
             scratch,
             io,
+            capture,
             ..
         } = self;
         let Some(t) = conc.tunnel_mut(peer) else {
             return;
         };
-        while let Some(tx) = t.poll_transmit(now, scratch) {
-            if let Some(e) = seal_and_send(t, paths, io, scratch, &tx) {
+        let mut out = Out {
+            paths,
+            io,
+            scratch,
+            tap: capture.as_mut().filter(|t| t.active_now()),
+            wall,
+        };
+        while let Some(tx) = t.poll_transmit(now, out.scratch) {
+            if let Some(e) = out.seal_and_send(t, &tx) {
                 t.on_send_error(tx.path, is_hard(&e), now);
             }
         }
@@ -235,10 +274,19 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         tun: &mut T,
         conc: &mut Concentrator,
         failures: &mut u64,
+        (tap, wall): (Option<&mut Tap>, u64),
         (peer, r): (Option<PeerId>, mpt_core::tunnel::Received),
         data: &[u8],
     ) {
         if let mpt_core::tunnel::Received::Deliver { offset, len } = r {
+            if let Some(tap) = tap {
+                tap.packet(
+                    Dir::In,
+                    wall,
+                    &data[offset..offset + len],
+                    &from_peer(conc, peer),
+                );
+            }
             if tun.write(&[], &data[offset..offset + len]).is_err() {
                 *failures += 1;
                 if let Some(t) = peer.and_then(|p| conc.tunnel_mut(p)) {
@@ -276,7 +324,9 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                     .conc
                     .recv_handed(now, local_key, from, peer, &mut bytes);
                 let failures = &mut self.tun_write_failures;
-                Self::deliver(&mut self.tun, &mut self.conc, failures, r, &bytes);
+                let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+                let tap = (self.capture.as_mut().filter(|t| t.active_now()), wall);
+                Self::deliver(&mut self.tun, &mut self.conc, failures, tap, r, &bytes);
             }
         }
     }
@@ -307,12 +357,24 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             let mut spans = std::mem::take(&mut self.spans);
             spans.clear();
             spans.extend(self.recv_batch.datagrams(k));
+            let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
             for &span in &spans {
                 self.io.udp_datagrams_received += 1;
                 let data = self.recv_batch.slice_mut(span);
+                let mut tap = self.capture.as_mut().filter(|t| t.active_now());
+                if let Some(t) = tap.as_mut() {
+                    t.datagram(Dir::In, i, wall, data);
+                }
                 let r = self.conc.recv_ecn(now, i, from, data, m.tos & ECN_MASK);
                 let failures = &mut self.tun_write_failures;
-                Self::deliver(&mut self.tun, &mut self.conc, failures, r, data);
+                Self::deliver(
+                    &mut self.tun,
+                    &mut self.conc,
+                    failures,
+                    (tap, wall),
+                    r,
+                    data,
+                );
             }
             self.spans = spans;
         }
@@ -327,6 +389,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         }
         while let Some((socket, dst, d)) = self.conc.poll_transmit() {
             self.io.udp_send_calls += 1;
+            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+                tap.datagram(Dir::Out, socket, wall, &d);
+            }
             let _ = self.paths.send_to(socket, &d, dst);
         }
         while let Some((_, e)) = self.conc.poll_event() {
@@ -347,6 +413,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     }
 
     fn drain_peer(&mut self, id: PeerId, now: Nanos) {
+        let wall = self.wall(now);
         let Hub {
             conc,
             paths,
@@ -358,13 +425,22 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             tun_write_failures,
             live,
             changes,
+            capture,
             ..
         } = self;
+        let mut tap = capture.as_mut().filter(|t| t.active_now());
         if let Some((cfg, t)) = conc.peer_tunnel_mut(id) {
             let peer_name = &cfg.name;
             let mut failed = vec![];
-            while let Some(tx) = t.poll_transmit(now, scratch) {
-                if let Some(e) = seal_and_send(t, paths, io, scratch, &tx) {
+            let mut out = Out {
+                paths,
+                io,
+                scratch,
+                tap: tap.as_deref_mut(),
+                wall,
+            };
+            while let Some(tx) = t.poll_transmit(now, out.scratch) {
+                if let Some(e) = out.seal_and_send(t, &tx) {
                     failed.push((tx.path, is_hard(&e)));
                 }
             }
@@ -384,7 +460,11 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 changes.push((id, now_live));
             }
         }
+        let comment = tap.is_some().then(|| from_peer(conc, Some(id)));
         conc.deliver_ready(id, |p| {
+            if let (Some(tap), Some(c)) = (tap.as_deref_mut(), comment.as_deref()) {
+                tap.packet(Dir::In, wall, p, c);
+            }
             tun.write(&[], p).map_err(|_| {
                 *tun_write_failures += 1;
                 DropReason::TunWriteFailed
@@ -394,25 +474,48 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     }
 }
 
-/// Seal the datagram `tx` describes in `scratch` and send it (a failed
-/// seal is counted as `no_session`); the send's error, if any.
-fn seal_and_send<P: PathIo>(
-    t: &mut mpt_core::tunnel::Tunnel,
-    paths: &mut P,
-    io: &mut IoStats,
-    scratch: &mut [u8],
-    tx: &mpt_core::tunnel::Transmit,
-) -> Option<io::Error> {
-    if !t.sealer().seal(tx.seal, &mut scratch[..tx.len]) {
-        t.count_drop(DropReason::NoSession);
-        return None;
-    }
-    io.udp_send_calls += 1;
-    match paths.send_to(tx.local_key, &scratch[..tx.len], tx.dst) {
-        Ok(()) => {
-            io.udp_datagrams_sent += 1;
-            None
+/// Where a peer's datagrams go out: the sockets, the I/O counters, the
+/// scratch the core writes into, and a capture's end if one is under way.
+struct Out<'a, P> {
+    paths: &'a mut P,
+    io: &'a mut IoStats,
+    scratch: &'a mut [u8],
+    tap: Option<&'a mut Tap>,
+    wall: u64,
+}
+
+impl<P: PathIo> Out<'_, P> {
+    /// Seal the datagram `tx` describes in `scratch` (a failed seal is
+    /// counted as `no_session`), show it to the capture, and send it; the
+    /// send's error, if any.
+    fn seal_and_send(
+        &mut self,
+        t: &mut mpt_core::tunnel::Tunnel,
+        tx: &mpt_core::tunnel::Transmit,
+    ) -> Option<io::Error> {
+        let d = &mut self.scratch[..tx.len];
+        if !t.sealer().seal(tx.seal, d) {
+            t.count_drop(DropReason::NoSession);
+            return None;
         }
-        Err(e) => Some(e),
+        if let Some(tap) = self.tap.as_deref_mut() {
+            tap.datagram(Dir::Out, tx.local_key, self.wall, d);
+        }
+        self.io.udp_send_calls += 1;
+        match self.paths.send_to(tx.local_key, d, tx.dst) {
+            Ok(()) => {
+                self.io.udp_datagrams_sent += 1;
+                None
+            }
+            Err(e) => Some(e),
+        }
+    }
+}
+
+/// How a capture names the peer of a delivered packet.
+fn from_peer(conc: &Concentrator, peer: Option<PeerId>) -> String {
+    match peer.and_then(|p| conc.peer(p)) {
+        Some(p) => format!("from peer {}", p.cfg.name),
+        None => "from an unknown peer".into(),
     }
 }

@@ -39,6 +39,9 @@ use crate::shards::{self, Op, ShardLink, TOKEN_SHARD};
 use crate::udp::PathSocket;
 use mpt_control::Request;
 
+use crate::capture::{CaptureSpec, Tap};
+use crate::pathctl::PathChange;
+
 /// Changes a reload or a request makes beyond the concentrator (routes).
 pub trait PeerHooks {
     /// A peer was added: install what it needs (its routes).
@@ -341,15 +344,34 @@ impl HubDriver {
                     None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
                 },
                 Ok(Request::Reload) => self.reload(&req.who),
-                Ok(
-                    Request::PathAdmin { .. }
-                    | Request::PathSet { .. }
-                    | Request::CaptureStart(_)
-                    | Request::CaptureStatus
-                    | Request::CaptureStop,
-                ) => mpt_control::error(
-                    "a concentrator does not take path or capture requests yet (issue 40: one engine)",
-                ),
+                Ok(Request::PathAdmin {
+                    peer: Some(peer),
+                    path,
+                    down,
+                }) => self.path_change(&peer, &path, PathChange::Admin { down }, &req.who),
+                Ok(Request::PathSet {
+                    peer: Some(peer),
+                    path,
+                    key,
+                    value,
+                }) => self.path_change(&peer, &path, PathChange::Set { key, value }, &req.who),
+                Ok(Request::PathAdmin { peer: None, .. } | Request::PathSet { peer: None, .. }) => {
+                    mpt_control::error(
+                        "a concentrator's paths are its peers': name the peer (mpt path --peer NAME|KEY PATH ...)",
+                    )
+                }
+                Ok(Request::CaptureStart(spec)) => self.capture_start(&spec, &req.who),
+                Ok(Request::CaptureStatus) => self.capture_status(),
+                Ok(Request::CaptureStop) => {
+                    if let Some(t) = self.hub.capture.as_mut() {
+                        t.stop();
+                        info!(tunnel = %self.name, by = %req.who, "capture stopped over the control socket");
+                    }
+                    if let Some(l) = self.link.as_mut() {
+                        l.ask_others(&Op::Capture(None));
+                    }
+                    self.capture_status()
+                }
             };
             let _ = req.reply.send(answer.to_string());
         }
@@ -529,6 +551,88 @@ impl HubDriver {
             info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer changed by reload ({keys})");
         }
         Ok(Some(format!("{}: {keys}", cfg.name)))
+    }
+
+    /// `mpt capture` on a concentrator: the TUN's inner packets of every
+    /// peer (each with its peer in the comment) and the datagrams of the
+    /// server's paths named, from every shard into one file.
+    fn capture_start(&mut self, v: &mpt_control::CaptureSpec, who: &str) -> Value {
+        if self.hub.capture.as_ref().is_some_and(Tap::active_now) {
+            return json!({ "error": "a capture is under way (mpt capture --stop ends it)" });
+        }
+        if v.file.is_empty() {
+            return json!({ "error": "capture needs a file" });
+        }
+        if v.peer.is_some() {
+            return json!({ "error": "a concentrator captures all its peers: the inner packets name each one (no --peer)" });
+        }
+        let own = self.hub.concentrator().server_paths();
+        let mut sockets = vec![];
+        for n in &v.paths {
+            match own.iter().find(|p| p.name == *n) {
+                Some(p) => sockets.push((p.local_key, format!("path {n} ({})", p.local))),
+                None => {
+                    let all: Vec<&str> = own.iter().map(|p| p.name.as_str()).collect();
+                    return json!({ "error": format!("no path named '{n}'; the server's paths are: {}", all.join(", ")) });
+                }
+            }
+        }
+        let names: Vec<String> = own.iter().map(|p| p.name.clone()).collect();
+        if !v.tun && sockets.is_empty() {
+            return json!({ "error": "nothing to capture: give the TUN, a path, or both" });
+        }
+        let spec = CaptureSpec {
+            file: v.file.clone().into(),
+            tun: v.tun,
+            sockets,
+            count: v.count,
+            seconds: v.seconds,
+        };
+        let now = self.hub.clock.now();
+        match Tap::start(&spec, &self.name, now, names) {
+            Ok(tap) => {
+                info!(tunnel = %self.name, file = %v.file, by = %who, "capture started over the control socket");
+                let st = tap.status();
+                if let Some(l) = self.link.as_mut() {
+                    l.ask_others(&Op::Capture(Some(tap.clone())));
+                }
+                self.hub.capture = Some(tap);
+                st
+            }
+            Err(e) => json!({ "error": e.to_string() }),
+        }
+    }
+
+    fn capture_status(&self) -> Value {
+        match self.hub.capture.as_ref() {
+            Some(t) => t.status(),
+            None => json!({ "error": "no capture was started" }),
+        }
+    }
+
+    /// `mpt path --peer WHO PATH up|down|set KEY VALUE`: at the peer's
+    /// shard; logged with the peer and who asked.
+    fn path_change(&mut self, who: &str, path: &str, change: PathChange, by: &str) -> Value {
+        let Some(id) = self.find(who) else {
+            return json!({ "error": format!("no peer named or keyed '{who}'") });
+        };
+        let what = change.describe();
+        let op = Op::Path(id, path.to_string(), change);
+        let owner = self.hub.concentrator().shard_of(id);
+        let v = match self.link.as_mut() {
+            Some(l) if owner != 0 => l.ask(owner, op),
+            _ => shards::answer(&mut self.hub, &op),
+        };
+        if v.get("ok").is_some() {
+            let peer = self
+                .hub
+                .concentrator()
+                .peer(id)
+                .map(|p| p.cfg.name.clone())
+                .unwrap_or_default();
+            info!(tunnel = %self.name, %peer, %path, %by, "path {what} over the control socket");
+        }
+        v
     }
 
     fn peer_detail(&mut self, id: PeerId) -> Value {

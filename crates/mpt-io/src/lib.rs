@@ -41,6 +41,7 @@ pub mod linux;
 pub mod mem;
 pub mod netcfg;
 pub mod offload;
+pub mod pathctl;
 pub mod seam;
 pub mod shards;
 pub mod tunwrite;

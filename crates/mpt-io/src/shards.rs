@@ -74,6 +74,11 @@ pub enum Op {
     Status,
     /// A peer in full, from its owner.
     Detail(PeerId),
+    /// An operator's change to one of a peer's paths, at its owner
+    /// (`pathctl.rs`; answer as `mpt path`'s).
+    Path(PeerId, String, crate::pathctl::PathChange),
+    /// This shard's end of a capture the leader started (`None`: stop).
+    Capture(Option<crate::capture::Tap>),
 }
 
 /// A message to a shard's loop.
@@ -286,6 +291,20 @@ pub fn answer<T: TunDevice, P: PathIo, C: Clock>(hub: &mut Hub<T, P, C>, op: &Op
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
         },
         Op::Status => status_part(hub),
+        Op::Capture(tap) => {
+            match (tap, hub.capture.as_mut()) {
+                (Some(t), _) => hub.capture = Some(t.clone()),
+                (None, Some(t)) => t.stop(),
+                (None, None) => {}
+            }
+            json!({ "ok": true })
+        }
+        Op::Path(id, name, change) => match hub.concentrator_mut().tunnel_mut(*id) {
+            Some(t) => {
+                crate::pathctl::apply(t, name, change).unwrap_or_else(|e| json!({ "error": e }))
+            }
+            None => json!({ "error": "the peer has no tunnel here" }),
+        },
         Op::Detail(id) => {
             let c = hub.concentrator();
             let mut v = crate::hub_driver::peer_json(c, *id, now);

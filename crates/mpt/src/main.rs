@@ -154,6 +154,10 @@ enum Cmd {
     Path {
         #[command(flatten)]
         daemon: DaemonArgs,
+        /// On a concentrator: the peer whose paths these are (its name or
+        /// public key).
+        #[arg(long)]
+        peer: Option<String>,
         /// `list`, or the name of a path.
         target: String,
         /// With a path's name: `down`, `up`, or `set` (with KEY VALUE).
@@ -490,20 +494,22 @@ fn main() -> ExitCode {
                     socket,
                     json,
                 },
+            peer,
             target,
             action,
             key,
             value,
         } => {
+            let peer = peer.as_deref();
             let sock = match control_socket(socket, config) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
             match (target.as_str(), action) {
-                ("list", None) => done(pathcmd::list(&sock, json)),
+                ("list", None) => done(pathcmd::list(&sock, peer, json)),
                 (name, Some(a)) if a == "set" => match (key, value) {
                     (Some(k), Some(v)) => match pathcmd::set_value(&k, &v) {
-                        Ok(v) => done(pathcmd::set(&sock, name, &k, &v, json)),
+                        Ok(v) => done(pathcmd::set(&sock, peer, name, &k, &v, json)),
                         Err(e) => {
                             eprintln!("error: {e}");
                             ExitCode::from(2)
@@ -520,7 +526,7 @@ fn main() -> ExitCode {
                     );
                     ExitCode::from(2)
                 }
-                (_, Some(a)) => done(pathcmd::admin(&sock, &target, &a, json)),
+                (_, Some(a)) => done(pathcmd::admin(&sock, peer, &target, &a, json)),
                 (name, None) => {
                     eprintln!("error: say what to do with path '{name}': `mpt path {name} down` or `mpt path {name} up` (or `mpt path list`)");
                     ExitCode::from(2)

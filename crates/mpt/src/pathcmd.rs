@@ -14,10 +14,28 @@ use serde_json::Value;
 
 use crate::status::{ask, fetch, ms, rates};
 
-/// `mpt path list`: one line per path (or the paths' JSON).
-pub fn list(sock: &Path, json: bool) -> io::Result<()> {
-    let v = fetch(sock)?;
-    let paths = v.get("paths").cloned().unwrap_or(Value::Array(vec![]));
+/// `mpt path list`: one line per path (or the paths' JSON); on a
+/// concentrator, of the peer named.
+pub fn list(sock: &Path, peer: Option<&str>, json: bool) -> io::Result<()> {
+    let paths = match peer {
+        None => {
+            let v = fetch(sock)?;
+            if v.get("role").and_then(Value::as_str) == Some("concentrator") {
+                return Err(io::Error::other(
+                    "a concentrator's paths are its peers': name the peer (mpt path --peer NAME|KEY list)",
+                ));
+            }
+            v.get("paths").cloned()
+        }
+        Some(p) => {
+            let v = ask(
+                sock,
+                &mpt_control::Request::PeerStatus { peer: p.into() },
+            )?;
+            v.get("tunnel").and_then(|t| t.get("paths")).cloned()
+        }
+    }
+    .unwrap_or(Value::Array(vec![]));
     if json {
         println!(
             "{}",
@@ -84,12 +102,24 @@ pub fn set_value(key: &str, value: &str) -> Result<String, String> {
     }
 }
 
+/// "peer NAME: " before a line about a concentrator peer's path.
+fn of_peer(peer: Option<&str>) -> String {
+    peer.map(|p| format!("peer {p}: ")).unwrap_or_default()
+}
+
 /// `mpt path NAME set KEY VALUE` with a value from [`set_value`].
-pub fn set(sock: &Path, name: &str, key: &str, value: &str, json: bool) -> io::Result<()> {
+pub fn set(
+    sock: &Path,
+    peer: Option<&str>,
+    name: &str,
+    key: &str,
+    value: &str,
+    json: bool,
+) -> io::Result<()> {
     let v = ask(
         sock,
         &mpt_control::Request::PathSet {
-            peer: None,
+            peer: peer.map(str::to_string),
             path: name.into(),
             key: key.into(),
             value: value.into(),
@@ -98,13 +128,19 @@ pub fn set(sock: &Path, name: &str, key: &str, value: &str, json: bool) -> io::R
     if json {
         println!("{v}");
     } else {
-        println!("path {name}: {key} set to {value}");
+        println!("{}path {name}: {key} set to {value}", of_peer(peer));
     }
     Ok(())
 }
 
 /// `mpt path NAME up|down`.
-pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()> {
+pub fn admin(
+    sock: &Path,
+    peer: Option<&str>,
+    name: &str,
+    action: &str,
+    json: bool,
+) -> io::Result<()> {
     if name.chars().any(char::is_whitespace) || name.is_empty() {
         return Err(io::Error::other(format!(
             "'{name}' cannot be a path name (names have no spaces)"
@@ -113,7 +149,7 @@ pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()
     let v = ask(
         sock,
         &mpt_control::Request::PathAdmin {
-            peer: None,
+            peer: peer.map(str::to_string),
             path: name.into(),
             down: action == "down",
         },
@@ -121,7 +157,7 @@ pub fn admin(sock: &Path, name: &str, action: &str, json: bool) -> io::Result<()
     if json {
         println!("{v}");
     } else {
-        println!("path {name} is administratively {action}");
+        println!("{}path {name} is administratively {action}", of_peer(peer));
     }
     Ok(())
 }

@@ -260,6 +260,12 @@ impl Concentrator {
         (0..self.peers.len() as PeerId).filter(|i| self.peers[*i as usize].is_some())
     }
 
+    /// The server's own paths (its sockets; every peer's tunnel has
+    /// them).
+    pub fn server_paths(&self) -> &[crate::path::PathConfig] {
+        &self.template.paths
+    }
+
     pub fn peer_count(&self) -> usize {
         self.peers.len() - self.free.len()
     }
