@@ -519,3 +519,7 @@ fn from_peer(conc: &Concentrator, peer: Option<PeerId>) -> String {
         None => "from an unknown peer".into(),
     }
 }
+
+#[cfg(test)]
+#[path = "hub_tests.rs"]
+mod tests;

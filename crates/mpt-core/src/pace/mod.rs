@@ -138,6 +138,9 @@ pub struct TokenBucket {
     rate_bps: Option<u64>,
     /// [`REALTIME_BURST_NS`] deep instead of [`PACING_BURST_NS`].
     shallow: bool,
+    /// What the last refills earned short of a whole byte, in bit-
+    /// nanoseconds per second (below `8 * NANOS_PER_S`).
+    carry: u128,
 }
 
 impl TokenBucket {
@@ -166,13 +169,27 @@ impl TokenBucket {
     }
 
     /// Bring the bucket to `now` and change its rate (`None`: unpaced).
+    ///
+    /// Only whole bytes are added; what the interval earned beyond them
+    /// carries over to the next refill. (Dropping it would lose up to a
+    /// byte per refill: refills closer together than one byte's time would
+    /// add nothing, and a caller that waits exactly
+    /// [`TokenBucket::wait_ns`] would wait again, forever.)
     pub fn refill(&mut self, now: Nanos, rate_bps: Option<u64>) {
         let dt = now.saturating_sub(self.last);
         self.last = self.last.max(now);
         if let Some(r) = self.rate_bps {
-            let add = u128::from(r) * u128::from(dt) / (8 * NANOS_PER_S);
-            let add = add.min(i64::MAX as u128) as i64;
-            self.tokens = self.tokens.saturating_add(add).min(self.depth_now(r));
+            let earned = u128::from(r) * u128::from(dt) + self.carry;
+            let (add, rest) = (earned / (8 * NANOS_PER_S), earned % (8 * NANOS_PER_S));
+            let depth = self.depth_now(r);
+            self.tokens = self.tokens.saturating_add(add.min(i64::MAX as u128) as i64);
+            if self.tokens >= depth {
+                // Full: nothing carries over.
+                self.tokens = depth;
+                self.carry = 0;
+            } else {
+                self.carry = rest;
+            }
         }
         if self.rate_bps.is_none() && rate_bps.is_some() {
             self.tokens = rate_bps.map_or(0, |r| self.depth_now(r));
@@ -199,7 +216,17 @@ impl TokenBucket {
         };
         // Negative tokens are a debt that is paid first.
         let short = (bytes as i64).saturating_sub(self.tokens).max(0);
-        (u128::from(short as u64) * 8 * NANOS_PER_S / u128::from(r)) as Nanos
+        self.time_for(r, short as u64)
+    }
+
+    /// From the last refill, how long until `short` more bytes are earned
+    /// at `r` (rounded up: at that time they are there).
+    fn time_for(&self, r: u64, short: u64) -> Nanos {
+        if short == 0 {
+            return 0;
+        }
+        let owed = (u128::from(short) * 8 * NANOS_PER_S).saturating_sub(self.carry);
+        owed.div_ceil(u128::from(r)).min(u128::from(Nanos::MAX)) as Nanos
     }
 
     /// Bytes a release waits for when `queued` bytes wait: a batch of
@@ -220,15 +247,15 @@ impl TokenBucket {
 
     /// When a release of `queued` waiting bytes may start.
     pub fn release_at(&self, now: Nanos, queued: usize) -> Nanos {
-        now.max(self.last) + self.wait_ns(self.release_need(queued))
+        (self.last + self.wait_ns(self.release_need(queued))).max(now)
     }
 
     /// When the bucket next has budget (`now` if it has).
     pub fn budget_at(&self, now: Nanos) -> Nanos {
         match self.rate_bps.filter(|r| *r > 0) {
             Some(r) if self.tokens <= 0 => {
-                let need = (1 - self.tokens) as u128;
-                now.max(self.last) + (need * 8 * NANOS_PER_S / u128::from(r)) as Nanos
+                let need = (1 - self.tokens) as u64;
+                (self.last + self.time_for(r, need)).max(now)
             }
             _ => now,
         }

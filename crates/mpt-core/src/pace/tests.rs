@@ -341,6 +341,34 @@ fn token_bucket_paces_and_bounds_bursts() {
 }
 
 #[test]
+fn refills_closer_than_a_byte_lose_nothing() {
+    // 60 Mbit/s: a byte every 133.3 ns. Refilled every 100 ns, the
+    // bucket must gain what the rate gives, and a caller that waits
+    // exactly `wait_ns` must then have its budget (it once spun forever
+    // in 133 ns steps, each adding nothing).
+    let rate = Some(60_000_000);
+    let mut b = TokenBucket::default();
+    b.refill(0, rate);
+    b.take(PACING_BURST_MIN_BYTES as usize * 4);
+    let debt = -b.tokens;
+    let mut now = 0;
+    for _ in 0..10_000 {
+        now += 100;
+        b.refill(now, rate);
+    }
+    // 1 ms at 60 Mbit/s is 7,500 bytes (less at most one).
+    let gained = b.tokens + debt;
+    assert!((7_499..=7_500).contains(&gained), "{gained}");
+    let need = b.budget_at(now);
+    b.refill(need, rate);
+    assert!(b.has_budget(), "budget at the time it said");
+    b.take(1);
+    let at = b.release_at(need, 1);
+    b.refill(at, rate);
+    assert!(b.release_ready(1), "a release at the time it said");
+}
+
+#[test]
 fn a_path_that_carries_real_time_packets_has_a_shallow_bucket() {
     let mut s = PathSender::new(Box::new(ProbeBw::default()), Some(80_000_000)); // 10 B/µs
     s.refill(0);
