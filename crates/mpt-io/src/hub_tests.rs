@@ -30,15 +30,15 @@ const MTU: usize = 4000;
 const DATAGRAM_BODY: usize = 1400;
 const SERVER_INNER: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 
+/// A client's loop on the in-memory seam.
+type ClientEngine = Engine<MemTun, MemPaths, VirtualClock>;
+
 struct World {
     net: MemNet,
     clock: VirtualClock,
     hub: Hub<MemTun, MemPaths, VirtualClock>,
     hub_tun: Rc<RefCell<TunState>>,
-    clients: Vec<(
-        Engine<MemTun, MemPaths, VirtualClock>,
-        Rc<RefCell<TunState>>,
-    )>,
+    clients: Vec<(ClientEngine, Rc<RefCell<TunState>>)>,
 }
 
 impl World {
