@@ -97,7 +97,7 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         unknown = run([*path_cmd, "nosuch", "down"], ns=star.ns("s"), check=False)
         assert unknown.returncode == 1 and "link0" in unknown.stderr, unknown.stderr
         log = (tmp_path / "server.log").read_text()
-        assert "path administratively down over the control socket" in log
+        assert "path set administratively down over the control socket" in log
         assert "peer=client1" in log
 
         # Client 0 speaks with client 1's address: dropped, counted.

@@ -467,8 +467,16 @@ impl Driver {
     fn path_change(&mut self, name: &str, change: &PathChange, who: &str) -> Value {
         match pathctl::apply(self.engine.tunnel_mut(), name, change) {
             Ok(v) => {
-                let what = change.describe();
-                info!(tunnel = %self.identity.name, path = %name, by = %who, "path {what} over the control socket");
+                let tunnel = &self.identity.name;
+                match change {
+                    PathChange::Admin { down } => {
+                        let word = if *down { "down" } else { "up" };
+                        info!(%tunnel, path = %name, by = %who, "path set administratively {word} over the control socket");
+                    }
+                    PathChange::Set { key, value } => {
+                        info!(%tunnel, path = %name, %key, %value, by = %who, "path setting changed over the control socket");
+                    }
+                }
                 v
             }
             Err(e) => json!({ "error": e }),

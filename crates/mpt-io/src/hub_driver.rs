@@ -616,8 +616,7 @@ impl HubDriver {
         let Some(id) = self.find(who) else {
             return json!({ "error": format!("no peer named or keyed '{who}'") });
         };
-        let what = change.describe();
-        let op = Op::Path(id, path.to_string(), change);
+        let op = Op::Path(id, path.to_string(), change.clone());
         let owner = self.hub.concentrator().shard_of(id);
         let v = match self.link.as_mut() {
             Some(l) if owner != 0 => l.ask(owner, op),
@@ -630,7 +629,15 @@ impl HubDriver {
                 .peer(id)
                 .map(|p| p.cfg.name.clone())
                 .unwrap_or_default();
-            info!(tunnel = %self.name, %peer, %path, %by, "path {what} over the control socket");
+            match change {
+                PathChange::Admin { down } => {
+                    let word = if down { "down" } else { "up" };
+                    info!(tunnel = %self.name, %peer, %path, %by, "path set administratively {word} over the control socket");
+                }
+                PathChange::Set { key, value } => {
+                    info!(tunnel = %self.name, %peer, %path, %key, %value, %by, "path setting changed over the control socket");
+                }
+            }
         }
         v
     }

@@ -18,17 +18,6 @@ pub enum PathChange {
     Set { key: String, value: String },
 }
 
-impl PathChange {
-    /// The change as the log words it.
-    pub fn describe(&self) -> String {
-        match self {
-            PathChange::Admin { down: true } => "administratively down".into(),
-            PathChange::Admin { down: false } => "administratively up".into(),
-            PathChange::Set { key, value } => format!("{key} set to {value}"),
-        }
-    }
-}
-
 /// Apply `change` to the path named `name` of `t`: the answer to send, or
 /// the refusal.
 pub fn apply(t: &mut Tunnel, name: &str, change: &PathChange) -> Result<Value, String> {
