@@ -8,6 +8,18 @@
 //! socket for the status document at each scrape, as `mpt status` does, so
 //! the event loop holds no HTTP state and a slow scraper cannot stall it.
 //!
+//! Why no `prometheus-client` crate: that crate keeps a registry of live
+//! metric objects that the instrumented code updates as it runs. Here
+//! every figure already lives in the status document (the same one `mpt
+//! status --json` shows), and a scrape is a snapshot of it; a registry
+//! would mean either atomics updated per packet in the data plane, or a
+//! registry rebuilt from the document at each scrape, which is what this
+//! module does without one. The text format is small (names, labels with
+//! escaping, `# HELP`/`# TYPE`, counters with `_total`); its output is
+//! checked by the reference parser of the Prometheus project (Python
+//! `prometheus-client`, `tests/e2e/test_metrics.py`) and scraped by a real
+//! Prometheus server in `test_monitoring.py`.
+//!
 //! Invariants: many connections at once, each bounded by a deadline for
 //! its whole request and answer (`metrics_http.rs`), so a slow or idle
 //! client never delays a scrape; every response closes its connection;
