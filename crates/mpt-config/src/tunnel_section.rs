@@ -44,6 +44,9 @@ pub(crate) struct TunnelRead {
     pub mtu_span: Option<Range<usize>>,
     pub control_socket: Option<PathBuf>,
     pub offload: bool,
+    /// `offload` was written in the file (a concentrator says it does
+    /// not use it).
+    pub offload_configured: bool,
     pub mss_clamp: bool,
     pub workers: Option<usize>,
     /// `peers_dir` as written (relative to the file).
@@ -94,7 +97,8 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
     }
     let mtu = tr.int(ctx, "mtu", (576, 65535)).map(|v| v as u32);
     let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
-    let offload = tr.boolean(ctx, "offload").unwrap_or(true);
+    let offload_given = tr.boolean(ctx, "offload");
+    let offload = offload_given.unwrap_or(true);
     let mss_clamp = tr.boolean(ctx, "mss_clamp").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
     let peers_dir = tr.string(ctx, "peers_dir");
@@ -128,6 +132,7 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
         mtu_span: tr.span("mtu"),
         control_socket,
         offload,
+        offload_configured: offload_given.is_some(),
         mss_clamp,
         workers,
         peers_dir,

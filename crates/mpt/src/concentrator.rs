@@ -296,6 +296,12 @@ pub fn run(cfg: Config) -> io::Result<()> {
         control = %cfg.tunnel.control_socket.display(),
         "concentrator up"
     );
+    if cfg.tunnel.offload_configured && cfg.tunnel.offload {
+        warn!(
+            tunnel = %cfg.tunnel.name,
+            "tunnel.offload is not used by a concentrator yet: each peer's packets are read from and written to the TUN one by one"
+        );
+    }
     let res = driver.run();
     drop(driver);
     drop(control);
