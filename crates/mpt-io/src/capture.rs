@@ -358,6 +358,50 @@ impl Tap {
     }
 }
 
+/// A capture request checked against the paths there are (`paths`: name,
+/// socket key, local address of each path that may be named): the spec
+/// to start, or why not.
+pub fn spec_for(
+    req: &mpt_control::CaptureSpec,
+    paths: &[(&str, usize, std::net::SocketAddr)],
+) -> Result<CaptureSpec, String> {
+    if req.file.is_empty() {
+        return Err("capture needs a file".into());
+    }
+    let mut sockets = vec![];
+    for n in &req.paths {
+        match paths.iter().find(|(name, _, _)| name == n) {
+            Some((_, key, local)) => sockets.push((*key, format!("path {n} ({local})"))),
+            None => {
+                let all: Vec<&str> = paths.iter().map(|(name, _, _)| *name).collect();
+                return Err(format!(
+                    "no path named '{n}'; the paths are: {}",
+                    all.join(", ")
+                ));
+            }
+        }
+    }
+    if !req.tun && sockets.is_empty() {
+        return Err("nothing to capture: give the TUN, a path, or both".into());
+    }
+    Ok(CaptureSpec {
+        file: req.file.clone().into(),
+        tun: req.tun,
+        sockets,
+        count: req.count,
+        seconds: req.seconds,
+    })
+}
+
+/// `capture status`: the capture under way or the last one, or that there
+/// was none.
+pub fn status_answer(tap: Option<&Tap>) -> serde_json::Value {
+    match tap {
+        Some(t) => t.status(),
+        None => serde_json::json!({ "error": "no capture was started" }),
+    }
+}
+
 /// The JSON of a capture's counters.
 pub fn status_of(s: &CaptureStats, file: &std::path::Path) -> serde_json::Value {
     let mut v = serde_json::json!({

@@ -28,7 +28,7 @@ use mpt_sys::tun::Tun;
 use serde_json::{json, Value};
 use tracing::info;
 
-use crate::capture::{CaptureSpec, Tap};
+use crate::capture::Tap;
 use crate::control::Pending;
 use crate::engine::{Engine, Ready, BATCH_PACKETS};
 use crate::linux::{SystemClock, UdpPaths};
@@ -403,10 +403,6 @@ impl Driver {
         if self.engine.capture.as_ref().is_some_and(Tap::active_now) {
             return json!({ "error": "a capture is under way (mpt capture --stop ends it)" });
         }
-        let file = v.file.as_str();
-        if file.is_empty() {
-            return json!({ "error": "capture needs a file" });
-        }
         let t = self.engine.tunnel();
         let names: Vec<String> = (0..t.path_count())
             .map(|i| {
@@ -415,33 +411,16 @@ impl Driver {
                     .unwrap_or_default()
             })
             .collect();
-        let mut sockets = vec![];
-        for n in &v.paths {
-            let found = t
-                .active_paths()
-                .find(|i| t.path(*i).is_some_and(|p| p.cfg.name == *n));
-            match found.and_then(|i| t.path(i)) {
-                Some(p) => sockets.push((p.cfg.local_key, format!("path {n} ({})", p.cfg.local))),
-                None => {
-                    let all: Vec<String> = t
-                        .active_paths()
-                        .filter_map(|i| t.path(i).map(|p| p.cfg.name.clone()))
-                        .collect();
-                    return json!({ "error": format!("no path named '{n}'; the paths are: {}", all.join(", ")) });
-                }
-            }
-        }
-        let tun = v.tun;
-        if !tun && sockets.is_empty() {
-            return json!({ "error": "nothing to capture: give the TUN, a path, or both" });
-        }
-        let spec = CaptureSpec {
-            file: file.into(),
-            tun,
-            sockets,
-            count: v.count,
-            seconds: v.seconds,
+        let active = t
+            .active_paths()
+            .filter_map(|i| t.path(i))
+            .map(|p| (p.cfg.name.as_str(), p.cfg.local_key, p.cfg.local))
+            .collect::<Vec<_>>();
+        let spec = match crate::capture::spec_for(v, &active) {
+            Ok(s) => s,
+            Err(e) => return json!({ "error": e }),
         };
+        let file = v.file.as_str();
         let now = self.engine.clock.now();
         match Tap::start(&spec, &self.identity.name, now, names) {
             Ok(tap) => {
@@ -455,10 +434,7 @@ impl Driver {
     }
 
     fn capture_status(&self) -> Value {
-        match self.engine.capture.as_ref() {
-            Some(t) => t.status(),
-            None => json!({ "error": "no capture was started" }),
-        }
+        crate::capture::status_answer(self.engine.capture.as_ref())
     }
 
     /// `mpt path NAME up|down|set KEY VALUE`: an operator's change to a

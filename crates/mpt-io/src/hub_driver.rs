@@ -39,7 +39,7 @@ use crate::shards::{self, Op, ShardLink, TOKEN_SHARD};
 use crate::udp::PathSocket;
 use mpt_control::Request;
 
-use crate::capture::{CaptureSpec, Tap};
+use crate::capture::Tap;
 use crate::pathctl::PathChange;
 
 /// Changes a reload or a request makes beyond the concentrator (routes).
@@ -560,33 +560,18 @@ impl HubDriver {
         if self.hub.capture.as_ref().is_some_and(Tap::active_now) {
             return json!({ "error": "a capture is under way (mpt capture --stop ends it)" });
         }
-        if v.file.is_empty() {
-            return json!({ "error": "capture needs a file" });
-        }
         if v.peer.is_some() {
             return json!({ "error": "a concentrator captures all its peers: the inner packets name each one (no --peer)" });
         }
         let own = self.hub.concentrator().server_paths();
-        let mut sockets = vec![];
-        for n in &v.paths {
-            match own.iter().find(|p| p.name == *n) {
-                Some(p) => sockets.push((p.local_key, format!("path {n} ({})", p.local))),
-                None => {
-                    let all: Vec<&str> = own.iter().map(|p| p.name.as_str()).collect();
-                    return json!({ "error": format!("no path named '{n}'; the server's paths are: {}", all.join(", ")) });
-                }
-            }
-        }
         let names: Vec<String> = own.iter().map(|p| p.name.clone()).collect();
-        if !v.tun && sockets.is_empty() {
-            return json!({ "error": "nothing to capture: give the TUN, a path, or both" });
-        }
-        let spec = CaptureSpec {
-            file: v.file.clone().into(),
-            tun: v.tun,
-            sockets,
-            count: v.count,
-            seconds: v.seconds,
+        let paths: Vec<_> = own
+            .iter()
+            .map(|p| (p.name.as_str(), p.local_key, p.local))
+            .collect();
+        let spec = match crate::capture::spec_for(v, &paths) {
+            Ok(s) => s,
+            Err(e) => return json!({ "error": e }),
         };
         let now = self.hub.clock.now();
         match Tap::start(&spec, &self.name, now, names) {
@@ -604,10 +589,7 @@ impl HubDriver {
     }
 
     fn capture_status(&self) -> Value {
-        match self.hub.capture.as_ref() {
-            Some(t) => t.status(),
-            None => json!({ "error": "no capture was started" }),
-        }
+        crate::capture::status_answer(self.hub.capture.as_ref())
     }
 
     /// `mpt path --peer WHO PATH up|down|set KEY VALUE`: at the peer's

@@ -138,6 +138,36 @@ pub struct NetState {
 #[derive(Clone, Default)]
 pub struct MemNet(pub Rc<RefCell<NetState>>);
 
+/// One step of a virtual-time run: move `clock` to the next datagram's
+/// arrival on `net` or the next of `timers`, whichever is first (and at
+/// least a nanosecond on), and say `true`; if that is after `until` (or
+/// there is none), move it to `until` and say `false` (the run ends after
+/// one more turn).
+pub fn advance(
+    net: &MemNet,
+    clock: &VirtualClock,
+    timers: impl Iterator<Item = Nanos>,
+    until: Nanos,
+) -> bool {
+    let arrival = net.0.borrow().in_flight.iter().map(|w| w.arrives).min();
+    let now = clock.now();
+    let next = arrival
+        .into_iter()
+        .chain(timers)
+        .map(|t| t.max(now + 1))
+        .min();
+    match next {
+        Some(t) if t <= until => {
+            clock.set(t);
+            true
+        }
+        _ => {
+            clock.set(until);
+            false
+        }
+    }
+}
+
 /// One message passed to [`PathIo::send`], as the fake saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendCall {

@@ -11,7 +11,7 @@ use mpt_core::testing::{addr, TestConfig};
 use mpt_core::{Nanos, NANOS_PER_MS};
 
 use super::*;
-use crate::mem::{MemNet, MemPaths, MemTun, TunState, VirtualClock};
+use crate::mem::{advance, MemNet, MemPaths, MemTun, TunState, VirtualClock};
 use crate::offload::tcp::tests::{hdr, super_packet};
 use crate::offload::{VnetHdr, GSO_TCPV4, VNET_HDR_LEN};
 use crate::workers::Engage;
@@ -95,31 +95,14 @@ impl Net {
     fn run_until(&mut self, until: Nanos) {
         for _ in 0..1_000_000 {
             self.turn_all();
-            let arrival = self
-                .net
-                .0
-                .borrow()
-                .in_flight
-                .iter()
-                .map(|w| w.arrives)
-                .min();
-            let timers = self
+            let timers: Vec<Nanos> = self
                 .sides
                 .iter_mut()
-                .filter_map(|s| s.engine.poll_timeout());
-            let now = self.clock.now();
-            let next = arrival
-                .into_iter()
-                .chain(timers)
-                .map(|t| t.max(now + 1))
-                .min();
-            match next {
-                Some(t) if t <= until => self.clock.set(t),
-                _ => {
-                    self.clock.set(until);
-                    self.turn_all();
-                    return;
-                }
+                .filter_map(|s| s.engine.poll_timeout())
+                .collect();
+            if !advance(&self.net, &self.clock, timers.into_iter(), until) {
+                self.turn_all();
+                return;
             }
         }
         panic!("virtual time did not advance");
