@@ -138,11 +138,11 @@ def _mpt(
     s: Settings, outdir: Path, say: Callable[[str], None], system: str = "mpt"
 ) -> dict[str, Any]:
     """`mpt`: the concentrator as configured by default (a thread per
-    core, each a shard of the peers); `mpt-1w`: with `workers = 1`."""
-    workers = 1 if system == "mpt-1w" else None
+    core, each a shard of the peers); `mpt-1w`: with `shards = 1`."""
+    shards = 1 if system == "mpt-1w" else None
     with Star(s.clients, s.links, rate_mbit=_rate(s), delays_ms=s.delay_ms) as star:
         t0 = time.monotonic()
-        server, clients = start(star, outdir / system, server_workers=workers)
+        server, clients = start(star, outdir / system, server_shards=shards)
         assert server.proc is not None
 
         def connected() -> bool:

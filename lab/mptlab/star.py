@@ -228,7 +228,7 @@ def _server_config(
     listed: list[int],
     cpubs: list[str],
     announce_table: int | None = None,
-    workers: int | None = None,
+    shards: int | None = None,
     lans: dict[int, str] | None = None,
     extra: str = "",
 ) -> Path:
@@ -240,7 +240,7 @@ def _server_config(
         f'addresses = ["{SERVER_TUNNEL}/16"]',
         f'control_socket = "{workdir / f"{tag}.sock"}"',
         *([f"announce_table = {announce_table}"] if announce_table else []),
-        *([f"workers = {workers}"] if workers else []),
+        *([f"shards = {shards}"] if shards else []),
         "",
         "[security]",
         f'private_key_file = "{workdir / f"{tag}.key"}"',
@@ -267,7 +267,7 @@ def start(
     peers: list[int] | None = None,
     failover: str = "",
     announce_table: int | None = None,
-    server_workers: int | None = None,
+    server_shards: int | None = None,
     client_paths: list[str] | None = None,
     lans: dict[int, str] | None = None,
     client_routes: list[str] | None = None,
@@ -290,7 +290,7 @@ def start(
     for k in range(len(star.servers)):
         tag = "server" if k == 0 else f"server{k}"
         cfg = _server_config(
-            star, workdir, k, listed, cpubs, announce_table, server_workers, lans, server_extra
+            star, workdir, k, listed, cpubs, announce_table, server_shards, lans, server_extra
         )
         side = "s" if k == 0 else "s1"
         p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
     clients name their paths as they like (wifi, lte): each pairs with the
     server's path by the socket it reaches."""
     with Star(CLIENTS, links=2) as star:
-        server, clients = start(star, tmp_path, server_workers=2, client_paths=["wifi", "lte"])
+        server, clients = start(star, tmp_path, server_shards=2, client_paths=["wifi", "lte"])
         wait_for("every client connected", lambda: connected(star, tmp_path) == CLIENTS, 15)
         for i, c in enumerate(clients):
             c.wait_ready(paths_up=2, timeout=15)
@@ -177,7 +177,7 @@ def test_a_client_moves_to_the_second_concentrator_within_two_seconds(tmp_path: 
     import time
 
     with Star(2, links=2, servers=2) as star:
-        server, clients = start(star, tmp_path, announce_table=201, server_workers=2)
+        server, clients = start(star, tmp_path, announce_table=201, server_shards=2)
         for c in clients:
             c.wait_ready(paths_up=2, timeout=15)
 
@@ -221,7 +221,7 @@ def test_a_concentrator_captures_every_peer_into_one_file(tmp_path: Path) -> Non
     both clients (client 1 is the other shard's) and the datagrams of one
     server path, in one pcapng file that tshark reads."""
     with Star(2, links=2) as star:
-        _server, clients = start(star, tmp_path, server_workers=2)
+        _server, clients = start(star, tmp_path, server_shards=2)
         wait_for("every client connected", lambda: connected(star, tmp_path) == 2, 15)
         for c in clients:
             c.wait_ready(paths_up=2, timeout=15)

@@ -47,7 +47,7 @@ def _rss(workdir: Path, peers: int) -> int:
                 'addresses = ["10.202.0.1/16"]',
                 f'control_socket = "{workdir / "s.sock"}"',
                 'peers_dir = "peers.d"',
-                "workers = 2",
+                "shards = 2",
                 "[security]",
                 f'private_key_file = "{key}"',
                 "[[path]]",

@@ -112,8 +112,12 @@ pub struct TunnelSection {
     /// Lower the MSS of routed TCP connections (an endpoint outside the
     /// tunnel's networks) to what fits one datagram (`mss_clamp`).
     pub mss_clamp: bool,
-    /// Threads sealing and opening packets; `None`: one per CPU core.
+    /// Threads sealing and opening one tunnel's packets; `None`: one per
+    /// CPU core. A concentrator has none (its threads are `shards`).
     pub workers: Option<usize>,
+    /// A concentrator's threads, each a shard of its peers; `None`: one
+    /// per CPU core. Only a concentrator has shards.
+    pub shards: Option<usize>,
     /// Helpers work only while a core is spare (`false`), or always.
     pub parallel_always: bool,
 }
@@ -423,6 +427,21 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             "announces the peers a concentrator holds; this configuration has no [[peer]] or peers_dir",
         );
     }
+    // Each key means one thing whatever the file's shape (docs/config.md).
+    if concentrator && t.workers.is_some() {
+        ctx.error(
+            t.workers_span.clone(),
+            "tunnel.workers",
+            "a concentrator's threads are shards of its peers: write `shards = N` (workers, the threads that seal and open one tunnel's packets, are not used by a concentrator)",
+        );
+    }
+    if !concentrator && t.shards.is_some() {
+        ctx.error(
+            t.shards_span.clone(),
+            "tunnel.shards",
+            "only a concentrator ([[peer]] blocks or peers_dir) has shards; one tunnel's threads are `workers`",
+        );
+    }
     if concentrator {
         if let Some(d) = &t.peers_dir {
             match peers::read_dir(file, d) {
@@ -444,6 +463,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             mtu_configured: t.mtu.is_some(),
             datagram_body,
             workers: t.workers,
+            shards: t.shards,
             parallel_always: t.parallel_always,
             control_socket,
             offload: t.offload,

@@ -209,6 +209,27 @@ fn the_concentrator_example_loads() {
 }
 
 #[test]
+fn shards_are_a_concentrator_s_threads_and_workers_a_single_tunnel_s() {
+    let peer = format!(
+        "[[peer]]\npublic_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n",
+        key(1)
+    );
+    let c = parse(&(server("shards = 3") + &peer)).unwrap();
+    assert_eq!((c.tunnel.shards, c.tunnel.workers), (Some(3), None));
+    let e = errors(&(server("workers = 3") + &peer));
+    assert!(
+        e.contains("s.toml:5: tunnel.workers: a concentrator's threads are shards of its peers: write `shards = N`"),
+        "{e}"
+    );
+    let e =
+        errors(&super::tests::MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nshards = 2"));
+    assert!(
+        e.contains("tunnel.shards: only a concentrator ([[peer]] blocks or peers_dir) has shards"),
+        "{e}"
+    );
+}
+
+#[test]
 fn announce_table_is_a_concentrator_s_and_not_the_kernel_s() {
     let peer = format!(
         "[[peer]]\npublic_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n",

@@ -26,11 +26,13 @@ const TUNNEL_KEYS: &[&str] = &[
     "offload",
     "mss_clamp",
     "workers",
+    "shards",
     "parallel",
     "peers_dir",
     "announce_table",
 ];
-/// Upper bound for `tunnel.workers` (a typo guard, not a hardware limit).
+/// Upper bound for `tunnel.workers` and `tunnel.shards` (a typo guard,
+/// not a hardware limit).
 const MAX_WORKERS: i64 = 256;
 const PEER_KEYS: &[&str] = &["role"];
 
@@ -49,6 +51,10 @@ pub(crate) struct TunnelRead {
     pub offload_configured: bool,
     pub mss_clamp: bool,
     pub workers: Option<usize>,
+    /// A concentrator's threads, each a shard of its peers, as written.
+    pub shards: Option<usize>,
+    pub shards_span: Option<Range<usize>>,
+    pub workers_span: Option<Range<usize>>,
     /// `peers_dir` as written (relative to the file).
     pub peers_dir: Option<String>,
     pub announce_table: Option<u32>,
@@ -101,6 +107,8 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
     let offload = offload_given.unwrap_or(true);
     let mss_clamp = tr.boolean(ctx, "mss_clamp").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
+    let shards = tr.int(ctx, "shards", (1, MAX_WORKERS)).map(|v| v as usize);
+    let (shards_span, workers_span) = (tr.span("shards"), tr.span("workers"));
     let peers_dir = tr.string(ctx, "peers_dir");
     let announce_table = tr
         .int(ctx, "announce_table", (1, 0x7fff_ffff))
@@ -135,6 +143,9 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
         offload_configured: offload_given.is_some(),
         mss_clamp,
         workers,
+        shards,
+        shards_span,
+        workers_span,
         peers_dir,
         announce_table,
         parallel_always,

@@ -189,10 +189,10 @@ fn server_differences(r: &Config, new: &Config) -> Vec<String> {
     .collect()
 }
 
-/// Threads (shards of the peers) to run: `tunnel.workers`, else one per
+/// Threads (shards of the peers) to run: `tunnel.shards`, else one per
 /// core.
 fn shard_count(cfg: &Config) -> usize {
-    cfg.tunnel.workers.unwrap_or_else(|| {
+    cfg.tunnel.shards.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     })
 }
