@@ -42,7 +42,7 @@ impl Tunnel {
         self.paths
             .iter()
             .enumerate()
-            .filter(|(i, p)| p.rx_up && self.paths[*i].leaving.is_none())
+            .filter(|(_, p)| p.rx_up && p.leaving.is_none())
             .fold(0, |m, (i, _)| m | (1 << i))
     }
 
