@@ -81,6 +81,46 @@ pub struct CaptureSpec {
     pub seconds: Option<f64>,
 }
 
+/// The answer to [`Request::CaptureStart`], [`Request::CaptureStatus`]
+/// and [`Request::CaptureStop`]: how the capture under way (or the last
+/// one) stands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureState {
+    pub file: String,
+    /// Packets handed to the writer.
+    pub captured: u64,
+    /// Packets left out because the writer lagged.
+    pub dropped: u64,
+    /// Packets written to the file.
+    pub written: u64,
+    /// The writer created the file.
+    pub opened: bool,
+    /// The capture ended (count, time, stop, or an error).
+    pub done: bool,
+    /// The writer finished and closed the file.
+    pub closed: bool,
+    /// Why the file could not be made or written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
+}
+
+/// The answer to [`Request::PeerAdd`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAdded {
+    pub ok: bool,
+    /// The peer's id at the concentrator.
+    pub id: u32,
+    pub name: String,
+}
+
+/// The answer to [`Request::PeerRemove`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerRemoved {
+    pub ok: bool,
+    /// The name of the peer removed.
+    pub removed: String,
+}
+
 impl Request {
     /// The request as one line (without its newline).
     pub fn to_line(&self) -> String {
@@ -125,6 +165,11 @@ impl Request {
 /// An error answer.
 pub fn error(message: impl Into<String>) -> Value {
     serde_json::json!({ "error": message.into() })
+}
+
+/// An answer read as the type it should be, or what is wrong with it.
+pub fn answer<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("the daemon's answer does not read: {e}"))
 }
 
 /// A line quoted in an error, cut to a readable length.

@@ -404,19 +404,17 @@ pub fn status_answer(tap: Option<&Tap>) -> serde_json::Value {
 
 /// The JSON of a capture's counters.
 pub fn status_of(s: &CaptureStats, file: &std::path::Path) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "file": file.display().to_string(),
-        "captured": s.captured.load(Ordering::Relaxed),
-        "dropped": s.dropped.load(Ordering::Relaxed),
-        "written": s.written.load(Ordering::Relaxed),
-        "opened": s.opened.load(Ordering::Acquire),
-        "done": s.done.load(Ordering::Acquire),
-        "closed": s.closed.load(Ordering::Acquire),
-    });
-    if let Some(e) = s.error.lock().ok().and_then(|e| e.clone()) {
-        v["failed"] = serde_json::Value::String(e);
-    }
-    v
+    let state = mpt_control::CaptureState {
+        file: file.display().to_string(),
+        captured: s.captured.load(Ordering::Relaxed),
+        dropped: s.dropped.load(Ordering::Relaxed),
+        written: s.written.load(Ordering::Relaxed),
+        opened: s.opened.load(Ordering::Acquire),
+        done: s.done.load(Ordering::Acquire),
+        closed: s.closed.load(Ordering::Acquire),
+        failed: s.error.lock().ok().and_then(|e| e.clone()),
+    };
+    serde_json::to_value(state).unwrap_or_default()
 }
 
 fn dir_word(d: Dir) -> &'static str {

@@ -395,7 +395,12 @@ impl HubDriver {
                 }
                 self.routes[id as usize] = routes;
                 info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer added");
-                json!({ "ok": true, "id": id, "name": cfg.name })
+                let added = mpt_control::PeerAdded {
+                    ok: true,
+                    id,
+                    name: cfg.name.clone(),
+                };
+                serde_json::to_value(added).unwrap_or_default()
             }
             Err(e) => json!({ "error": format!("peer {}: {e}", cfg.name) }),
         }
@@ -423,7 +428,11 @@ impl HubDriver {
                     h.removed(&cfg, &routes);
                 }
                 info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer removed");
-                json!({ "ok": true, "removed": cfg.name })
+                let removed = mpt_control::PeerRemoved {
+                    ok: true,
+                    removed: cfg.name.clone(),
+                };
+                serde_json::to_value(removed).unwrap_or_default()
             }
             None => json!({ "error": format!("no peer {id}") }),
         }

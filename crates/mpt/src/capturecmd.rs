@@ -16,10 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::status::ask;
-use mpt_control::Request as Ask;
+use mpt_control::{CaptureState, Request as Ask};
 
 /// How often the capture's progress is asked for (tuning knob).
 const POLL: Duration = Duration::from_millis(100);
@@ -54,17 +52,15 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
     ask(sock, &Ask::CaptureStart(spec))?;
     // The daemon creates the file on its writer thread: wait until it did,
     // or said why not.
-    let mut first = ask(sock, &Ask::CaptureStatus)?;
+    let mut first = state(sock)?;
     for _ in 0..50 {
-        if first.get("opened").and_then(Value::as_bool) == Some(true)
-            || first.get("failed").is_some()
-        {
+        if first.opened || first.failed.is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
-        first = ask(sock, &Ask::CaptureStatus)?;
+        first = state(sock)?;
     }
-    if let Some(e) = first.get("failed").and_then(Value::as_str) {
+    if let Some(e) = first.failed {
         return Err(io::Error::other(format!("capture failed: {e}")));
     }
     if !json_out {
@@ -89,26 +85,33 @@ pub fn run(sock: &Path, r: &Request<'_>, json_out: bool) -> io::Result<()> {
             ask(sock, &Ask::CaptureStop)?;
             stop_sent = true;
         }
-        let v = ask(sock, &Ask::CaptureStatus)?;
-        if v.get("closed").and_then(Value::as_bool) == Some(true) {
+        let v = state(sock)?;
+        if v.closed {
             break v;
         }
     };
-    if let Some(e) = last.get("failed").and_then(Value::as_str) {
+    if let Some(e) = &last.failed {
         return Err(io::Error::other(format!("capture failed: {e}")));
     }
     if json_out {
-        println!("{last}");
+        println!(
+            "{}",
+            serde_json::to_string(&last).map_err(io::Error::other)?
+        );
     } else {
-        let n = |k: &str| last.get(k).and_then(Value::as_u64).unwrap_or(0);
         println!(
             "{} packets written to {}, {} dropped (the writer lagged)",
-            n("written"),
+            last.written,
             file.display(),
-            n("dropped")
+            last.dropped
         );
     }
     Ok(())
+}
+
+/// How the capture stands, as the daemon says.
+fn state(sock: &Path) -> io::Result<CaptureState> {
+    mpt_control::answer(ask(sock, &Ask::CaptureStatus)?).map_err(io::Error::other)
 }
 
 /// `mpt capture --stop`: end the capture under way.

@@ -43,11 +43,8 @@ pub fn add(
     if json_out {
         println!("{v}");
     } else {
-        println!(
-            "peer {} added (id {})",
-            v["name"].as_str().unwrap_or("?"),
-            v["id"]
-        );
+        let a: mpt_control::PeerAdded = mpt_control::answer(v).map_err(io::Error::other)?;
+        println!("peer {} added (id {})", a.name, a.id);
     }
     Ok(())
 }
@@ -58,7 +55,8 @@ pub fn remove(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
     if json_out {
         println!("{v}");
     } else {
-        println!("peer {} removed", v["removed"].as_str().unwrap_or(who));
+        let r: mpt_control::PeerRemoved = mpt_control::answer(v).map_err(io::Error::other)?;
+        println!("peer {} removed", r.removed);
     }
     Ok(())
 }
