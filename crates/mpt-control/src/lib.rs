@@ -121,6 +121,33 @@ pub struct PeerRemoved {
     pub removed: String,
 }
 
+/// The answer to [`Request::Reload`]: what the daemon did with its file.
+/// A single tunnel fills `applied` and `failed`; a concentrator `added`,
+/// `removed`, `changed` and `errors` (its peers); both `needs_restart`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reloaded {
+    pub ok: bool,
+    /// Changes in effect now, as `key: old -> new`.
+    #[serde(default)]
+    pub applied: Vec<String>,
+    /// Keys that differ from what runs and need a restart.
+    #[serde(default)]
+    pub needs_restart: Vec<String>,
+    /// Changes tried that failed (the old value runs on).
+    #[serde(default)]
+    pub failed: Vec<String>,
+    /// A concentrator's peers added, removed, and changed in place
+    /// (`NAME: key, key`), and the peers it could not apply.
+    #[serde(default)]
+    pub added: Vec<String>,
+    #[serde(default)]
+    pub removed: Vec<String>,
+    #[serde(default)]
+    pub changed: Vec<String>,
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
 impl Request {
     /// The request as one line (without its newline).
     pub fn to_line(&self) -> String {

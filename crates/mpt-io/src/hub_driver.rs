@@ -463,8 +463,8 @@ impl HubDriver {
         let mut removed = vec![];
         for (id, key) in &have {
             if !want.iter().any(|(w, _)| w.public_key.0 == *key) {
-                if let Some(v) = self.remove(*id, who).get("removed") {
-                    removed.push(v.clone());
+                if let Some(v) = self.remove(*id, who).get("removed").and_then(Value::as_str) {
+                    removed.push(v.to_string());
                 }
             }
         }
@@ -474,29 +474,31 @@ impl HubDriver {
         for (cfg, routes) in want {
             if let Some((id, _)) = have.iter().find(|(_, k)| *k == cfg.public_key.0) {
                 match self.update(*id, cfg, routes, who) {
-                    Ok(Some(c)) => changed.push(json!(c)),
+                    Ok(Some(c)) => changed.push(c),
                     Ok(None) => {}
-                    Err(e) => errors.push(json!(e)),
+                    Err(e) => errors.push(e),
                 }
                 continue;
             }
             let r = self.add(cfg, routes, who);
             match r.get("error") {
-                Some(e) => errors.push(e.clone()),
-                None => added.push(r["name"].clone()),
+                Some(e) => errors.push(e.as_str().unwrap_or("?").to_string()),
+                None => added.push(r["name"].as_str().unwrap_or("?").to_string()),
             }
         }
         for k in &needs_restart {
             warn!(tunnel = %self.name, key = %k, by = %who, "configuration reloaded: this change needs a restart; the concentrator keeps the running value");
         }
-        json!({
-            "ok": errors.is_empty(),
-            "added": added,
-            "removed": removed,
-            "changed": changed,
-            "needs_restart": needs_restart,
-            "errors": errors,
-        })
+        let r = mpt_control::Reloaded {
+            ok: errors.is_empty(),
+            added,
+            removed,
+            changed,
+            needs_restart,
+            errors,
+            ..Default::default()
+        };
+        serde_json::to_value(r).unwrap_or_default()
     }
 
     /// Update peer `id` to `cfg` with `routes` in every shard; what

@@ -43,12 +43,14 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn to_json(&self) -> Value {
-        json!({
-            "ok": true,
-            "applied": self.applied,
-            "needs_restart": self.needs_restart,
-            "failed": self.failed,
-        })
+        let r = mpt_control::Reloaded {
+            ok: true,
+            applied: self.applied.clone(),
+            needs_restart: self.needs_restart.clone(),
+            failed: self.failed.clone(),
+            ..Default::default()
+        };
+        serde_json::to_value(r).unwrap_or_default()
     }
 }
 
@@ -224,28 +226,14 @@ pub const EXIT_NEEDS_RESTART: u8 = 3;
 /// restart.
 pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<u8> {
     let v = crate::status::ask(sock, &mpt_control::Request::Reload)?;
-    let list = |k: &str| -> Vec<String> {
-        v.get(k)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let (mut applied, restart, mut failed) =
-        (list("applied"), list("needs_restart"), list("failed"));
+    let r: mpt_control::Reloaded = mpt_control::answer(v.clone()).map_err(std::io::Error::other)?;
+    let (mut applied, restart, mut failed) = (r.applied, r.needs_restart, r.failed);
     // A concentrator answers with the peers it added, removed and changed.
-    for (k, what) in [("added", "peer added"), ("removed", "peer removed")] {
-        applied.extend(list(k).into_iter().map(|n| format!("{what}: {n}")));
+    for (list, what) in [(r.added, "peer added"), (r.removed, "peer removed")] {
+        applied.extend(list.into_iter().map(|n| format!("{what}: {n}")));
     }
-    let changed = list("changed").into_iter();
-    applied.extend(changed.map(|n| format!("peer changed: {n}")));
-    failed.extend(list("errors"));
-    if let Some(e) = v.get("error").and_then(Value::as_str) {
-        failed.push(e.to_string());
-    }
+    applied.extend(r.changed.into_iter().map(|n| format!("peer changed: {n}")));
+    failed.extend(r.errors);
     let code = if !failed.is_empty() {
         1
     } else if !restart.is_empty() {
