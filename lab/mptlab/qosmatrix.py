@@ -241,9 +241,9 @@ def line(row: dict[str, Any]) -> str:
     failed = [k for k, ok in row["checks"].items() if not ok]
     return (
         f"Jain {_f(on['jain'], '.3f')}, share {_f(on['share'], '.1%')}, "
-        f"VoIP +{_f(on['voip_over_idle_ms'], '.2f')} ms loss {_f(on['voip_loss'], '.3f')}, "
+        f"VoIP {_f(on['voip_over_idle_ms'], '+.2f')} ms loss {_f(on['voip_loss'], '.3f')}, "
         f"M2M loss {_f(on['m2m_loss'], '.3f')}; QoS off: Jain {_jain(off)}, "
-        f"VoIP +{_f(off['voip_over_idle_ms'], '.1f')} ms"
+        f"VoIP {_f(off['voip_over_idle_ms'], '+.1f')} ms"
         + ("" if row["met"] else f"  MISSED: {', '.join(failed) or row.get('error')}")
         + _base_line(row.get("base"))
     )
@@ -254,7 +254,7 @@ def _base_line(base: dict[str, Any] | None) -> str:
         return ""
     return (
         f"; base: Jain {_f(base['jain'], '.3f')}, share {_f(base['share'], '.1%')}, "
-        f"VoIP +{_f(base['voip_over_idle_ms'], '.2f')} ms loss {_f(base['voip_loss'], '.3f')}"
+        f"VoIP {_f(base['voip_over_idle_ms'], '+.2f')} ms loss {_f(base['voip_loss'], '.3f')}"
     )
 
 
