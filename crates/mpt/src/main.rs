@@ -6,6 +6,7 @@
 //! configuration errors); nothing here panics on user input.
 
 mod capturecmd;
+mod check;
 mod concentrator;
 mod daemon;
 mod failover;
@@ -18,6 +19,7 @@ mod peercmd;
 mod reload;
 mod reload_paths;
 mod resolve;
+mod socket;
 mod status;
 mod status_brief;
 
@@ -315,45 +317,12 @@ fn done(r: std::io::Result<()>) -> ExitCode {
     }
 }
 
-/// The control socket to ask: `-s`, or the one a configuration file
-/// names, or the only one under /run/mpt.
-fn control_socket(socket: Option<PathBuf>, config: Option<PathBuf>) -> Result<PathBuf, ExitCode> {
-    match (socket, config) {
-        (Some(s), _) => Ok(s),
-        (None, Some(c)) => match Config::load(&c) {
-            Ok(cfg) => Ok(cfg.tunnel.control_socket),
-            // Edited into an invalid state after the daemon started: its
-            // socket is still where the file says.
-            Err(errs) => match Config::control_socket_of(&c) {
-                Ok(s) => {
-                    eprintln!(
-                        "warning: {} has {} error(s) now (see `mpt check -c {}`); asking the daemon at {}",
-                        c.display(),
-                        errs.len(),
-                        c.display(),
-                        s.display()
-                    );
-                    Ok(s)
-                }
-                Err(e) => {
-                    eprintln!("error: cannot find the control socket: {e}; give it with -s SOCKET");
-                    Err(ExitCode::from(2))
-                }
-            },
-        },
-        (None, None) => status::default_socket().map_err(|e| {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }),
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Check { config } => match load(&config) {
             Ok(c) => {
-                println!("{}", status::describe_config(&c));
+                println!("{}", check::describe_config(&c));
                 if let Some(w) = c
                     .metrics_listen
                     .as_ref()
@@ -372,7 +341,7 @@ fn main() -> ExitCode {
                     socket,
                     json,
                 },
-        } => match control_socket(socket, config) {
+        } => match socket::control_socket(socket, config) {
             Ok(sock) => match reload::ask(&sock, json) {
                 Ok(code) => ExitCode::from(code),
                 Err(e) => done(Err(e)),
@@ -393,7 +362,7 @@ fn main() -> ExitCode {
             seconds,
             stop,
         } => {
-            let sock = match control_socket(socket, config) {
+            let sock = match socket::control_socket(socket, config) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -462,7 +431,7 @@ fn main() -> ExitCode {
             routes,
             preshared_key_file,
         } => {
-            let sock = match control_socket(socket, config) {
+            let sock = match socket::control_socket(socket, config) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -501,7 +470,7 @@ fn main() -> ExitCode {
             value,
         } => {
             let peer = peer.as_deref();
-            let sock = match control_socket(socket, config) {
+            let sock = match socket::control_socket(socket, config) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -543,7 +512,7 @@ fn main() -> ExitCode {
             peer,
             verbose,
         } => {
-            let sock = match control_socket(socket, config) {
+            let sock = match socket::control_socket(socket, config) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
