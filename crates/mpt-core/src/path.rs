@@ -306,8 +306,8 @@ impl PathState {
 
     /// The peer's receiver report about our packets on this path.
     /// Returns whether the smoothed loss estimate changed. An interval
-    /// ends after [`LOSS_INTERVAL_PACKETS`] packets, or after
-    /// [`LOSS_INTERVAL_MAX`] with at least a few, so that a path carrying
+    /// ends after `LOSS_INTERVAL_PACKETS` packets, or after
+    /// `LOSS_INTERVAL_MAX` with at least a few, so that a path carrying
     /// little traffic still gets fresh estimates.
     pub fn on_peer_report(&mut self, now: Nanos, rx_packets: u64, rx_path_seq: u32) -> bool {
         self.peer_rx_packets = rx_packets;
