@@ -517,7 +517,7 @@ fn render_classes(o: &mut String, v: &Value) {
         };
         let _ = writeln!(
             o,
-            "  {} (precedence {}, {kind}{outer}): sent {} packets ({}), waiting {} ({} of at most {}) in {} flows, fair share {} Mbit/s over {} flows, delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
+            "  {} (precedence {}, {kind}{outer}): sent {} packets ({}), waiting {} ({} of at most {}) in {} flows, fair share {} Mbit/s over {} flows ({} held to it so far), delay p50 {} / p99 {} / max {} ms, dropped {} over rate / {} class full / {} over a flow's share / {} by CoDel / {} waited too long, {} marked CE by CoDel",
             c.get("name").and_then(Value::as_str).unwrap_or("?"),
             num(c, "priority"),
             num(c, "packets"),
@@ -530,6 +530,7 @@ fn render_classes(o: &mut String, v: &Value) {
                 .and_then(Value::as_f64)
                 .map_or("–".to_string(), |m| format!("{m:.1}")),
             num(c, "sharing_flows"),
+            num(c, "policed_flows"),
             ms(&d, "p50_ms"),
             ms(&d, "p99_ms"),
             ms(&d, "max_ms"),

@@ -149,6 +149,7 @@ pub struct ClassQueue {
     /// Until when some flow is flagged ([`super::share`]): before, the
     /// input needs no flow hash for packets that do not wait here.
     policing_until: Nanos,
+    flag_episodes: u64,
 }
 
 impl ClassQueue {
@@ -167,6 +168,7 @@ impl ClassQueue {
             aqm,
             share: FairShare::default(),
             policing_until: 0,
+            flag_episodes: 0,
         }
     }
 
@@ -245,12 +247,14 @@ impl ClassQueue {
     /// ([`super::share`]). Counts the packet for the class's rate.
     pub fn admit(&mut self, hash: u64, now: Nanos, len: usize) -> bool {
         let f = self.bucket(hash, now);
+        self.share.on_offered(now, f, len);
         let allowance = self.share.allowance_bps();
         if !self.flows[f].police.admit(now, len, allowance) {
-            // The refusal kept the flow's flag up ([`Police::admit`]).
-            self.policing_until = self
-                .policing_until
-                .max(self.flows[f].police.flagged_until());
+            // Still beyond its allowance: the flag stays up while the
+            // flow still offers a heavy flow's rate ([`super::share`]).
+            if self.share.heavy(f) {
+                self.flag(f, now);
+            }
             return false;
         }
         self.share.on_admitted(now, f, len);
@@ -274,8 +278,23 @@ impl ClassQueue {
         now < self.policing_until
     }
 
+    /// Flag flow `hash` at `now` as if it had misbehaved (tests: a flow
+    /// flagged by mistake).
+    #[cfg(test)]
+    pub(crate) fn flag_flow(&mut self, hash: u64, now: Nanos) {
+        let f = self.bucket(hash, now);
+        self.flag(f, now);
+    }
+
+    /// Flows flagged (episodes of policing begun), for status.
+    pub fn flag_episodes(&self) -> u64 {
+        self.flag_episodes
+    }
+
     fn flag(&mut self, f: usize, now: Nanos) {
-        self.flows[f].police.flag(now);
+        if self.flows[f].police.flag(now) {
+            self.flag_episodes += 1;
+        }
         self.policing_until = self
             .policing_until
             .max(self.flows[f].police.flagged_until());

@@ -215,6 +215,9 @@ pub struct ClassStatus {
     /// inner packets; none: nothing to police against), [`share`].
     pub sharing_flows: u32,
     pub fair_share_mbps: Option<f64>,
+    /// Flows held to their fair share so far (episodes of policing: a
+    /// flood is one; a TCP flow among them is a sign of trouble).
+    pub policed_flows: u64,
     /// Time in mpt (stage and path queue) of sent packets.
     pub delay: DelayPercentiles,
     #[serde(flatten)]
@@ -544,6 +547,7 @@ impl Qos {
                 queued_bytes_max: CLASS_LIMIT_BYTES,
                 flows_now: c.queue.active_flows(),
                 sharing_flows: c.queue.share().flows(),
+                policed_flows: c.queue.flag_episodes(),
                 fair_share_mbps: c
                     .queue
                     .share()
@@ -556,5 +560,7 @@ impl Qos {
     }
 }
 
+#[cfg(test)]
+mod closed_loop_tests;
 #[cfg(test)]
 mod tests;
