@@ -408,7 +408,11 @@ class Runner:
                     "realtime": c.get("realtime"),
                     "packets": c.get("packets"),
                     "delay": c.get("delay"),
-                    **{k: v for k, v in c.items() if k.startswith("dropped_") and v},
+                    **{
+                        k: v
+                        for k, v in c.items()
+                        if (k.startswith("dropped_") or k == "policed_flows") and v
+                    },
                 }
                 for c in classes
             ]
