@@ -23,6 +23,7 @@
 
 use std::net::SocketAddr;
 
+use mpt_core::concentrator::PeerId;
 use mpt_core::tunnel::SealTicket;
 use mpt_core::PathId;
 pub use mpt_sys::mmsg::{Chunk, RecvMeta, SendMsg};
@@ -109,14 +110,27 @@ pub struct TxMeta {
     pub seal: Option<SealTicket>,
     /// Outer TOS / traffic-class byte (0: none set).
     pub tos: u8,
+    /// The peer whose tunnel made it (0 for a single tunnel): it seals
+    /// the slot and hears of its send errors.
+    pub peer: PeerId,
 }
 
 /// A message of the last [`TxBatch::messages`]: its path and how many
 /// datagrams it holds (for error accounting).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MsgInfo {
+    pub peer: PeerId,
     pub path: PathId,
     pub datagrams: usize,
+}
+
+/// The committed slots that still need sealing ([`TxBatch::to_seal`]):
+/// spans of one buffer, with their tickets and peers (same index).
+pub struct ToSeal<'a> {
+    pub bufs: &'a mut [Vec<u8>],
+    pub spans: &'a [Span],
+    pub tickets: &'a [Option<SealTicket>],
+    pub peers: &'a [PeerId],
 }
 
 /// Transmit slots for all sockets. See the module documentation.
@@ -129,6 +143,7 @@ pub struct TxBatch {
     /// Scratch for sealing and for building messages, reused.
     spans: Vec<Span>,
     tickets: Vec<Option<SealTicket>>,
+    peers: Vec<PeerId>,
     span_slot: Vec<usize>,
     msgs: Vec<SendMsg>,
     infos: Vec<MsgInfo>,
@@ -145,6 +160,7 @@ impl TxBatch {
             slots: Vec::with_capacity(capacity),
             spans: Vec::with_capacity(capacity),
             tickets: Vec::with_capacity(capacity),
+            peers: Vec::with_capacity(capacity),
             span_slot: Vec::with_capacity(capacity),
             msgs: Vec::with_capacity(capacity),
             infos: Vec::with_capacity(capacity),
@@ -218,10 +234,11 @@ impl TxBatch {
     }
 
     /// The committed datagrams that still need sealing, as spans of one
-    /// buffer, with their tickets (same index).
-    pub fn to_seal(&mut self) -> (&mut [Vec<u8>], &[Span], &[Option<SealTicket>]) {
+    /// buffer, with their tickets and peers (same index).
+    pub fn to_seal(&mut self) -> ToSeal<'_> {
         self.spans.clear();
         self.tickets.clear();
+        self.peers.clear();
         self.span_slot.clear();
         for (i, m) in self.slots.iter().enumerate() {
             if let Some(m) = m.filter(|m| m.seal.is_some()) {
@@ -231,21 +248,23 @@ impl TxBatch {
                     len: m.len,
                 });
                 self.tickets.push(m.seal);
+                self.peers.push(m.peer);
                 self.span_slot.push(i);
             }
         }
-        (
-            std::slice::from_mut(&mut self.arena),
-            &self.spans,
-            &self.tickets,
-        )
+        ToSeal {
+            bufs: std::slice::from_mut(&mut self.arena),
+            spans: &self.spans,
+            tickets: &self.tickets,
+            peers: &self.peers,
+        }
     }
 
     /// After sealing the spans of [`to_seal`](Self::to_seal): `ok[j]` says
     /// whether span `j` was sealed. Sealed slots are marked complete;
-    /// failed ones are dropped (never sent). Returns how many failed.
-    pub fn sealed(&mut self, ok: &[bool]) -> usize {
-        let mut failed = 0;
+    /// failed ones are dropped (never sent), each told to `failed` with
+    /// its peer.
+    pub fn sealed(&mut self, ok: &[bool], mut failed: impl FnMut(PeerId)) {
         for (j, &slot) in self.span_slot.iter().enumerate() {
             let Some(m) = self.slots[slot].as_mut() else {
                 continue;
@@ -253,11 +272,10 @@ impl TxBatch {
             if ok.get(j).copied().unwrap_or(false) {
                 m.seal = None;
             } else {
+                failed(m.peer);
                 self.slots[slot] = None;
-                failed += 1;
             }
         }
-        failed
     }
 
     /// The messages for `socket`: its complete slots in order, merged into
@@ -305,6 +323,7 @@ impl TxBatch {
                 tos: m.tos,
             });
             self.infos.push(MsgInfo {
+                peer: m.peer,
                 path: m.path,
                 datagrams: 1,
             });

@@ -23,6 +23,7 @@ fn commit(tx: &mut TxBatch, socket: usize, dst: SocketAddr, len: usize, mark: u8
         len,
         seal: None,
         tos: 0,
+        peer: 0,
     });
 }
 
@@ -94,14 +95,18 @@ fn skipped_unsealed_and_failed_slots_never_leave() {
             len: 100,
             seal: Some(ticket),
             tos: 0,
+            peer: 7,
         });
     }
     assert_eq!(tx.len(), 3);
     let (_, msgs, _, _) = tx.messages(0, false);
     assert_eq!(msgs.len(), 1, "unsealed slots wait");
-    let (_, spans, tickets) = tx.to_seal();
-    assert_eq!((spans.len(), tickets.len()), (2, 2));
-    assert_eq!(tx.sealed(&[true, false]), 1);
+    let s = tx.to_seal();
+    assert_eq!((s.spans.len(), s.tickets.len()), (2, 2));
+    assert_eq!(s.peers, [7, 7]);
+    let mut failed = vec![];
+    tx.sealed(&[true, false], |p| failed.push(p));
+    assert_eq!(failed, [7], "the failed slot's peer hears of it");
     let (_, msgs, _, _) = tx.messages(0, false);
     assert_eq!(
         msgs.len(),
@@ -124,6 +129,7 @@ fn gso_never_merges_datagrams_of_different_tos() {
             len: 100,
             seal: None,
             tos,
+            peer: 0,
         });
     }
     let (_, msgs, _, _) = tx.messages(0, true);
@@ -189,6 +195,7 @@ fn batch_roundtrip_v4_and_v6_with_and_without_gso_gro() {
                     len,
                     seal: None,
                     tos: 0,
+                    peer: 0,
                 });
             }
             let (buf, msgs, chunks, _) = tx.messages(0, gso);

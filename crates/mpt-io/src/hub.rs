@@ -14,8 +14,15 @@
 //!   (or the concentrator's own counters), and the loop continues;
 //! * work per turn follows the peers that have something to do, not the
 //!   number of peers configured;
-//! * the TUN carries plain packets (no offload header): a concentrator
-//!   sends each peer its own datagrams, so there is no batch to coalesce.
+//! * packets are read from the TUN straight into transmit slots, and every
+//!   peer's datagrams leave through them ([`crate::flush`], shared with the
+//!   single tunnel's engine): sealed together by ticket with their peer's
+//!   keys, then one batch send per socket, consecutive datagrams to one
+//!   client merged into UDP GSO super-datagrams;
+//! * a peer's output is drained after at most
+//!   [`Concentrator::send_batch_max`] of its packets were read, so that a
+//!   packet's pieces leave right behind it;
+//! * the TUN carries plain packets (no offload header) for now.
 
 use std::io;
 
@@ -26,11 +33,13 @@ use mpt_core::stats::DropReason;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 
-use crate::batch::RecvBatch;
+use crate::batch::{RecvBatch, TxBatch};
 use crate::capture::{Dir, Tap};
-use crate::engine::{is_hard, IoStats, Ready, BATCH_PACKETS, BUF_BYTES, WALL_REFRESH_NS};
+use crate::engine::{IoStats, Ready, BATCH_PACKETS, BUF_BYTES, TX_SLOTS, WALL_REFRESH_NS};
 use crate::events::EventLog;
+use crate::flush::{drain_output, meta, Flush, SealScratch};
 use crate::seam::{Clock, PathIo, Slots, TunDevice};
+use crate::workers::Workers;
 
 /// See the module documentation.
 pub struct Hub<T, P, C> {
@@ -41,11 +50,16 @@ pub struct Hub<T, P, C> {
     name: String,
     event_log: EventLog,
     recv_batch: RecvBatch,
-    /// TUN reads: one slot per packet, header room in front, tag room after.
-    tun_slots: Vec<u8>,
-    stride: usize,
+    /// Transmit slots: TUN reads land in them, header room in front, tag
+    /// room after; every peer's output goes through them.
+    tx: TxBatch,
+    /// Seal the slots of a flush (the shard's thread alone for now).
+    workers: Workers,
+    seal: SealScratch,
+    send_failures: Vec<(usize, io::Error)>,
     tun_lens: Vec<usize>,
-    scratch: Vec<u8>,
+    /// Peers sent to by the last read, whose output is drained behind it.
+    sent_to: Vec<PeerId>,
     io: IoStats,
     tun_write_failures: u64,
     last_wall: Option<Nanos>,
@@ -64,7 +78,8 @@ pub struct Hub<T, P, C> {
 
 impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     pub fn new(tun: T, paths: P, clock: C, conc: Concentrator, mtu: usize, name: &str) -> Self {
-        let stride = HEADER_LEN + mtu + 1 + TAG_LEN;
+        let slot_bytes = HEADER_LEN + mtu + 1 + TAG_LEN;
+        let udp_gso = (0..paths.sockets()).all(|s| paths.gso(s));
         Self {
             tun,
             paths,
@@ -73,11 +88,16 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             name: name.to_string(),
             event_log: EventLog::default(),
             recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
-            tun_slots: vec![0u8; stride * BATCH_PACKETS],
-            stride,
+            tx: TxBatch::new(TX_SLOTS, slot_bytes),
+            workers: Workers::inline(),
+            seal: SealScratch::default(),
+            send_failures: Vec::new(),
             tun_lens: vec![0; BATCH_PACKETS],
-            scratch: vec![0u8; BUF_BYTES],
-            io: IoStats::default(),
+            sent_to: Vec::with_capacity(BATCH_PACKETS),
+            io: IoStats {
+                udp_gso,
+                ..IoStats::default()
+            },
             tun_write_failures: 0,
             last_wall: None,
             spans: Vec::new(),
@@ -177,96 +197,111 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         self.drain_busy(now);
     }
 
-    /// Read a batch from the TUN and send each packet to its peer.
-    fn pump_tun(&mut self) -> bool {
-        let slots = Slots {
-            buf: &mut self.tun_slots,
-            stride: self.stride,
-            head: HEADER_LEN,
-            tail: 0,
+    /// The transmit slots and what sending them needs, borrowed apart from
+    /// the concentrator.
+    fn flush_parts(&mut self) -> (Flush<'_, P>, &mut Concentrator) {
+        let Hub {
+            tx,
+            paths,
+            workers,
+            seal,
+            send_failures,
+            io,
+            conc,
+            capture,
+            wall_offset,
+            ..
+        } = self;
+        let flush = Flush {
+            tx,
+            paths,
+            workers,
+            seal,
+            failures: send_failures,
+            io,
+            capture,
+            wall_offset: *wall_offset,
+            // Shown as read from the TUN, before the peer is known.
+            capture_inner: false,
         };
-        let n = match self.tun.read_batch(slots, &mut self.tun_lens) {
+        (flush, conc)
+    }
+
+    /// Seal and send what the transmit slots hold.
+    fn flush_tx(&mut self, now: Nanos) {
+        let (mut flush, conc) = self.flush_parts();
+        flush.run(conc, now);
+    }
+
+    /// Read a batch from the TUN, each packet straight into a transmit
+    /// slot and on to its peer, in reads of as many packets as a peer
+    /// takes before its output is drained; then send everything.
+    fn pump_tun(&mut self) -> bool {
+        let per_read = self.conc.send_batch_max().clamp(1, BATCH_PACKETS);
+        let mut read = 0;
+        let mut more = true;
+        while read < BATCH_PACKETS {
+            let want = per_read.min(BATCH_PACKETS - read);
+            if !self.read_into_slots(want) {
+                more = false;
+                break;
+            }
+            read += want;
+        }
+        let now = self.clock.now();
+        self.drain_busy(now);
+        more
+    }
+
+    /// Up to `max` packets read straight into the free transmit slots and
+    /// handed to their peers, whose output follows them; whether the TUN
+    /// may have more.
+    fn read_into_slots(&mut self, max: usize) -> bool {
+        if self.tx.free() == 0 {
+            let now = self.clock.now();
+            self.flush_tx(now);
+        }
+        let want = self.tx.free().min(max);
+        let stride = self.tx.slot_bytes();
+        let slots = Slots {
+            buf: self.tx.free_slots_mut(),
+            stride,
+            head: HEADER_LEN,
+            tail: TAG_LEN,
+        };
+        let n = match self.tun.read_batch(slots, &mut self.tun_lens[..want]) {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
             Err(_) => return false,
         };
-        self.io.tun_reads += 1;
+        self.io.tun_reads += n as u64;
         let now = self.clock.now();
         let wall = self.wall(now);
+        self.sent_to.clear();
         for k in 0..n {
             let len = self.tun_lens[k];
-            let slot = k * self.stride..(k + 1) * self.stride;
+            let Some(slot) = self.tx.slot() else {
+                break;
+            };
             if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-                let at = slot.start + HEADER_LEN;
-                tap.packet(
-                    Dir::Out,
-                    wall,
-                    &self.tun_slots[at..at + len],
-                    "read from the TUN",
-                );
+                let pkt = &slot[HEADER_LEN..HEADER_LEN + len];
+                tap.packet(Dir::Out, wall, pkt, "read from the TUN");
             }
-            let sent = self.conc.send(now, &mut self.tun_slots[slot.clone()], len);
-            self.transmit(now, slot, sent);
-        }
-        self.drain_busy(now);
-        n == self.tun_lens.len()
-    }
-
-    /// Send what the concentrator made of the packet in `tun_slots[slot]`.
-    fn transmit(
-        &mut self,
-        now: Nanos,
-        slot: std::ops::Range<usize>,
-        sent: Option<(PeerId, mpt_core::tunnel::Transmit)>,
-    ) {
-        let Some((peer, tx)) = sent else {
-            return;
-        };
-        self.io.udp_send_calls += 1;
-        let d = &self.tun_slots[slot][..tx.len];
-        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-            let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
-            tap.datagram(Dir::Out, tx.local_key, wall, d);
-        }
-        match self.paths.send_to(tx.local_key, d, tx.dst) {
-            Ok(()) => self.io.udp_datagrams_sent += 1,
-            Err(e) => {
-                if let Some(t) = self.conc.tunnel_mut(peer) {
-                    t.on_send_error(tx.path, is_hard(&e), now);
+            match self.conc.send_unsealed(now, slot, len) {
+                Some((peer, t)) => {
+                    self.tx.commit(meta(peer, &t));
+                    self.sent_to.push(peer);
                 }
+                None => self.tx.skip(),
             }
         }
-        self.send_output(peer, now);
-    }
-
-    /// What the peer's tunnel has to send behind the packet just sent
-    /// ([`mpt_core::tunnel::Tunnel::poll_transmit`], in its order).
-    fn send_output(&mut self, peer: PeerId, now: Nanos) {
-        let wall = self.wall(now);
-        let Hub {
-            conc,
-            paths,
-            scratch,
-            io,
-            capture,
-            ..
-        } = self;
-        let Some(t) = conc.tunnel_mut(peer) else {
-            return;
-        };
-        let mut out = Out {
-            paths,
-            io,
-            scratch,
-            tap: capture.as_mut().filter(|t| t.active_now()),
-            wall,
-        };
-        while let Some(tx) = t.poll_transmit(now, out.scratch) {
-            if let Some(e) = out.seal_and_send(t, &tx) {
-                t.on_send_error(tx.path, is_hard(&e), now);
-            }
+        let sent_to = std::mem::take(&mut self.sent_to);
+        let (mut flush, conc) = self.flush_parts();
+        for &peer in &sent_to {
+            drain_output(&mut flush, conc, peer, now);
         }
+        self.sent_to = sent_to;
+        n == want
     }
 
     /// Write a delivered inner packet to the TUN (a failure is a drop).
@@ -303,15 +338,24 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         match h {
             Handoff::Packet { bytes, .. } => {
                 let len = bytes.len();
-                if HEADER_LEN + len > self.stride {
+                if self.tx.is_full() {
+                    self.flush_tx(now);
+                }
+                let Some(slot) = self.tx.slot() else {
+                    return;
+                };
+                if HEADER_LEN + len + TAG_LEN > slot.len() {
                     return; // cannot be: the other shard read it into the same room
                 }
-                let slot = 0..self.stride;
-                self.tun_slots[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&bytes);
-                let sent = self
-                    .conc
-                    .send_handed(now, &mut self.tun_slots[slot.clone()], len);
-                self.transmit(now, slot, sent);
+                slot[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&bytes);
+                match self.conc.send_handed_unsealed(now, slot, len) {
+                    Some((peer, t)) => {
+                        self.tx.commit(meta(peer, &t));
+                        let (mut flush, conc) = self.flush_parts();
+                        drain_output(&mut flush, conc, peer, now);
+                    }
+                    None => self.tx.skip(),
+                }
             }
             Handoff::Datagram {
                 local_key,
@@ -387,6 +431,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         while let Some(id) = self.conc.next_busy() {
             self.drain_peer(id, now);
         }
+        self.flush_tx(now);
         while let Some((socket, dst, d)) = self.conc.poll_transmit() {
             self.io.udp_send_calls += 1;
             if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
@@ -412,16 +457,18 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         }
     }
 
+    /// Everything peer `id` has to do: its output into the transmit
+    /// slots, its events logged, its liveness noted, what it releases
+    /// written to the TUN; then its timer re-armed.
     fn drain_peer(&mut self, id: PeerId, now: Nanos) {
+        let (mut flush, conc) = self.flush_parts();
+        drain_output(&mut flush, conc, id, now);
         let wall = self.wall(now);
         let Hub {
             conc,
-            paths,
             tun,
-            scratch,
             event_log,
             name,
-            io,
             tun_write_failures,
             live,
             changes,
@@ -431,22 +478,6 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         let mut tap = capture.as_mut().filter(|t| t.active_now());
         if let Some((cfg, t)) = conc.peer_tunnel_mut(id) {
             let peer_name = &cfg.name;
-            let mut failed = vec![];
-            let mut out = Out {
-                paths,
-                io,
-                scratch,
-                tap: tap.as_deref_mut(),
-                wall,
-            };
-            while let Some(tx) = t.poll_transmit(now, out.scratch) {
-                if let Some(e) = out.seal_and_send(t, &tx) {
-                    failed.push((tx.path, is_hard(&e)));
-                }
-            }
-            for (path, hard) in failed {
-                t.on_send_error(path, hard, now);
-            }
             while let Some(e) = t.poll_event() {
                 event_log.log(&format!("{name}/{peer_name}"), t, e);
             }
@@ -471,44 +502,6 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             })
         });
         conc.rearm(id);
-    }
-}
-
-/// Where a peer's datagrams go out: the sockets, the I/O counters, the
-/// scratch the core writes into, and a capture's end if one is under way.
-struct Out<'a, P> {
-    paths: &'a mut P,
-    io: &'a mut IoStats,
-    scratch: &'a mut [u8],
-    tap: Option<&'a mut Tap>,
-    wall: u64,
-}
-
-impl<P: PathIo> Out<'_, P> {
-    /// Seal the datagram `tx` describes in `scratch` (a failed seal is
-    /// counted as `no_session`), show it to the capture, and send it; the
-    /// send's error, if any.
-    fn seal_and_send(
-        &mut self,
-        t: &mut mpt_core::tunnel::Tunnel,
-        tx: &mpt_core::tunnel::Transmit,
-    ) -> Option<io::Error> {
-        let d = &mut self.scratch[..tx.len];
-        if !t.sealer().seal(tx.seal, d) {
-            t.count_drop(DropReason::NoSession);
-            return None;
-        }
-        if let Some(tap) = self.tap.as_deref_mut() {
-            tap.datagram(Dir::Out, tx.local_key, self.wall, d);
-        }
-        self.io.udp_send_calls += 1;
-        match self.paths.send_to(tx.local_key, d, tx.dst) {
-            Ok(()) => {
-                self.io.udp_datagrams_sent += 1;
-                None
-            }
-            Err(e) => Some(e),
-        }
     }
 }
 

@@ -183,6 +183,12 @@ fn a_hub_carries_each_clients_packets_both_ways_in_virtual_time() {
     }
     let io = w.hub.io_stats();
     assert!(io.udp_datagrams_sent > 80, "{io:?}");
+    // The server's datagrams leave in batch sends, several per call.
+    assert!(
+        io.udp_send_calls * 2 < io.udp_datagrams_sent,
+        "batched sends: {io:?}"
+    );
+    assert!(io.max_send_batch > 4, "{io:?}");
     for c in 0..CLIENTS {
         let t = w.hub.concentrator().tunnel(c).unwrap();
         assert!(

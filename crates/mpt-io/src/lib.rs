@@ -35,6 +35,7 @@ pub mod control;
 pub mod driver;
 pub mod engine;
 pub mod events;
+pub mod flush;
 pub mod hub;
 pub mod hub_driver;
 pub mod linux;

@@ -137,7 +137,10 @@ impl Workers {
     /// its life). `n` is at least 1.
     pub fn new(n: usize, name: &str, engage: Engage) -> io::Result<Self> {
         let n = n.max(1);
-        let pool = if n > 1 {
+        if n == 1 {
+            return Ok(Self::with(None, 1, engage));
+        }
+        let pool = {
             let prefix = format!("mpt-{name}-w");
             Some(
                 rayon::ThreadPoolBuilder::new()
@@ -147,10 +150,17 @@ impl Workers {
                     .build()
                     .map_err(io::Error::other)?,
             )
-        } else {
-            None
         };
-        Ok(Self {
+        Ok(Self::with(pool, n, engage))
+    }
+
+    /// The calling thread alone: work runs inline, no thread is made.
+    pub fn inline() -> Self {
+        Self::with(None, 1, Engage::Auto)
+    }
+
+    fn with(pool: Option<rayon::ThreadPool>, n: usize, engage: Engage) -> Self {
+        Self {
             pool,
             counters: (0..n).map(|_| Counters::default()).collect(),
             gate: Gate {
@@ -164,7 +174,7 @@ impl Workers {
                 spare: 0.0,
                 demand: 0.0,
             },
-        })
+        }
     }
 
     /// Re-evaluate the gate if [`GATE_INTERVAL`] passed (cheap otherwise);

@@ -305,6 +305,34 @@ impl Concentrator {
     /// Send the inner packet at `buf[HEADER_LEN..HEADER_LEN + len]` to the
     /// peer that holds its destination (see [`Tunnel::send`]).
     pub fn send(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<(PeerId, Transmit)> {
+        let id = self.route_packet(buf, len)?;
+        let t = self.peers[id as usize].as_mut()?.tunnel.as_mut()?;
+        let tx = t.send(now, buf, len);
+        self.touch(id);
+        tx.map(|tx| (id, tx))
+    }
+
+    /// [`Concentrator::send`] without the seal: the caller seals the
+    /// datagram with its peer's sealer ([`Concentrator::sealer`]) by the
+    /// ticket in the transmit (see [`Tunnel::send_unsealed`]), a batch of
+    /// them at a time, on workers.
+    pub fn send_unsealed(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        len: usize,
+    ) -> Option<(PeerId, Transmit)> {
+        let id = self.route_packet(buf, len)?;
+        let t = self.peers[id as usize].as_mut()?.tunnel.as_mut()?;
+        let tx = t.send_unsealed(now, buf, len);
+        self.touch(id);
+        tx.map(|tx| (id, tx))
+    }
+
+    /// The peer with a tunnel, owned here, that the inner packet at
+    /// `buf[HEADER_LEN..HEADER_LEN + len]` goes to; otherwise the packet
+    /// is handed off to its shard or counted as a drop.
+    fn route_packet(&mut self, buf: &[u8], len: usize) -> Option<PeerId> {
         let dst = buf.get(HEADER_LEN..HEADER_LEN + len).and_then(dst_addr);
         let Some(id) = dst.and_then(|a| self.allowed.lookup(a)) else {
             self.drops.add(DropReason::NoRoute);
@@ -314,17 +342,35 @@ impl Concentrator {
             self.hand_off_packet(id, buf, len);
             return None;
         }
-        let t = self.peers[id as usize]
-            .as_mut()
-            .and_then(|p| p.tunnel.as_mut());
-        let Some(t) = t else {
+        let has_tunnel = self.peers[id as usize]
+            .as_ref()
+            .is_some_and(|p| p.tunnel.is_some());
+        if !has_tunnel {
             // The peer has never connected: nowhere to send.
             self.drops.add(DropReason::NoSession);
             return None;
-        };
-        let tx = t.send(now, buf, len);
-        self.touch(id);
-        tx.map(|tx| (id, tx))
+        }
+        Some(id)
+    }
+
+    /// How many packets [`Concentrator::send_unsealed`] may take before the
+    /// caller drains the output of the peers it sent to: as
+    /// [`Tunnel::send_batch_max`], the same for every peer (their tunnels
+    /// share the template's MTU and datagram size).
+    pub fn send_batch_max(&self) -> usize {
+        let c = &self.template;
+        if c.datagram_body.unwrap_or(c.mtu) >= c.mtu {
+            usize::MAX
+        } else {
+            1
+        }
+    }
+
+    /// Peer `id`'s sealer, for datagrams made by
+    /// [`Concentrator::send_unsealed`] (`None`: no such peer, or it has no
+    /// tunnel).
+    pub fn sealer(&self, id: PeerId) -> Option<crate::tunnel::Sealer<'_>> {
+        self.tunnel(id).map(Tunnel::sealer)
     }
 
     /// Hand every inner packet that a peer's reorder buffer releases to

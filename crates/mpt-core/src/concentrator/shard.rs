@@ -164,6 +164,18 @@ impl Concentrator {
         self.handoff_counts.taken += 1;
         self.send(now, buf, len)
     }
+
+    /// [`Concentrator::send_handed`] without the seal (see
+    /// [`Concentrator::send_unsealed`]).
+    pub fn send_handed_unsealed(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+        len: usize,
+    ) -> Option<(PeerId, crate::tunnel::Transmit)> {
+        self.handoff_counts.taken += 1;
+        self.send_unsealed(now, buf, len)
+    }
 }
 
 #[cfg(test)]

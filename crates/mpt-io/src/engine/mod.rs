@@ -29,6 +29,7 @@ use serde::Serialize;
 use crate::batch::{RecvBatch, Span, TxBatch};
 use crate::capture::Tap;
 use crate::events::EventLog;
+use crate::flush::SealScratch;
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::tunwrite::{TunWriter, WriteStats};
 use crate::workers::Workers;
@@ -124,7 +125,7 @@ pub struct Engine<T, P, C> {
     /// TUN reads in offload mode (super-packets) and control transmits.
     scratch: Vec<u8>,
     tun_lens: Vec<usize>,
-    seal_ok: Vec<bool>,
+    seal: SealScratch,
     open: OpenScratch,
     send_failures: Vec<(usize, io::Error)>,
     last_wall: Option<Nanos>,
@@ -162,7 +163,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             workers,
             scratch: vec![0u8; BUF_BYTES],
             tun_lens: vec![0; BATCH_PACKETS],
-            seal_ok: Vec::with_capacity(TX_SLOTS),
+            seal: SealScratch::default(),
             open: OpenScratch::default(),
             send_failures: Vec::new(),
             last_wall: None,

@@ -29,108 +29,23 @@
 
 use std::io;
 
+use mpt_core::concentrator::PeerId;
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{Transmit, Tunnel};
+use mpt_core::tunnel::Tunnel;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 use tracing::warn;
 
-use super::{is_hard, Engine, IoStats, BATCH_PACKETS};
-use crate::batch::{TxBatch, TxMeta};
-use crate::capture::{Dir, Tap};
+use super::{Engine, BATCH_PACKETS};
+use crate::flush::{drain_output, meta, Flush};
 use crate::offload::{
     self, segment_at, VnetHdr, GSO_NONE, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
 };
 use crate::seam::{Clock, PathIo, Slots, TunDevice};
-use crate::workers::Workers;
 
-fn meta(tx: &Transmit) -> TxMeta {
-    TxMeta {
-        socket: tx.local_key,
-        dst: tx.dst,
-        path: tx.path,
-        len: tx.len,
-        seal: tx.seal.ticket(),
-        tos: tx.tos,
-    }
-}
-
-/// What flushing the transmit slots needs, borrowed apart from the rest of
-/// the engine (a burst holds the tunnel meanwhile).
-struct Flush<'a, P> {
-    tx: &'a mut TxBatch,
-    paths: &'a mut P,
-    workers: &'a Workers,
-    seal_ok: &'a mut Vec<bool>,
-    failures: &'a mut Vec<(usize, io::Error)>,
-    io: &'a mut IoStats,
-    capture: &'a mut Option<Tap>,
-    wall_offset: i64,
-}
-
-impl<P: PathIo> Flush<'_, P> {
-    /// Seal every committed slot with its ticket (on the workers), then
-    /// send each socket's slots with one batch send.
-    fn run(&mut self, tunnel: &mut Tunnel, now: Nanos) {
-        if self.tx.is_empty() {
-            self.tx.clear();
-            return;
-        }
-        let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
-        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-            // The inner packets in clear, before sealing.
-            for (m, d) in self.tx.committed() {
-                let tag = if m.seal.is_some() { TAG_LEN } else { 0 };
-                let len = m.len.saturating_sub(HEADER_LEN + tag);
-                tap.inner(Dir::Out, m.path, wall, d, len, false);
-            }
-        }
-        let sealer = tunnel.sealer();
-        let (bufs, spans, tickets) = self.tx.to_seal();
-        if !spans.is_empty() {
-            self.seal_ok.clear();
-            self.seal_ok.resize(spans.len(), false);
-            self.workers
-                .for_each(bufs, spans, self.seal_ok, &|j, d: &mut [u8]| {
-                    sealer.seal(tickets[j].into(), d)
-                });
-            let failed = self.tx.sealed(self.seal_ok);
-            for _ in 0..failed {
-                tunnel.count_drop(DropReason::NoSession);
-            }
-        }
-        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-            // The datagrams as they leave.
-            for (m, d) in self.tx.committed() {
-                tap.datagram(Dir::Out, m.socket, wall, d);
-            }
-        }
-        for socket in 0..self.paths.sockets() {
-            let gso = self.paths.gso(socket);
-            let (buf, msgs, chunks, infos) = self.tx.messages(socket, gso);
-            if msgs.is_empty() {
-                continue;
-            }
-            let failures = &mut *self.failures;
-            failures.clear();
-            self.paths
-                .send(socket, buf, msgs, chunks, &mut |i, e| failures.push((i, e)));
-            let datagrams: usize = infos.iter().map(|m| m.datagrams).sum();
-            let failed: usize = failures.iter().map(|(i, _)| infos[*i].datagrams).sum();
-            let io = &mut *self.io;
-            io.udp_send_calls += 1;
-            io.udp_datagrams_sent += (datagrams - failed) as u64;
-            io.max_send_batch = io.max_send_batch.max(datagrams as u64);
-            for (i, e) in failures.drain(..) {
-                for _ in 0..infos[i].datagrams {
-                    tunnel.on_send_error(infos[i].path, is_hard(&e), now);
-                }
-            }
-        }
-        self.tx.clear();
-    }
-}
+/// A single tunnel is peer 0 of its slots.
+const PEER: PeerId = 0;
 
 impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// Read up to a batch from the TUN, encapsulate each packet in its
@@ -152,7 +67,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     pub(super) fn send_output(&mut self) {
         let now = self.clock.now();
         let (mut flush, tunnel) = self.flush_parts();
-        drain_output(&mut flush, tunnel, now);
+        drain_output(&mut flush, tunnel, PEER, now);
         flush.run(tunnel, now);
     }
 
@@ -169,7 +84,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             tx,
             paths,
             workers,
-            seal_ok,
+            seal,
             send_failures,
             io,
             tunnel,
@@ -181,11 +96,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             tx,
             paths,
             workers,
-            seal_ok,
+            seal,
             failures: send_failures,
             io,
             capture,
             wall_offset: *wall_offset,
+            capture_inner: true,
         };
         (flush, tunnel)
     }
@@ -231,7 +147,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 break;
             };
             match self.tunnel.send_unsealed(now, slot, len) {
-                Some(t) => self.tx.commit(meta(&t)),
+                Some(t) => self.tx.commit(meta(PEER, &t)),
                 None => self.tx.skip(),
             }
         }
@@ -245,7 +161,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     /// slots behind what is there.
     fn drain_output(&mut self, now: Nanos) {
         let (mut flush, tunnel) = self.flush_parts();
-        drain_output(&mut flush, tunnel, now);
+        drain_output(&mut flush, tunnel, PEER, now);
     }
 
     /// Whether to go on after a failed read (only if interrupted).
@@ -321,7 +237,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         }
         slot[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(pkt);
         match self.tunnel.send_unsealed(now, slot, pkt.len()) {
-            Some(t) => self.tx.commit(meta(&t)),
+            Some(t) => self.tx.commit(meta(PEER, &t)),
             None => self.tx.skip(),
         }
         self.drain_output(now);
@@ -343,7 +259,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         let mut undrained = 0;
         for i in 0..count {
             if flush.tx.is_full() {
-                flush.run(&mut burst, now);
+                flush.run(&mut *burst, now);
             }
             let Some(slot) = flush.tx.slot() else {
                 break;
@@ -354,19 +270,19 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 break;
             };
             match burst.send_unsealed(now, slot, len) {
-                Some(t) => flush.tx.commit(meta(&t)),
+                Some(t) => flush.tx.commit(meta(PEER, &t)),
                 None => flush.tx.skip(),
             }
             undrained += 1;
             if undrained >= per_drain {
-                drain_output(&mut flush, &mut burst, now);
+                drain_output(&mut flush, &mut *burst, PEER, now);
                 undrained = 0;
             }
             cut += 1;
         }
         drop(burst);
         if undrained > 0 {
-            drain_output(&mut flush, tunnel, now);
+            drain_output(&mut flush, tunnel, PEER, now);
         }
         let io = &mut *flush.io;
         let (supers, segments) = if udp {
@@ -376,22 +292,5 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         };
         *supers += 1;
         *segments += cut;
-    }
-}
-
-/// Put the core's output ([`Tunnel::poll_transmit`], in its order) into the
-/// free transmit slots, flushing when they run out.
-fn drain_output<P: PathIo>(flush: &mut Flush<'_, P>, tunnel: &mut Tunnel, now: Nanos) {
-    loop {
-        if flush.tx.is_full() {
-            flush.run(tunnel, now);
-        }
-        let Some(slot) = flush.tx.slot() else {
-            return;
-        };
-        match tunnel.poll_transmit(now, slot) {
-            Some(t) => flush.tx.commit(meta(&t)),
-            None => return,
-        }
     }
 }

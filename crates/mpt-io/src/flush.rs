@@ -1,0 +1,239 @@
+//! The transmit side shared by the single tunnel's engine and the
+//! concentrator's hub: committed transmit slots sealed together (on the
+//! workers), then each socket's slots sent with one batch send, merged
+//! into UDP GSO super-datagrams where the socket can.
+//!
+//! What it needs from the core is behind [`Peers`]: a slot carries its
+//! peer ([`TxMeta::peer`]), and sealing, drops and send errors go to that
+//! peer's tunnel. A single [`Tunnel`] is one peer (its id is ignored); a
+//! [`Concentrator`] has many.
+//!
+//! Invariants:
+//! * nothing leaves unsealed when its transmit asked for a seal: a slot
+//!   whose seal fails is dropped and counted (`no_session`) at its peer;
+//! * datagrams leave each socket in the order they were committed;
+//! * every failed send is reported to the peer and path that made it;
+//! * the core's output is taken in the core's order ([`drain_output`]),
+//!   flushing when the slots run out.
+
+use std::io;
+
+use mpt_core::concentrator::{Concentrator, PeerId};
+use mpt_core::crypto::TAG_LEN;
+use mpt_core::stats::DropReason;
+use mpt_core::tunnel::{Sealer, Transmit, Tunnel};
+
+use crate::batch::Span;
+use mpt_core::wire::HEADER_LEN;
+use mpt_core::{Nanos, PathId};
+
+use crate::batch::{ToSeal, TxBatch, TxMeta};
+use crate::capture::{Dir, Tap};
+use crate::engine::{is_hard, IoStats};
+use crate::seam::PathIo;
+use crate::workers::Workers;
+
+/// What the transmit side needs of the core, per peer.
+pub trait Peers {
+    /// The peer's sealer (`Sync`: the workers share it); `None`: no such
+    /// peer any more, its datagrams are dropped.
+    fn sealer(&self, peer: PeerId) -> Option<Sealer<'_>>;
+    fn count_drop(&mut self, peer: PeerId, why: DropReason);
+    fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos);
+    /// The peer's next output ([`Tunnel::poll_transmit`]).
+    fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit>;
+}
+
+impl Peers for Tunnel {
+    fn sealer(&self, _: PeerId) -> Option<Sealer<'_>> {
+        Some(Tunnel::sealer(self))
+    }
+    fn count_drop(&mut self, _: PeerId, why: DropReason) {
+        Tunnel::count_drop(self, why);
+    }
+    fn on_send_error(&mut self, _: PeerId, path: PathId, hard: bool, now: Nanos) {
+        Tunnel::on_send_error(self, path, hard, now);
+    }
+    fn poll_transmit(&mut self, _: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
+        Tunnel::poll_transmit(self, now, slot)
+    }
+}
+
+impl Peers for Concentrator {
+    fn sealer(&self, peer: PeerId) -> Option<Sealer<'_>> {
+        Concentrator::sealer(self, peer)
+    }
+    fn count_drop(&mut self, peer: PeerId, why: DropReason) {
+        if let Some(t) = self.tunnel_mut(peer) {
+            t.count_drop(why);
+        }
+    }
+    fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos) {
+        if let Some(t) = self.tunnel_mut(peer) {
+            t.on_send_error(path, hard, now);
+        }
+    }
+    fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
+        self.tunnel_mut(peer)?.poll_transmit(now, slot)
+    }
+}
+
+/// The slot metadata of a transmit of `peer`.
+pub fn meta(peer: PeerId, tx: &Transmit) -> TxMeta {
+    TxMeta {
+        socket: tx.local_key,
+        dst: tx.dst,
+        path: tx.path,
+        len: tx.len,
+        seal: tx.seal.ticket(),
+        tos: tx.tos,
+        peer,
+    }
+}
+
+/// Scratch of the sealing step, reused flush after flush.
+#[derive(Default)]
+pub struct SealScratch {
+    /// Per span of the flush: sealed.
+    ok: Vec<bool>,
+    /// With several peers: the spans' indices by peer, one peer's spans,
+    /// and their results.
+    order: Vec<usize>,
+    spans: Vec<Span>,
+    run_ok: Vec<bool>,
+}
+
+/// What flushing the transmit slots needs, borrowed apart from the core
+/// (a burst may hold the tunnel meanwhile).
+pub struct Flush<'a, P> {
+    pub tx: &'a mut TxBatch,
+    pub paths: &'a mut P,
+    pub workers: &'a Workers,
+    pub seal: &'a mut SealScratch,
+    pub failures: &'a mut Vec<(usize, io::Error)>,
+    pub io: &'a mut IoStats,
+    pub capture: &'a mut Option<Tap>,
+    pub wall_offset: i64,
+    /// Show the inner packets to a capture before sealing (the hub shows
+    /// them as it reads them from the TUN, with their peer).
+    pub capture_inner: bool,
+}
+
+impl<P: PathIo> Flush<'_, P> {
+    /// Seal every committed slot with its ticket (on the workers), then
+    /// send each socket's slots with one batch send.
+    pub fn run<Q: Peers + ?Sized>(&mut self, core: &mut Q, now: Nanos) {
+        if self.tx.is_empty() {
+            self.tx.clear();
+            return;
+        }
+        let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+        if let Some(tap) = self
+            .capture
+            .as_mut()
+            .filter(|t| self.capture_inner && t.active_now())
+        {
+            // The inner packets in clear, before sealing.
+            for (m, d) in self.tx.committed() {
+                let tag = if m.seal.is_some() { TAG_LEN } else { 0 };
+                let len = m.len.saturating_sub(HEADER_LEN + tag);
+                tap.inner(Dir::Out, m.path, wall, d, len, false);
+            }
+        }
+        let ToSeal {
+            bufs,
+            spans,
+            tickets,
+            peers,
+        } = self.tx.to_seal();
+        if !spans.is_empty() {
+            let sc = &mut *self.seal;
+            sc.ok.clear();
+            sc.ok.resize(spans.len(), false);
+            if peers.iter().all(|p| *p == peers[0]) {
+                // One peer (always so for a single tunnel): all at once.
+                if let Some(sealer) = core.sealer(peers[0]) {
+                    self.workers
+                        .for_each(bufs, spans, &mut sc.ok, &|j, d: &mut [u8]| {
+                            sealer.seal(tickets[j].into(), d)
+                        });
+                }
+            } else {
+                // Each peer's slots with its own keys, a batch per peer.
+                sc.order.clear();
+                sc.order.extend(0..spans.len());
+                sc.order.sort_by_key(|&j| (peers[j], j));
+                for run in sc.order.chunk_by(|&a, &b| peers[a] == peers[b]) {
+                    let Some(sealer) = core.sealer(peers[run[0]]) else {
+                        continue;
+                    };
+                    sc.spans.clear();
+                    sc.spans.extend(run.iter().map(|&j| spans[j]));
+                    sc.run_ok.clear();
+                    sc.run_ok.resize(run.len(), false);
+                    self.workers
+                        .for_each(bufs, &sc.spans, &mut sc.run_ok, &|k, d: &mut [u8]| {
+                            sealer.seal(tickets[run[k]].into(), d)
+                        });
+                    for (k, &j) in run.iter().enumerate() {
+                        sc.ok[j] = sc.run_ok[k];
+                    }
+                }
+            }
+            self.tx.sealed(&self.seal.ok, |peer| {
+                core.count_drop(peer, DropReason::NoSession)
+            });
+        }
+        if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+            // The datagrams as they leave.
+            for (m, d) in self.tx.committed() {
+                tap.datagram(Dir::Out, m.socket, wall, d);
+            }
+        }
+        for socket in 0..self.paths.sockets() {
+            let gso = self.paths.gso(socket);
+            let (buf, msgs, chunks, infos) = self.tx.messages(socket, gso);
+            if msgs.is_empty() {
+                continue;
+            }
+            let failures = &mut *self.failures;
+            failures.clear();
+            self.paths
+                .send(socket, buf, msgs, chunks, &mut |i, e| failures.push((i, e)));
+            let datagrams: usize = infos.iter().map(|m| m.datagrams).sum();
+            let failed: usize = failures.iter().map(|(i, _)| infos[*i].datagrams).sum();
+            let io = &mut *self.io;
+            io.udp_send_calls += 1;
+            io.udp_datagrams_sent += (datagrams - failed) as u64;
+            io.max_send_batch = io.max_send_batch.max(datagrams as u64);
+            for (i, e) in failures.drain(..) {
+                for _ in 0..infos[i].datagrams {
+                    core.on_send_error(infos[i].peer, infos[i].path, is_hard(&e), now);
+                }
+            }
+        }
+        self.tx.clear();
+    }
+}
+
+/// Put `peer`'s output ([`Tunnel::poll_transmit`], in its order) into the
+/// free transmit slots, flushing when they run out.
+pub fn drain_output<P: PathIo, Q: Peers + ?Sized>(
+    flush: &mut Flush<'_, P>,
+    core: &mut Q,
+    peer: PeerId,
+    now: Nanos,
+) {
+    loop {
+        if flush.tx.is_full() {
+            flush.run(core, now);
+        }
+        let Some(slot) = flush.tx.slot() else {
+            return;
+        };
+        match core.poll_transmit(peer, now, slot) {
+            Some(t) => flush.tx.commit(meta(peer, &t)),
+            None => return,
+        }
+    }
+}
