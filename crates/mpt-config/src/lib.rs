@@ -107,8 +107,6 @@ pub struct TunnelSection {
     pub control_socket: PathBuf,
     /// Use TUN offloads (TSO in, GRO out) when the kernel has them.
     pub offload: bool,
-    /// `offload` was written in the file.
-    pub offload_configured: bool,
     /// Lower the MSS of routed TCP connections (an endpoint outside the
     /// tunnel's networks) to what fits one datagram (`mss_clamp`).
     pub mss_clamp: bool,
@@ -467,7 +465,6 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
             parallel_always: t.parallel_always,
             control_socket,
             offload: t.offload,
-            offload_configured: t.offload_configured,
             mss_clamp: t.mss_clamp,
         },
         role: role?,

@@ -46,9 +46,6 @@ pub(crate) struct TunnelRead {
     pub mtu_span: Option<Range<usize>>,
     pub control_socket: Option<PathBuf>,
     pub offload: bool,
-    /// `offload` was written in the file (a concentrator says it does
-    /// not use it).
-    pub offload_configured: bool,
     pub mss_clamp: bool,
     pub workers: Option<usize>,
     /// A concentrator's threads, each a shard of its peers, as written.
@@ -103,8 +100,7 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
     }
     let mtu = tr.int(ctx, "mtu", (576, 65535)).map(|v| v as u32);
     let control_socket = tr.string(ctx, "control_socket").map(PathBuf::from);
-    let offload_given = tr.boolean(ctx, "offload");
-    let offload = offload_given.unwrap_or(true);
+    let offload = tr.boolean(ctx, "offload").unwrap_or(true);
     let mss_clamp = tr.boolean(ctx, "mss_clamp").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
     let shards = tr.int(ctx, "shards", (1, MAX_WORKERS)).map(|v| v as usize);
@@ -140,7 +136,6 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
         mtu_span: tr.span("mtu"),
         control_socket,
         offload,
-        offload_configured: offload_given.is_some(),
         mss_clamp,
         workers,
         shards,

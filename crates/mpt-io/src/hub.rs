@@ -22,7 +22,10 @@
 //! * a peer's output is drained after at most
 //!   [`Concentrator::send_batch_max`] of its packets were read, so that a
 //!   packet's pieces leave right behind it;
-//! * the TUN carries plain packets (no offload header) for now.
+//! * with TUN offloads, TCP/UDP super-packets are cut per peer
+//!   (`hub_tx.rs`) and what peers deliver is coalesced back into GRO
+//!   super-packets on the TUN ([`TunWriter`]), flushed at the end of every
+//!   batch and turn.
 
 use std::io;
 
@@ -37,8 +40,9 @@ use crate::batch::{RecvBatch, TxBatch};
 use crate::capture::{Dir, Tap};
 use crate::engine::{IoStats, Ready, BATCH_PACKETS, BUF_BYTES, TX_SLOTS, WALL_REFRESH_NS};
 use crate::events::EventLog;
-use crate::flush::{drain_output, meta, Flush, SealScratch};
-use crate::seam::{Clock, PathIo, Slots, TunDevice};
+use crate::flush::{drain_output, meta, SealScratch};
+use crate::seam::{Clock, PathIo, TunDevice};
+use crate::tunwrite::{TunWriter, WriteStats};
 use crate::workers::Workers;
 
 /// See the module documentation.
@@ -58,6 +62,12 @@ pub struct Hub<T, P, C> {
     seal: SealScratch,
     send_failures: Vec<(usize, io::Error)>,
     tun_lens: Vec<usize>,
+    /// Offload reads (a packet or a super-packet with its virtio-net
+    /// header), and one segment cut for another shard.
+    scratch: Vec<u8>,
+    seg_scratch: Vec<u8>,
+    /// Deliveries to the TUN, coalesced when offloads are on.
+    writer: TunWriter,
     /// Peers sent to by the last read, whose output is drained behind it.
     sent_to: Vec<PeerId>,
     io: IoStats,
@@ -80,6 +90,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     pub fn new(tun: T, paths: P, clock: C, conc: Concentrator, mtu: usize, name: &str) -> Self {
         let slot_bytes = HEADER_LEN + mtu + 1 + TAG_LEN;
         let udp_gso = (0..paths.sockets()).all(|s| paths.gso(s));
+        let (offload, uso) = (tun.offload(), tun.uso());
         Self {
             tun,
             paths,
@@ -93,9 +104,14 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             seal: SealScratch::default(),
             send_failures: Vec::new(),
             tun_lens: vec![0; BATCH_PACKETS],
+            scratch: vec![0u8; BUF_BYTES],
+            seg_scratch: vec![0u8; BUF_BYTES],
+            writer: TunWriter::new(offload, uso),
             sent_to: Vec::with_capacity(BATCH_PACKETS),
             io: IoStats {
                 udp_gso,
+                tun_offload: offload,
+                tun_uso: uso,
                 ..IoStats::default()
             },
             tun_write_failures: 0,
@@ -120,6 +136,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     /// The wall clock at loop time `now`, ns since the UNIX epoch.
     fn wall(&self, now: Nanos) -> u64 {
         (now as i64).wrapping_add(self.wall_offset) as u64
+    }
+    /// TUN writes and GRO coalescing.
+    pub fn write_stats(&self) -> &WriteStats {
+        &self.writer.stats
     }
     pub fn tun_write_failures(&self) -> u64 {
         self.tun_write_failures
@@ -197,116 +217,9 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         self.drain_busy(now);
     }
 
-    /// The transmit slots and what sending them needs, borrowed apart from
-    /// the concentrator.
-    fn flush_parts(&mut self) -> (Flush<'_, P>, &mut Concentrator) {
-        let Hub {
-            tx,
-            paths,
-            workers,
-            seal,
-            send_failures,
-            io,
-            conc,
-            capture,
-            wall_offset,
-            ..
-        } = self;
-        let flush = Flush {
-            tx,
-            paths,
-            workers,
-            seal,
-            failures: send_failures,
-            io,
-            capture,
-            wall_offset: *wall_offset,
-            // Shown as read from the TUN, before the peer is known.
-            capture_inner: false,
-        };
-        (flush, conc)
-    }
-
-    /// Seal and send what the transmit slots hold.
-    fn flush_tx(&mut self, now: Nanos) {
-        let (mut flush, conc) = self.flush_parts();
-        flush.run(conc, now);
-    }
-
-    /// Read a batch from the TUN, each packet straight into a transmit
-    /// slot and on to its peer, in reads of as many packets as a peer
-    /// takes before its output is drained; then send everything.
-    fn pump_tun(&mut self) -> bool {
-        let per_read = self.conc.send_batch_max().clamp(1, BATCH_PACKETS);
-        let mut read = 0;
-        let mut more = true;
-        while read < BATCH_PACKETS {
-            let want = per_read.min(BATCH_PACKETS - read);
-            if !self.read_into_slots(want) {
-                more = false;
-                break;
-            }
-            read += want;
-        }
-        let now = self.clock.now();
-        self.drain_busy(now);
-        more
-    }
-
-    /// Up to `max` packets read straight into the free transmit slots and
-    /// handed to their peers, whose output follows them; whether the TUN
-    /// may have more.
-    fn read_into_slots(&mut self, max: usize) -> bool {
-        if self.tx.free() == 0 {
-            let now = self.clock.now();
-            self.flush_tx(now);
-        }
-        let want = self.tx.free().min(max);
-        let stride = self.tx.slot_bytes();
-        let slots = Slots {
-            buf: self.tx.free_slots_mut(),
-            stride,
-            head: HEADER_LEN,
-            tail: TAG_LEN,
-        };
-        let n = match self.tun.read_batch(slots, &mut self.tun_lens[..want]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
-            Err(_) => return false,
-        };
-        self.io.tun_reads += n as u64;
-        let now = self.clock.now();
-        let wall = self.wall(now);
-        self.sent_to.clear();
-        for k in 0..n {
-            let len = self.tun_lens[k];
-            let Some(slot) = self.tx.slot() else {
-                break;
-            };
-            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-                let pkt = &slot[HEADER_LEN..HEADER_LEN + len];
-                tap.packet(Dir::Out, wall, pkt, "read from the TUN");
-            }
-            match self.conc.send_unsealed(now, slot, len) {
-                Some((peer, t)) => {
-                    self.tx.commit(meta(peer, &t));
-                    self.sent_to.push(peer);
-                }
-                None => self.tx.skip(),
-            }
-        }
-        let sent_to = std::mem::take(&mut self.sent_to);
-        let (mut flush, conc) = self.flush_parts();
-        for &peer in &sent_to {
-            drain_output(&mut flush, conc, peer, now);
-        }
-        self.sent_to = sent_to;
-        n == want
-    }
-
     /// Write a delivered inner packet to the TUN (a failure is a drop).
     fn deliver(
-        tun: &mut T,
+        (tun, writer): (&mut T, &mut TunWriter),
         conc: &mut Concentrator,
         failures: &mut u64,
         (tap, wall): (Option<&mut Tap>, u64),
@@ -322,7 +235,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                     &from_peer(conc, peer),
                 );
             }
-            if tun.write(&[], &data[offset..offset + len]).is_err() {
+            if !writer.write(tun, &data[offset..offset + len]) {
                 *failures += 1;
                 if let Some(t) = peer.and_then(|p| conc.tunnel_mut(p)) {
                     t.count_drop(DropReason::TunWriteFailed);
@@ -370,7 +283,8 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 let failures = &mut self.tun_write_failures;
                 let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
                 let tap = (self.capture.as_mut().filter(|t| t.active_now()), wall);
-                Self::deliver(&mut self.tun, &mut self.conc, failures, tap, r, &bytes);
+                let out = (&mut self.tun, &mut self.writer);
+                Self::deliver(out, &mut self.conc, failures, tap, r, &bytes);
             }
         }
     }
@@ -412,7 +326,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 let r = self.conc.recv_ecn(now, i, from, data, m.tos & ECN_MASK);
                 let failures = &mut self.tun_write_failures;
                 Self::deliver(
-                    &mut self.tun,
+                    (&mut self.tun, &mut self.writer),
                     &mut self.conc,
                     failures,
                     (tap, wall),
@@ -432,6 +346,9 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             self.drain_peer(id, now);
         }
         self.flush_tx(now);
+        if !self.writer.flush(&mut self.tun) {
+            self.tun_write_failures += 1;
+        }
         while let Some((socket, dst, d)) = self.conc.poll_transmit() {
             self.io.udp_send_calls += 1;
             if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
@@ -473,6 +390,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             live,
             changes,
             capture,
+            writer,
             ..
         } = self;
         let mut tap = capture.as_mut().filter(|t| t.active_now());
@@ -496,10 +414,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             if let (Some(tap), Some(c)) = (tap.as_deref_mut(), comment.as_deref()) {
                 tap.packet(Dir::In, wall, p, c);
             }
-            tun.write(&[], p).map_err(|_| {
+            if writer.write(tun, p) {
+                Ok(())
+            } else {
                 *tun_write_failures += 1;
-                DropReason::TunWriteFailed
-            })
+                Err(DropReason::TunWriteFailed)
+            }
         });
         conc.rearm(id);
     }
@@ -512,6 +432,9 @@ fn from_peer(conc: &Concentrator, peer: Option<PeerId>) -> String {
         None => "from an unknown peer".into(),
     }
 }
+
+#[path = "hub_tx.rs"]
+mod tx;
 
 #[cfg(test)]
 #[path = "hub_tests.rs"]

@@ -43,6 +43,12 @@ struct World {
 
 impl World {
     fn new() -> Self {
+        Self::with_offload(false)
+    }
+
+    /// Every TUN with offloads (virtio-net headers, TSO reads, GRO writes)
+    /// if `offload`.
+    fn with_offload(offload: bool) -> Self {
         let net = MemNet::default();
         let clock = VirtualClock::default();
         let mut template = concentrator_template(PATHS);
@@ -52,7 +58,7 @@ impl World {
         for c in 0..CLIENTS {
             conc.add_peer(client_peer(c)).unwrap();
         }
-        let tun = MemTun::new(false, false);
+        let tun = MemTun::new(offload, false);
         let hub_tun = tun.state.clone();
         let locals = (0..PATHS).map(|p| addr(0, p)).collect();
         let paths = MemPaths::new(&net, &clock, locals, true);
@@ -62,7 +68,7 @@ impl World {
                 let mut cfg = client_config(c, PATHS);
                 (cfg.mtu, cfg.datagram_body) = (MTU, Some(DATAGRAM_BODY));
                 let locals = cfg.paths.iter().map(|p| p.local).collect();
-                let tun = MemTun::new(false, false);
+                let tun = MemTun::new(offload, false);
                 let state = tun.state.clone();
                 let paths = MemPaths::new(&net, &clock, locals, true);
                 let workers = Workers::new(1, "test", Engage::Auto).unwrap();
@@ -195,6 +201,67 @@ fn a_hub_carries_each_clients_packets_both_ways_in_virtual_time() {
             t.status(w.clock.now()).fragments.tx_pieces > 0,
             "pieces went down to {c}"
         );
+        assert_eq!(t.drops().total(), 0, "no drop at the server for client {c}");
+    }
+}
+
+#[test]
+fn with_offloads_a_hub_cuts_each_clients_super_packets_and_coalesces_theirs() {
+    use crate::offload::tcp::tests::{hdr, super_packet_between};
+    use crate::offload::{VnetHdr, GSO_TCPV4, VNET_HDR_LEN};
+    let mut w = World::with_offload(true);
+    w.run_until(1_000 * MS);
+    let payload = 10 * 1368;
+    let read = |sp: &[u8]| {
+        let mut r = vec![0u8; VNET_HDR_LEN];
+        hdr(false).write(&mut r);
+        r.extend_from_slice(sp);
+        r
+    };
+    // Down: one TSO super-packet to each client.
+    let mut sent = vec![];
+    for c in 0..CLIENTS {
+        let sp = super_packet_between(
+            false,
+            payload,
+            0x18,
+            SERVER_INNER.octets(),
+            client_inner_addr(c).octets(),
+        );
+        w.hub_tun.borrow_mut().inbound.push_back(read(&sp));
+        sent.push(sp);
+    }
+    // Up: client 0 sends one to the server.
+    let up = super_packet_between(
+        false,
+        payload,
+        0x18,
+        client_inner_addr(0).octets(),
+        SERVER_INNER.octets(),
+    );
+    w.clients[0].1.borrow_mut().inbound.push_back(read(&up));
+    w.run_until(w.clock.now() + 500 * MS);
+    let io = w.hub.io_stats();
+    assert_eq!((io.tso_super_packets, io.tso_segments), (2, 20), "{io:?}");
+    for (c, (e, tun)) in w.clients.iter().enumerate() {
+        let written = tun.borrow().written.clone();
+        assert_eq!(written.len(), 1, "client {c} wrote one GRO super-packet");
+        assert_eq!(VnetHdr::parse(&written[0]).unwrap().gso_type, GSO_TCPV4);
+        let got = &written[0][VNET_HDR_LEN..];
+        assert_eq!(got.len(), sent[c].len());
+        assert_eq!(
+            &got[52..],
+            &sent[c][52..],
+            "client {c}: payload whole, in order"
+        );
+        assert_eq!(e.write_stats().gro_segments, 10);
+    }
+    let written = w.hub_tun.borrow().written.clone();
+    assert_eq!(written.len(), 1, "the server wrote one GRO super-packet");
+    assert_eq!(&written[0][VNET_HDR_LEN + 52..], &up[52..]);
+    assert_eq!(w.hub.write_stats().gro_segments, 10);
+    for c in 0..CLIENTS {
+        let t = w.hub.concentrator().tunnel(c).unwrap();
         assert_eq!(t.drops().total(), 0, "no drop at the server for client {c}");
     }
 }

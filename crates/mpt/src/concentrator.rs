@@ -217,7 +217,8 @@ pub fn run(cfg: Config) -> io::Result<()> {
         }
     }
     let mut control = ControlSocket::bind(&cfg.tunnel.control_socket)?;
-    let tuns = Tun::create_queues(&cfg.tunnel.name, n, false)?;
+    let tuns = Tun::create_queues(&cfg.tunnel.name, n, cfg.tunnel.offload)?;
+    let offload = tuns.first().is_some_and(|t| t.offload());
     netcfg::configure(&cfg.tunnel.name, &cfg.tunnel.addresses, cfg.tunnel.mtu)?;
     let seed = crate::keys::random32()?;
     let template = crate::daemon::core_config(&cfg, &keys, seed);
@@ -293,15 +294,10 @@ pub fn run(cfg: Config) -> io::Result<()> {
         paths = cfg.paths.len(),
         shards = n,
         mtu = cfg.tunnel.mtu,
+        offload,
         control = %cfg.tunnel.control_socket.display(),
         "concentrator up"
     );
-    if cfg.tunnel.offload_configured && cfg.tunnel.offload {
-        warn!(
-            tunnel = %cfg.tunnel.name,
-            "tunnel.offload is not used by a concentrator yet: each peer's packets are read from and written to the TUN one by one"
-        );
-    }
     let res = driver.run();
     drop(driver);
     drop(control);

@@ -281,6 +281,11 @@ impl Concentrator {
         &self.drops
     }
 
+    /// Count a drop that belongs to no peer (a packet too large for any).
+    pub fn count_drop(&mut self, why: DropReason) {
+        self.drops.add(why);
+    }
+
     /// Queue a peer in the work list. Its timer is re-armed once, after the
     /// caller drained it ([`Concentrator::rearm`]), not on every packet.
     fn touch(&mut self, id: PeerId) {
@@ -351,6 +356,32 @@ impl Concentrator {
             return None;
         }
         Some(id)
+    }
+
+    /// A burst ([`Tunnel::burst`]) on the tunnel of the peer that holds the
+    /// destination of `pkt` (an inner packet to be cut into `packets`
+    /// segments of `bytes` in all), if this shard owns that peer and it
+    /// has a tunnel; `None` otherwise (send the segments one by one with
+    /// [`Concentrator::send_unsealed`], which hands them off or counts
+    /// them).
+    pub fn burst(
+        &mut self,
+        now: Nanos,
+        pkt: &[u8],
+        bytes: usize,
+        packets: usize,
+    ) -> Option<(PeerId, crate::tunnel::Burst<'_>)> {
+        let id = dst_addr(pkt).and_then(|a| self.allowed.lookup(a))?;
+        let ready = self.owns(id)
+            && self.peers[id as usize]
+                .as_ref()
+                .is_some_and(|p| p.tunnel.is_some());
+        if !ready {
+            return None;
+        }
+        self.touch(id);
+        let t = self.peers[id as usize].as_mut()?.tunnel.as_mut()?;
+        Some((id, t.burst(now, bytes, packets)))
     }
 
     /// How many packets [`Concentrator::send_unsealed`] may take before the

@@ -18,6 +18,17 @@ fn pseudo_tcp(pkt: &[u8], l4_len: usize) -> u64 {
 }
 
 pub(crate) fn super_packet(v6: bool, payload_len: usize, flags: u8) -> Vec<u8> {
+    super_packet_between(v6, payload_len, flags, [10, 99, 0, 1], [10, 99, 0, 2])
+}
+
+/// [`super_packet`] from `src` to `dst` (IPv4; a v6 one keeps its own).
+pub(crate) fn super_packet_between(
+    v6: bool,
+    payload_len: usize,
+    flags: u8,
+    src: [u8; 4],
+    dst: [u8; 4],
+) -> Vec<u8> {
     let iph = if v6 { 40 } else { 20 };
     let mut p = vec![0u8; iph + 32 + payload_len];
     let len = p.len();
@@ -35,8 +46,8 @@ pub(crate) fn super_packet(v6: bool, payload_len: usize, flags: u8) -> Vec<u8> {
         p[6] = 0x40; // DF
         p[8] = 64;
         p[9] = 6;
-        p[12..16].copy_from_slice(&[10, 99, 0, 1]);
-        p[16..20].copy_from_slice(&[10, 99, 0, 2]);
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&dst);
         ipv4_fill_checksum(&mut p[..20]);
     }
     let t = iph;
