@@ -332,13 +332,20 @@ pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> Val
         .map(|(k, n)| (k.to_string(), json!(n)))
         .collect();
     let h = c.handoff_counts();
+    // The single tunnel's I/O counters, TUN writes among them.
+    let mut io = serde_json::to_value(hub.io_stats()).unwrap_or(Value::Null);
+    if let (Value::Object(io), Ok(Value::Object(w))) =
+        (&mut io, serde_json::to_value(hub.write_stats()))
+    {
+        io.extend(w);
+    }
     json!({
         "shard": c.shard().0,
         "peers": peers,
         "drops": drops,
         "cookies_sent": c.cookies_sent(),
         "tun_write_failures": hub.tun_write_failures(),
-        "io": hub.io_stats(),
+        "io": io,
         "handoffs": { "packets_out": h.packets_out, "datagrams_out": h.datagrams_out, "taken": h.taken },
     })
 }

@@ -140,6 +140,9 @@ pub fn render(v: &Value) -> String {
         let _ = writeln!(o, "  dropped before any peer: {}", list.join(", "));
     }
     let _ = write!(o, "{}", shards_line(v));
+    if v["io"].is_object() {
+        let _ = writeln!(o, "  {}", crate::status::io_line(&v["io"]));
+    }
     for p in v["peers"].as_array().into_iter().flatten() {
         let _ = writeln!(o, "  {}", peer_line(p));
     }

@@ -366,35 +366,7 @@ pub fn render(v: &Value) -> String {
         }
     }
     if let Some(io) = v.get("io").filter(|x| x.is_object()) {
-        let on = |k: &str| {
-            if io.get(k).and_then(Value::as_bool).unwrap_or(false) {
-                "on"
-            } else {
-                "off"
-            }
-        };
-        let ratio = |a: &str, b: &str| {
-            let (x, y) = (num(io, a), num(io, b));
-            if y == 0 {
-                "-".to_string()
-            } else {
-                format!("{:.1}", x as f64 / y as f64)
-            }
-        };
-        let _ = writeln!(
-            o,
-            "io: tun offload {} (uso {}), udp gso {}, udp gro {}; datagrams per sendmmsg {}, per recvmmsg {}; segments per TSO read {}, per USO read {}; TCP segments per GRO write {}, UDP datagrams per GRO write {}",
-            on("tun_offload"),
-            on("tun_uso"),
-            on("udp_gso"),
-            on("udp_gro"),
-            ratio("udp_datagrams_sent", "udp_send_calls"),
-            ratio("udp_datagrams_received", "udp_recv_calls"),
-            ratio("tso_segments", "tso_super_packets"),
-            ratio("uso_segments", "uso_super_packets"),
-            ratio("gro_segments", "gro_super_packets"),
-            ratio("udp_gro_segments", "udp_gro_super_packets"),
-        );
+        let _ = writeln!(o, "{}", io_line(io));
     }
     if let Some(r) = v.get("recovery").filter(|x| x.is_object()) {
         let _ = writeln!(
@@ -542,6 +514,39 @@ fn render_classes(o: &mut String, v: &Value) {
             num(c, "marked_aqm"),
         );
     }
+}
+
+/// The data plane's batching and offloads (`io` of a status document, a
+/// single tunnel's or a concentrator's).
+pub fn io_line(io: &Value) -> String {
+    let on = |k: &str| {
+        if io.get(k).and_then(Value::as_bool).unwrap_or(false) {
+            "on"
+        } else {
+            "off"
+        }
+    };
+    let ratio = |a: &str, b: &str| {
+        let (x, y) = (num(io, a), num(io, b));
+        if y == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}", x as f64 / y as f64)
+        }
+    };
+    format!(
+        "io: tun offload {} (uso {}), udp gso {}, udp gro {}; datagrams per sendmmsg {}, per recvmmsg {}; segments per TSO read {}, per USO read {}; TCP segments per GRO write {}, UDP datagrams per GRO write {}",
+        on("tun_offload"),
+        on("tun_uso"),
+        on("udp_gso"),
+        on("udp_gro"),
+        ratio("udp_datagrams_sent", "udp_send_calls"),
+        ratio("udp_datagrams_received", "udp_recv_calls"),
+        ratio("tso_segments", "tso_super_packets"),
+        ratio("uso_segments", "uso_super_packets"),
+        ratio("gro_segments", "gro_super_packets"),
+        ratio("udp_gro_segments", "udp_gro_super_packets"),
+    )
 }
 
 /// How the tunnel MTU relates to one datagram: " (fragments above N bytes:
