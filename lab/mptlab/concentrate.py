@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .results import machine
-from .star import SERVER_TUNNEL, Star, server_link, start
+from .runner import cpu_hz
+from .star import SERVER_TUNNEL, Star, server_link, start, start_tunnels
 from .util import mpt_binary, run, wait_for
 
 IPERF_BASE_PORT = 5300
@@ -63,8 +64,8 @@ class Settings:
                 setattr(s, k, type(cur)(v))
         if not 1 <= s.clients <= 500 or not 1 <= s.links <= 4 or s.seconds <= 0:
             raise ValueError("[concentrator]: 1-500 clients, 1-4 links, seconds > 0")
-        if not set(s.systems) <= {"mpt", "mpt-1w", "mptcp"}:
-            raise ValueError("[concentrator]: systems are mpt, mpt-1w and mptcp")
+        if not set(s.systems) <= {"mpt", "mpt-1w", "mpt-tunnels", "mptcp"}:
+            raise ValueError("[concentrator]: systems are mpt, mpt-1w, mpt-tunnels and mptcp")
         if s.delay_ms and (len(s.delay_ms) != s.links or min(s.delay_ms) < 0):
             raise ValueError("[concentrator]: delay_ms: one delay (>= 0 ms) per link")
         if s.rate_mbit < 0:
@@ -134,6 +135,39 @@ def _rate(s: Settings) -> float | None:
     return s.rate_mbit or None
 
 
+def cycles_per_byte(cores: float, mbps: float) -> float | None:
+    """The server's CPU cycles per byte carried (`cores`: CPU seconds per
+    second of its daemons)."""
+    hz, rate = cpu_hz(), mbps * 1e6 / 8
+    return cores * hz / rate if hz and rate > 0 else None
+
+
+def _mpt_tunnels(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """`mpt-tunnels`: each client served by a single tunnel of its own on
+    the server (what a concentrator replaces), for its CPU per byte."""
+    with Star(s.clients, s.links, rate_mbit=_rate(s), delays_ms=s.delay_ms) as star:
+        servers, clients = start_tunnels(star, outdir / "mpt-tunnels")
+        for c in clients:
+            c.wait_ready(paths_up=s.links, timeout=30)
+        pids = [p.proc.pid for p in servers if p.proc is not None]
+        cpu0, t0 = sum(cpu_s(p) for p in pids), time.monotonic()
+        mbps = _flows(star, SERVER_TUNNEL, s.seconds, [])
+        server_cpu = (sum(cpu_s(p) for p in pids) - cpu0) / (time.monotonic() - t0)
+        rss = sum(rss_kib(p) for p in pids)
+        for p in [*clients, *servers]:
+            p.stop()
+    say(f"  mpt-tunnels: {s.clients} single tunnels on the server, {server_cpu:.2f} cores")
+    return {
+        "system": "mpt-tunnels",
+        "mbps": mbps,
+        "aggregate_mbps": sum(mbps),
+        "jain": jain(mbps),
+        "server_rss_kib_loaded": rss,
+        "server_cpu": server_cpu,
+        "server_cycles_per_byte": cycles_per_byte(server_cpu, sum(mbps)),
+    }
+
+
 def _mpt(
     s: Settings, outdir: Path, say: Callable[[str], None], system: str = "mpt"
 ) -> dict[str, Any]:
@@ -172,6 +206,7 @@ def _mpt(
         "server_rss_kib_connected": rss_idle,
         "server_rss_kib_loaded": rss_loaded,
         "server_cpu": server_cpu,
+        "server_cycles_per_byte": cycles_per_byte(server_cpu, sum(mbps)),
         "drops": doc.get("drops", {}),
         "shards": doc.get("shards", []),
     }
@@ -255,7 +290,12 @@ def run_scenario(
     results = []
     for system in s.systems:
         say(f"{system}:")
-        r = _mptcp(s, say) if system == "mptcp" else _mpt(s, outdir, say, system)
+        if system == "mptcp":
+            r = _mptcp(s, say)
+        elif system == "mpt-tunnels":
+            r = _mpt_tunnels(s, outdir, say)
+        else:
+            r = _mpt(s, outdir, say, system)
         say(
             f"  {system}: aggregate {r['aggregate_mbps']:.1f} Mbit/s over {s.clients} clients, "
             f"Jain {r['jain']:.3f}"
@@ -290,25 +330,30 @@ def table(doc: dict[str, Any]) -> str:
     )
     out = [
         f"{s['clients']} clients x {links}, one TCP flow per client for {s['seconds']:g} s. "
-        "`mpt`: a thread per core, each a shard of the peers; `mpt-1w`: one thread.",
+        "`mpt`: a thread per core, each a shard of the peers; `mpt-1w`: one thread; "
+        "`mpt-tunnels`: a single tunnel per client on the server instead.",
         "",
         "| system | aggregate Mbit/s | of the links | Jain's index | connect all (s) "
-        "| server RSS | server CPU |",
-        "|---|---|---|---|---|---|---|",
+        "| server RSS | server CPU | server cycles/byte |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["results"]:
         conn = f"{r['connect_s']:.2f}" if "connect_s" in r else "-"
         rss = (
             f"{r['server_rss_kib_connected'] / 1024:.1f} MiB connected, "
             f"{r['server_rss_kib_loaded'] / 1024:.1f} MiB loaded"
+            if "server_rss_kib_connected" in r
+            else f"{r['server_rss_kib_loaded'] / 1024:.1f} MiB loaded"
             if "server_rss_kib_loaded" in r
             else "-"
         )
+        cpb = r.get("server_cycles_per_byte")
+        cycles = f"{cpb:.2f}" if cpb else "-"
         cpu = f"{r['server_cpu']:.2f} cores" if "server_cpu" in r else "-"
         share = f"{r['aggregate_mbps'] / capacity:.0%}" if capacity else "-"
         out.append(
             f"| {r['system']} | {r['aggregate_mbps']:.1f} | {share} "
-            f"| {r['jain']:.3f} | {conn} | {rss} | {cpu} |"
+            f"| {r['jain']:.3f} | {conn} | {rss} | {cpu} | {cycles} |"
         )
     if doc.get("idle"):
         i = doc["idle"]

@@ -355,3 +355,80 @@ def peer_add_args(workdir: Path, i: int) -> list[str]:
         "--allowed-ips",
         f"{client_tunnel(i)}/32",
     ]
+
+
+def tunnel_port(i: int, link: int, links: int) -> int:
+    """Server port of link `link` of the single tunnel that serves client
+    `i` ([`start_tunnels`])."""
+    return PORT + 1000 + i * links + link
+
+
+def start_tunnels(star: Star, workdir: Path) -> tuple[list[Peer], list[Peer]]:
+    """The same clients served by single tunnels instead of a concentrator:
+    the server namespace runs one ordinary daemon per client (interface
+    `mpsN`, the server's tunnel address as a /32, a route to its client's
+    address, its own ports); each client runs the configuration `start`
+    writes, its remotes at its own daemon's ports. Returns (servers,
+    clients)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    n = len(star.c)
+    spub = _key(workdir, "server")
+    cpubs = [_key(workdir, f"client{i}") for i in range(n)]
+    servers = []
+    for i in range(n):
+        lines = [
+            "[tunnel]",
+            f'name = "mps{i}"',
+            f'addresses = ["{SERVER_TUNNEL}/32"]',
+            f'control_socket = "{workdir / f"server{i}.sock"}"',
+            "workers = 1",
+            "",
+            "[peer]",
+            'role = "server"',
+            "",
+            "[security]",
+            f'private_key_file = "{workdir / "server.key"}"',
+            f'peer_public_key = "{cpubs[i]}"',
+        ]
+        for link in range(star.links):
+            lines += [
+                "",
+                "[[path]]",
+                f'name = "link{link}"',
+                f'local = "{server_link(link)}:{tunnel_port(i, link, star.links)}"',
+            ]
+        lines += ["", "[[route]]", f'network = "{client_tunnel(i)}/32"']
+        cfg = workdir / f"server{i}.toml"
+        cfg.write_text("\n".join(lines) + "\n")
+        p = Peer(star, "s", cfg, workdir / f"server{i}.sock", workdir / f"server{i}.log")  # type: ignore[arg-type]
+        servers.append(p.start())
+    clients = []
+    for i in range(n):
+        d = workdir / f"client{i}"
+        d.mkdir(exist_ok=True)
+        text = [
+            "[tunnel]",
+            'name = "mpc0"',
+            f'addresses = ["{client_tunnel(i)}/16"]',
+            f'control_socket = "{d / "c.sock"}"',
+            "workers = 1",
+            "",
+            "[peer]",
+            'role = "client"',
+            "",
+            "[security]",
+            f'private_key_file = "{workdir / f"client{i}.key"}"',
+            f'peer_public_key = "{spub}"',
+        ]
+        for link in range(star.links):
+            text += [
+                "",
+                "[[path]]",
+                f'name = "link{link}"',
+                f'local = "{client_link(i, link)}:{PORT + link}"',
+                f'remote = "{server_link(link)}:{tunnel_port(i, link, star.links)}"',
+            ]
+        (d / "c.toml").write_text("\n".join(text) + "\n")
+        c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
+        clients.append(c.start())
+    return servers, clients

@@ -148,6 +148,7 @@ def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
         [
             *[sys.executable, "-m", "mptlab.cli", "run", "concentrator"],
             *["concentrator.clients=6", "concentrator.seconds=3", "concentrator.idle_peers=200"],
+            "concentrator.systems=mpt,mpt-tunnels,mptcp",
             *["--out", str(out)],
         ],
         capture_output=True,
@@ -159,10 +160,13 @@ def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
     assert p.returncode == 0
     doc = json.loads((out / "raw.json").read_text())
     by = {r["system"]: r for r in doc["results"]}
-    assert set(by) == {"mpt", "mptcp"}
+    assert set(by) == {"mpt", "mpt-tunnels", "mptcp"}
     for r in by.values():
         assert len(r["mbps"]) == 6 and all(x > 0 for x in r["mbps"]), r
         assert 0.5 < r["jain"] <= 1.0
+    # The server's CPU per byte, for a concentrator and for single tunnels.
+    for system in ("mpt", "mpt-tunnels"):
+        assert by[system]["server_cycles_per_byte"] > 0, by[system]
     assert by["mpt"]["connect_s"] < 10
     assert 0 < doc["idle"]["bytes_per_idle_peer"] < 64_000
     assert "| mpt |" in (out / "concentrator.md").read_text()
@@ -258,3 +262,44 @@ def test_a_concentrator_captures_every_peer_into_one_file(tmp_path: Path) -> Non
         datagrams = [x for x in rows if x[0] == "1"]
         assert any(x[2].startswith("in ") for x in datagrams), datagrams[:5]
         assert any(x[2].startswith("out ") for x in datagrams), datagrams[:5]
+
+
+def test_a_concentrator_cuts_and_coalesces_tcp_with_tun_offloads(tmp_path: Path) -> None:
+    """With `offload` (on by default) the concentrator reads TCP
+    super-packets from its TUN and cuts them for the client they go to,
+    and writes what clients send as GRO super-packets: both counted in its
+    status, the transfers whole both ways."""
+    with Star(2, links=1) as star:
+        server, clients = start(star, tmp_path)
+        wait_for("both clients connected", lambda: connected(star, tmp_path) == 2, 15)
+        for c in clients:
+            c.wait_ready(paths_up=1, timeout=15)
+        for i, reverse in ((0, False), (1, True)):
+            port = 5400 + i
+            srv = star.spawn(
+                "s",
+                ["iperf3", "-s", "-1", "-p", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            wait_for("iperf3 listening", lambda p=port: _listening(star, p), 10)
+            args = ["iperf3", "-c", SERVER_TUNNEL, "-p", str(port), "-t", "2", "-J"]
+            out = run([*args, *(["-R"] if reverse else [])], ns=star.ns(i), timeout=30).stdout
+            srv.wait(timeout=10)
+            got = json.loads(out)["end"]["sum_received"]["bytes"]
+            assert got > 1_000_000, f"client {i}: {got} bytes"
+        io = json.loads(status(star, tmp_path, "--json"))["io"]
+        print(io)
+        assert io["tun_offload"] is True, io
+        # Down (client 1, -R): the server's TCP came as super-packets.
+        assert io["tso_super_packets"] > 0 and io["tso_segments"] > io["tso_super_packets"], io
+        # Up (client 0): its segments went to the TUN coalesced.
+        assert io["gro_super_packets"] > 0 and io["gro_segments"] > io["gro_super_packets"], io
+        # Datagrams left in batches.
+        assert io["udp_datagrams_sent"] > 2 * io["udp_send_calls"], io
+        assert "io: tun offload on" in status(star, tmp_path)
+
+
+def _listening(star: Star, port: int) -> bool:
+    out = run(["ss", "-Htln", f"sport = :{port}"], ns=star.ns("s"), check=False).stdout
+    return bool(out.strip())
