@@ -426,13 +426,6 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         );
     }
     // Each key means one thing whatever the file's shape (docs/config.md).
-    if concentrator && t.workers.is_some() {
-        ctx.error(
-            t.workers_span.clone(),
-            "tunnel.workers",
-            "a concentrator's threads are shards of its peers: write `shards = N` (workers, the threads that seal and open one tunnel's packets, are not used by a concentrator)",
-        );
-    }
     if !concentrator && t.shards.is_some() {
         ctx.error(
             t.shards_span.clone(),

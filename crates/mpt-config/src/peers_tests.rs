@@ -209,18 +209,17 @@ fn the_concentrator_example_loads() {
 }
 
 #[test]
-fn shards_are_a_concentrator_s_threads_and_workers_a_single_tunnel_s() {
+fn shards_are_a_concentrator_s_threads_and_workers_help_each_loop() {
     let peer = format!(
         "[[peer]]\npublic_key = \"{}\"\nallowed_ips = [\"10.200.1.2/32\"]\n",
         key(1)
     );
     let c = parse(&(server("shards = 3") + &peer)).unwrap();
     assert_eq!((c.tunnel.shards, c.tunnel.workers), (Some(3), None));
-    let e = errors(&(server("workers = 3") + &peer));
-    assert!(
-        e.contains("s.toml:5: tunnel.workers: a concentrator's threads are shards of its peers: write `shards = N`"),
-        "{e}"
-    );
+    // A concentrator's workers help each shard's loop, as a single
+    // tunnel's help its one loop.
+    let c = parse(&(server("shards = 2\nworkers = 3") + &peer)).unwrap();
+    assert_eq!((c.tunnel.shards, c.tunnel.workers), (Some(2), Some(3)));
     let e =
         errors(&super::tests::MINIMAL.replace("name = \"mpt0\"", "name = \"mpt0\"\nshards = 2"));
     assert!(

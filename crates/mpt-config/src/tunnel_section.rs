@@ -51,7 +51,6 @@ pub(crate) struct TunnelRead {
     /// A concentrator's threads, each a shard of its peers, as written.
     pub shards: Option<usize>,
     pub shards_span: Option<Range<usize>>,
-    pub workers_span: Option<Range<usize>>,
     /// `peers_dir` as written (relative to the file).
     pub peers_dir: Option<String>,
     pub announce_table: Option<u32>,
@@ -104,7 +103,7 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
     let mss_clamp = tr.boolean(ctx, "mss_clamp").unwrap_or(true);
     let workers = tr.int(ctx, "workers", (1, MAX_WORKERS)).map(|v| v as usize);
     let shards = tr.int(ctx, "shards", (1, MAX_WORKERS)).map(|v| v as usize);
-    let (shards_span, workers_span) = (tr.span("shards"), tr.span("workers"));
+    let shards_span = tr.span("shards");
     let peers_dir = tr.string(ctx, "peers_dir");
     let announce_table = tr
         .int(ctx, "announce_table", (1, 0x7fff_ffff))
@@ -140,7 +139,6 @@ pub(crate) fn read_tunnel(ctx: &mut Ctx<'_>, root: &toml_edit::Table) -> TunnelR
         workers,
         shards,
         shards_span,
-        workers_span,
         peers_dir,
         announce_table,
         parallel_always,

@@ -23,7 +23,7 @@ use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{Sealer, Transmit, Tunnel};
 
-use crate::batch::Span;
+use crate::by_peer::ByPeer;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, PathId};
 
@@ -96,11 +96,7 @@ pub fn meta(peer: PeerId, tx: &Transmit) -> TxMeta {
 pub struct SealScratch {
     /// Per span of the flush: sealed.
     ok: Vec<bool>,
-    /// With several peers: the spans' indices by peer, one peer's spans,
-    /// and their results.
-    order: Vec<usize>,
-    spans: Vec<Span>,
-    run_ok: Vec<bool>,
+    by_peer: ByPeer<bool>,
 }
 
 /// What flushing the transmit slots needs, borrowed apart from the core
@@ -150,36 +146,17 @@ impl<P: PathIo> Flush<'_, P> {
             let sc = &mut *self.seal;
             sc.ok.clear();
             sc.ok.resize(spans.len(), false);
-            if peers.iter().all(|p| *p == peers[0]) {
-                // One peer (always so for a single tunnel): all at once.
-                if let Some(sealer) = core.sealer(peers[0]) {
-                    self.workers
-                        .for_each(bufs, spans, &mut sc.ok, &|j, d: &mut [u8]| {
-                            sealer.seal(tickets[j].into(), d)
-                        });
-                }
-            } else {
-                // Each peer's slots with its own keys, a batch per peer.
-                sc.order.clear();
-                sc.order.extend(0..spans.len());
-                sc.order.sort_by_key(|&j| (peers[j], j));
-                for run in sc.order.chunk_by(|&a, &b| peers[a] == peers[b]) {
-                    let Some(sealer) = core.sealer(peers[run[0]]) else {
-                        continue;
-                    };
-                    sc.spans.clear();
-                    sc.spans.extend(run.iter().map(|&j| spans[j]));
-                    sc.run_ok.clear();
-                    sc.run_ok.resize(run.len(), false);
-                    self.workers
-                        .for_each(bufs, &sc.spans, &mut sc.run_ok, &|k, d: &mut [u8]| {
-                            sealer.seal(tickets[run[k]].into(), d)
-                        });
-                    for (k, &j) in run.iter().enumerate() {
-                        sc.ok[j] = sc.run_ok[k];
-                    }
-                }
-            }
+            let sealing: &Q = core;
+            sc.by_peer.run(
+                self.workers,
+                bufs,
+                spans,
+                peers,
+                &mut sc.ok,
+                false,
+                |p| sealing.sealer(p),
+                |sealer, j, d| sealer.seal(tickets[j].into(), d),
+            );
             self.tx.sealed(&self.seal.ok, |peer| {
                 core.count_drop(peer, DropReason::NoSession)
             });

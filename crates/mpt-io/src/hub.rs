@@ -33,10 +33,12 @@ use mpt_core::concentrator::{Concentrator, Handoff, PeerId};
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::qos::ecn::ECN_MASK;
 use mpt_core::stats::DropReason;
+use mpt_core::tunnel::{OpenTicket, RecvStart};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 
-use crate::batch::{RecvBatch, TxBatch};
+use crate::batch::{RecvBatch, Span, TxBatch};
+use crate::by_peer::ByPeer;
 use crate::capture::{Dir, Tap};
 use crate::engine::{IoStats, Ready, BATCH_PACKETS, BUF_BYTES, TX_SLOTS, WALL_REFRESH_NS};
 use crate::events::EventLog;
@@ -57,8 +59,11 @@ pub struct Hub<T, P, C> {
     /// Transmit slots: TUN reads land in them, header room in front, tag
     /// room after; every peer's output goes through them.
     tx: TxBatch,
-    /// Seal the slots of a flush (the shard's thread alone for now).
+    /// Seal and open a batch's datagrams: the shard's thread alone, or a
+    /// pool of its own ([`Hub::with_workers`]).
     workers: Workers,
+    /// Time spent waiting for events, for the workers' gate.
+    loop_idle: std::time::Duration,
     seal: SealScratch,
     send_failures: Vec<(usize, io::Error)>,
     tun_lens: Vec<usize>,
@@ -73,8 +78,9 @@ pub struct Hub<T, P, C> {
     io: IoStats,
     tun_write_failures: u64,
     last_wall: Option<Nanos>,
-    /// The datagrams of one receive buffer (scratch, kept for its room).
-    spans: Vec<crate::batch::Span>,
+    /// The datagrams of a receive batch that need opening, with their
+    /// peers (scratch).
+    open: OpenScratch,
     /// Per peer: whether it is live (a session and a path up), as last seen.
     live: Vec<bool>,
     /// Peers whose liveness changed, for the driver (routes to announce).
@@ -101,6 +107,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
             tx: TxBatch::new(TX_SLOTS, slot_bytes),
             workers: Workers::inline(),
+            loop_idle: std::time::Duration::ZERO,
             seal: SealScratch::default(),
             send_failures: Vec::new(),
             tun_lens: vec![0; BATCH_PACKETS],
@@ -116,12 +123,24 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             },
             tun_write_failures: 0,
             last_wall: None,
-            spans: Vec::new(),
+            open: OpenScratch::default(),
             live: Vec::new(),
             changes: Vec::new(),
             wall_offset: 0,
             capture: None,
         }
+    }
+
+    /// Seal and open on `workers` (made on the thread that runs this
+    /// loop) instead of the loop's thread alone.
+    pub fn with_workers(mut self, workers: Workers) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// The worker pool (status).
+    pub fn workers(&self) -> &Workers {
+        &self.workers
     }
 
     pub fn concentrator(&self) -> &Concentrator {
@@ -175,7 +194,10 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             self.poll_timeout()
                 .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
         };
-        match poll.poll(events, timeout) {
+        let waiting = std::time::Instant::now();
+        let polled = poll.poll(events, timeout);
+        self.loop_idle += waiting.elapsed();
+        match polled {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
             Err(e) => Err(e),
@@ -190,6 +212,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
     /// One turn: drain each ready source by one batch, run due timers,
     /// poll the peers that have output.
     pub fn turn(&mut self, ready: &mut Ready) {
+        self.workers.tick(self.loop_idle);
         let now = self.clock.now();
         if self
             .last_wall
@@ -295,7 +318,11 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         self.drain_busy(now);
     }
 
-    /// Receive a batch from socket `i` and hand each datagram to its peer.
+    /// Receive a batch from socket `i`, then take it in three steps as the
+    /// single tunnel's engine does: `recv_start` on every datagram in
+    /// arrival order (its peer found), open those that need a key together
+    /// on the workers (each with its peer's opener), `recv_finish` on them
+    /// in arrival order; what peers deliver goes to the TUN writer.
     fn pump_socket(&mut self, i: usize) -> bool {
         let (bufs, meta) = self.recv_batch.parts_mut();
         let n = match self.paths.recv(i, bufs, meta) {
@@ -307,34 +334,72 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         self.io.udp_recv_calls += 1;
         self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
         let now = self.clock.now();
+        let wall = self.wall(now);
+        let Hub {
+            recv_batch,
+            conc,
+            tun,
+            writer,
+            io,
+            workers,
+            open,
+            capture,
+            tun_write_failures,
+            ..
+        } = self;
+        let mut tap = capture.as_mut().filter(|t| t.active_now());
+        open.clear();
         for k in 0..n {
-            let m = self.recv_batch.meta(k);
+            let m = recv_batch.meta(k);
             let Some(from) = m.from.map(crate::engine::normalize) else {
                 continue;
             };
-            let mut spans = std::mem::take(&mut self.spans);
-            spans.clear();
-            spans.extend(self.recv_batch.datagrams(k));
-            let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
-            for &span in &spans {
-                self.io.udp_datagrams_received += 1;
-                let data = self.recv_batch.slice_mut(span);
-                let mut tap = self.capture.as_mut().filter(|t| t.active_now());
+            for span in recv_batch.datagrams(k) {
+                io.udp_datagrams_received += 1;
+                let data = recv_batch.slice_mut(span);
                 if let Some(t) = tap.as_mut() {
                     t.datagram(Dir::In, i, wall, data);
                 }
-                let r = self.conc.recv_ecn(now, i, from, data, m.tos & ECN_MASK);
-                let failures = &mut self.tun_write_failures;
-                Self::deliver(
-                    (&mut self.tun, &mut self.writer),
-                    &mut self.conc,
-                    failures,
-                    (tap, wall),
-                    r,
-                    data,
-                );
+                match conc.recv_start(now, i, from, data, m.tos & ECN_MASK) {
+                    (Some(peer), RecvStart::Open(t)) => {
+                        open.spans.push(span);
+                        open.from.push(from);
+                        open.tickets.push(t);
+                        open.peers.push(peer);
+                    }
+                    (peer, RecvStart::Done(r)) => {
+                        let tap = (tap.as_deref_mut(), wall);
+                        let failures = &mut *tun_write_failures;
+                        Self::deliver((tun, writer), conc, failures, tap, (peer, r), data);
+                    }
+                    (None, RecvStart::Open(_)) => {}
+                }
             }
-            self.spans = spans;
+        }
+        if !open.spans.is_empty() {
+            open.results.clear();
+            open.results
+                .resize(open.spans.len(), Err(DropReason::NoSession));
+            let c: &Concentrator = conc;
+            let tickets: &[OpenTicket] = &open.tickets;
+            open.by_peer.run(
+                workers,
+                recv_batch.bufs_mut(),
+                &open.spans,
+                &open.peers,
+                &mut open.results,
+                Err(DropReason::NoSession),
+                |p| c.opener(p),
+                |opener, j, d| opener.open(&tickets[j], d),
+            );
+            for j in 0..open.spans.len() {
+                let data = recv_batch.slice_mut(open.spans[j]);
+                let (peer, t) = (open.peers[j], &open.tickets[j]);
+                let r = conc.recv_finish(now, peer, open.from[j], data, t, open.results[j]);
+                let tap = (tap.as_deref_mut(), wall);
+                let failures = &mut *tun_write_failures;
+                Self::deliver((tun, writer), conc, failures, tap, (Some(peer), r), data);
+            }
         }
         self.drain_busy(now);
         n == BATCH_PACKETS
@@ -422,6 +487,27 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             }
         });
         conc.rearm(id);
+    }
+}
+
+/// The datagrams of a receive batch that need opening: where each is,
+/// where it came from, its ticket and its peer; the results (same index).
+#[derive(Default)]
+struct OpenScratch {
+    spans: Vec<Span>,
+    from: Vec<std::net::SocketAddr>,
+    tickets: Vec<OpenTicket>,
+    peers: Vec<PeerId>,
+    results: Vec<Result<usize, DropReason>>,
+    by_peer: ByPeer<Result<usize, DropReason>>,
+}
+
+impl OpenScratch {
+    fn clear(&mut self) {
+        self.spans.clear();
+        self.from.clear();
+        self.tickets.clear();
+        self.peers.clear();
     }
 }
 

@@ -73,6 +73,9 @@ pub struct HubDriver {
     ready: Ready,
     /// Each peer's routes (beyond its allowed IPs), by id.
     routes: Vec<Vec<ipnet::IpNet>>,
+    /// Worker threads per shard (1: the shard's thread alone), and when
+    /// they take work.
+    workers: (usize, crate::workers::Engage),
     hooks: Option<Box<dyn PeerHooks>>,
     /// With more than one shard: this loop is shard 0, the leader.
     link: Option<ShardLink>,
@@ -117,13 +120,16 @@ impl HubDriver {
         addresses: Vec<String>,
         control_socket: String,
         routes: Vec<Vec<ipnet::IpNet>>,
+        workers: (usize, crate::workers::Engage),
     ) -> io::Result<(HubDriver, ControlHook)> {
         let poll = Poll::new()?;
         let reg = poll.registry();
         crate::driver::register_io(reg, &tun, &sockets)?;
         let src = LoopSources::register(reg)?;
         let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
-        let hub = Hub::new(tun, paths, clock, conc, mtu, name);
+        // On this thread, which runs shard 0's loop (a pool's first worker).
+        let pool = crate::workers::Workers::new(workers.0, name, workers.1)?;
+        let hub = Hub::new(tun, paths, clock, conc, mtu, name).with_workers(pool);
         Ok((
             HubDriver {
                 poll,
@@ -137,6 +143,7 @@ impl HubDriver {
                 started: Instant::now(),
                 ready: Ready::all(0),
                 routes,
+                workers,
                 hooks: None,
                 link: None,
                 followers: vec![],
@@ -172,7 +179,14 @@ impl HubDriver {
         let mut followers = vec![];
         for ((poll, (tun, sockets, conc)), link) in polls.into_iter().zip(parts).zip(links) {
             followers.push(shards::Follower::spawn(
-                poll, tun, sockets, conc, mtu, &self.name, link,
+                poll,
+                tun,
+                sockets,
+                conc,
+                mtu,
+                &self.name,
+                link,
+                self.workers,
             )?);
         }
         self.link = Some(own);

@@ -29,6 +29,7 @@
 //! in `mpt-core`, which this crate calls with the current time and bytes.
 
 pub mod batch;
+pub mod by_peer;
 pub mod capture;
 pub mod capture_file;
 pub mod control;

@@ -52,6 +52,7 @@ use crate::hub::Hub;
 use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::udp::PathSocket;
+use crate::workers::{Engage, Workers};
 
 /// The waker token of a shard's inbox.
 pub(crate) const TOKEN_SHARD: Token = Token(5);
@@ -436,6 +437,7 @@ impl Follower {
     /// Start shard `link.index()` on a thread of its own, with its TUN
     /// queue and path sockets registered in `poll` (the poll its link's
     /// waker was made in).
+    #[allow(clippy::too_many_arguments)] // the shard's parts, as they are
     pub fn spawn(
         poll: Poll,
         tun: Tun,
@@ -444,6 +446,7 @@ impl Follower {
         mtu: usize,
         name: &str,
         link: ShardLink,
+        (workers, engage): (usize, Engage),
     ) -> io::Result<JoinHandle<()>> {
         let reg = poll.registry();
         crate::driver::register_io(reg, &tun, &sockets)?;
@@ -458,7 +461,12 @@ impl Follower {
                     armed: true,
                 };
                 let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
-                let hub = Hub::new(tun, paths, SystemClock::new(), conc, mtu, &name);
+                let mut hub = Hub::new(tun, paths, SystemClock::new(), conc, mtu, &name);
+                // Made here: a pool's first worker is the thread of its loop.
+                match Workers::new(workers, &format!("{name}-{index}"), engage) {
+                    Ok(w) => hub = hub.with_workers(w),
+                    Err(e) => warn!(tunnel = %name, shard = index, "no worker pool ({e}): the shard seals and opens alone"),
+                }
                 let mut f = Follower {
                     poll,
                     hub,

@@ -37,6 +37,7 @@ use mpt_io::linux::SystemClock;
 use mpt_io::netcfg::{self, Routes};
 use mpt_io::tun::Tun;
 use mpt_io::udp::{bind_path_socket_sets, PathBind};
+use mpt_io::workers::Engage;
 use tracing::{info, warn};
 
 /// The core's view of a configured peer, and the routes to install.
@@ -266,6 +267,15 @@ pub fn run(cfg: Config) -> io::Result<()> {
             .collect(),
         cfg.tunnel.control_socket.display().to_string(),
         peer_routes,
+        // Each shard seals and opens alone unless `workers` says more.
+        (
+            cfg.tunnel.workers.unwrap_or(1),
+            if cfg.tunnel.parallel_always {
+                Engage::Always
+            } else {
+                Engage::Auto
+            },
+        ),
     )?;
     driver.spread(
         parts.map(|((t, s), c)| (t, s, c)).collect(),

@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 
 use super::*;
+use crate::tunnel::{OpenTicket, Opener, RecvStart};
 
 impl Concentrator {
     /// Which peer a datagram is for: `Err` is the drop.
@@ -124,41 +125,126 @@ impl Concentrator {
         outer_ecn: u8,
     ) -> (Option<PeerId>, Received) {
         if init {
-            let seed = self.seed_for(id);
-            let (template, offset) = (&self.template, self.wall_offset);
-            if let Some(p) = self.peers[id as usize].as_mut() {
-                if p.tunnel.is_none() {
-                    p.ensure_tunnel(template, id, seed, now);
-                    if let Some(t) = p.tunnel.as_mut() {
-                        t.set_wall_offset(offset);
-                    }
+            self.make_tunnel(id, now);
+        }
+        let Some(t) = self.tunnel_mut(id) else {
+            self.drops.add(DropReason::UnknownPeer);
+            return (None, Received::Dropped(DropReason::UnknownPeer));
+        };
+        let r = t.recv_ecn(now, local_key, from, buf, outer_ecn);
+        let r = self.check_source(id, r, buf);
+        self.touch(id);
+        (Some(id), r)
+    }
+
+    /// The first half of [`Concentrator::recv_ecn`], split around the AEAD
+    /// work as [`Tunnel::recv_start`] is: the datagram's peer, and whether
+    /// its tunnel is done with it or wants it opened (with
+    /// [`Concentrator::opener`], then [`Concentrator::recv_finish`]).
+    pub fn recv_start(
+        &mut self,
+        now: Nanos,
+        local_key: usize,
+        from: SocketAddr,
+        buf: &mut [u8],
+        outer_ecn: u8,
+    ) -> (Option<PeerId>, RecvStart) {
+        let (id, init) = match self.peer_of(now, local_key, from, buf) {
+            Ok(x) => x,
+            Err(r) => {
+                self.drops.add(r);
+                return (None, RecvStart::Done(Received::Dropped(r)));
+            }
+        };
+        if !self.owns(id) {
+            self.hand_off_datagram(id, init, local_key, from, buf);
+            return (None, RecvStart::Done(Received::Consumed));
+        }
+        if init {
+            self.make_tunnel(id, now);
+        }
+        let Some(t) = self.tunnel_mut(id) else {
+            self.drops.add(DropReason::UnknownPeer);
+            return (
+                None,
+                RecvStart::Done(Received::Dropped(DropReason::UnknownPeer)),
+            );
+        };
+        let r = match t.recv_start(now, local_key, from, buf, outer_ecn) {
+            RecvStart::Done(r) => RecvStart::Done(self.check_source(id, r, buf)),
+            open => open,
+        };
+        self.touch(id);
+        (Some(id), r)
+    }
+
+    /// Peer `id`'s opener, for a datagram [`Concentrator::recv_start`]
+    /// passed on (`None`: the peer is gone).
+    pub fn opener(&self, id: PeerId) -> Option<Opener<'_>> {
+        self.tunnel(id).map(Tunnel::opener)
+    }
+
+    /// The second half of [`Concentrator::recv_ecn`] for a datagram of
+    /// peer `id` that [`Concentrator::recv_start`] passed on, with what the
+    /// opener said. A delivered inner packet has a source in the peer's
+    /// allowed IPs.
+    pub fn recv_finish(
+        &mut self,
+        now: Nanos,
+        id: PeerId,
+        from: SocketAddr,
+        buf: &mut [u8],
+        ticket: &OpenTicket,
+        opened: Result<usize, DropReason>,
+    ) -> Received {
+        let Some(t) = self.tunnel_mut(id) else {
+            self.drops.add(DropReason::UnknownPeer);
+            return Received::Dropped(DropReason::UnknownPeer);
+        };
+        let r = t.recv_finish(now, from, buf, ticket, opened);
+        let r = self.check_source(id, r, buf);
+        self.touch(id);
+        r
+    }
+
+    /// Make peer `id`'s tunnel at its first handshake.
+    fn make_tunnel(&mut self, id: PeerId, now: Nanos) {
+        let seed = self.seed_for(id);
+        let (template, offset) = (&self.template, self.wall_offset);
+        if let Some(p) = self.peers[id as usize].as_mut() {
+            if p.tunnel.is_none() {
+                p.ensure_tunnel(template, id, seed, now);
+                if let Some(t) = p.tunnel.as_mut() {
+                    t.set_wall_offset(offset);
                 }
             }
         }
-        let Some(peer) = self.peers[id as usize].as_mut() else {
-            self.drops.add(DropReason::UnknownPeer);
-            return (None, Received::Dropped(DropReason::UnknownPeer));
+    }
+
+    /// A packet peer `id`'s tunnel delivers must come from the peer's
+    /// allowed IPs: otherwise it is dropped and counted (at the peer).
+    fn check_source(&mut self, id: PeerId, r: Received, buf: &[u8]) -> Received {
+        let Received::Deliver { offset, len } = r else {
+            return r;
         };
-        let Some(t) = peer.tunnel.as_mut() else {
-            self.drops.add(DropReason::UnknownPeer);
-            return (None, Received::Dropped(DropReason::UnknownPeer));
+        let pkt = &buf[offset..offset + len];
+        let src = src_addr(pkt);
+        if src.is_some_and(|a| self.allowed.allows(id, a)) {
+            return r;
+        }
+        let why = if link_scoped(src, dst_addr(pkt)) {
+            DropReason::LinkLocal
+        } else {
+            DropReason::SourceNotAllowed
         };
-        let mut r = t.recv_ecn(now, local_key, from, buf, outer_ecn);
-        if let Received::Deliver { offset, len } = r {
-            let pkt = &buf[offset..offset + len];
-            let src = src_addr(pkt);
-            if !src.is_some_and(|a| self.allowed.allows(id, a)) {
-                let why = if link_scoped(src, dst_addr(pkt)) {
-                    DropReason::LinkLocal
-                } else {
-                    peer.source_not_allowed += 1;
-                    DropReason::SourceNotAllowed
-                };
+        if let Some(p) = self.peers[id as usize].as_mut() {
+            if why == DropReason::SourceNotAllowed {
+                p.source_not_allowed += 1;
+            }
+            if let Some(t) = p.tunnel.as_mut() {
                 t.count_drop(why);
-                r = Received::Dropped(why);
             }
         }
-        self.touch(id);
-        (Some(id), r)
+        Received::Dropped(why)
     }
 }
