@@ -240,31 +240,32 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         self.drain_busy(now);
     }
 
-    /// Write a delivered inner packet to the TUN (a failure is a drop).
+    /// Write what a datagram's peer delivers to the TUN
+    /// ([`Concentrator::deliver`]: the packet it carried, then what the
+    /// peer's reorder buffer releases; a failed write is a drop).
     fn deliver(
         (tun, writer): (&mut T, &mut TunWriter),
         conc: &mut Concentrator,
         failures: &mut u64,
-        (tap, wall): (Option<&mut Tap>, u64),
+        (mut tap, wall): (Option<&mut Tap>, u64),
         (peer, r): (Option<PeerId>, mpt_core::tunnel::Received),
         data: &[u8],
     ) {
-        if let mpt_core::tunnel::Received::Deliver { offset, len } = r {
-            if let Some(tap) = tap {
-                tap.packet(
-                    Dir::In,
-                    wall,
-                    &data[offset..offset + len],
-                    &from_peer(conc, peer),
-                );
+        let Some(id) = peer else {
+            return; // dropped or handed off: nothing to deliver
+        };
+        let comment = tap.is_some().then(|| from_peer(conc, Some(id)));
+        conc.deliver(id, Some((&r, data)), |p| {
+            if let (Some(t), Some(c)) = (tap.as_deref_mut(), comment.as_deref()) {
+                t.packet(Dir::In, wall, p, c);
             }
-            if !writer.write(tun, &data[offset..offset + len]) {
+            if writer.write(tun, p) {
+                Ok(())
+            } else {
                 *failures += 1;
-                if let Some(t) = peer.and_then(|p| conc.tunnel_mut(p)) {
-                    t.count_drop(DropReason::TunWriteFailed);
-                }
+                Err(DropReason::TunWriteFailed)
             }
-        }
+        });
     }
 
     /// Take what another shard read for one of this shard's peers (then
@@ -475,7 +476,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
             }
         }
         let comment = tap.is_some().then(|| from_peer(conc, Some(id)));
-        conc.deliver_ready(id, |p| {
+        conc.deliver(id, None, |p| {
             if let (Some(tap), Some(c)) = (tap.as_deref_mut(), comment.as_deref()) {
                 tap.packet(Dir::In, wall, p, c);
             }

@@ -15,7 +15,7 @@
 //! * every failed write is reported to the caller (counted as a drop).
 
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::Tunnel;
+use mpt_core::tunnel::{Received, Tunnel};
 use serde::Serialize;
 
 use crate::offload::{udp, TcpCoalescer, UdpCoalescer, VnetHdr, GSO_NONE, VNET_HDR_LEN};
@@ -121,17 +121,16 @@ impl TunWriter {
         ok & self.flush_udp(tun)
     }
 
-    /// Write one inner packet the core delivered; a failure is counted as
-    /// a drop in the core.
-    pub fn deliver<T: TunDevice>(&mut self, tun: &mut T, tunnel: &mut Tunnel, pkt: &[u8]) {
-        if !self.write(tun, pkt) {
-            tunnel.count_drop(DropReason::TunWriteFailed);
-        }
-    }
-
-    /// Write every packet the reorder buffer releases, in order.
-    pub fn drain<T: TunDevice>(&mut self, tun: &mut T, tunnel: &mut Tunnel) {
-        tunnel.deliver_ready(|p| {
+    /// Write what the core delivers ([`Tunnel::deliver`]): the packet a
+    /// datagram carried in place (`arrived`), then what the reorder buffer
+    /// releases; a failed write is counted as a drop in the core.
+    pub fn deliver<T: TunDevice>(
+        &mut self,
+        tun: &mut T,
+        tunnel: &mut Tunnel,
+        arrived: Option<(&Received, &[u8])>,
+    ) {
+        tunnel.deliver(arrived, |p| {
             if self.write(tun, p) {
                 Ok(())
             } else {

@@ -404,6 +404,29 @@ impl Concentrator {
         self.tunnel(id).map(Tunnel::sealer)
     }
 
+    /// [`Tunnel::deliver`] for peer `id`: the packet its datagram carried
+    /// in place (its source checked by `recv_*`), then what its reorder
+    /// buffer releases; sources outside the peer's allowed IPs are dropped
+    /// and counted.
+    pub fn deliver(
+        &mut self,
+        id: PeerId,
+        arrived: Option<(&Received, &[u8])>,
+        mut write: impl FnMut(&[u8]) -> Result<(), DropReason>,
+    ) -> usize {
+        let mut n = 0;
+        if let Some((&Received::Deliver { offset, len }, datagram)) = arrived {
+            let r = datagram.get(offset..offset + len).map(&mut write);
+            match (r, self.tunnel_mut(id)) {
+                (Some(Ok(())), _) => n += 1,
+                (Some(Err(why)), Some(t)) => t.count_drop(why),
+                (None, Some(t)) => t.count_drop(DropReason::Truncated),
+                (_, None) => self.drops.add(DropReason::UnknownPeer),
+            }
+        }
+        n + self.deliver_ready(id, write)
+    }
+
     /// Hand every inner packet that a peer's reorder buffer releases to
     /// `write`, with its peer; sources outside the peer's allowed IPs are
     /// dropped and counted.

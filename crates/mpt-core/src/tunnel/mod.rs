@@ -512,14 +512,32 @@ impl Tunnel {
         }
     }
 
-    /// Hand every inner packet the reorder buffer releases, in order, to
-    /// `write` (the TUN); an `Err` is counted as that drop. Returns how many
+    /// The one way inner packets leave the core: hand `write` (the TUN),
+    /// in order, the packet a datagram just carried in place (`arrived`:
+    /// what [`Tunnel::recv_finish`] or [`Tunnel::recv_start`] said, with
+    /// the datagram; a [`Received::Deliver`] is still in it), then every
+    /// packet the reorder buffer releases behind it (or, with `None`,
+    /// after a timer). An `Err` is counted as that drop. Returns how many
     /// packets were handed over.
-    pub fn deliver_ready(
+    pub fn deliver(
         &mut self,
+        arrived: Option<(&Received, &[u8])>,
         mut write: impl FnMut(&[u8]) -> Result<(), DropReason>,
     ) -> usize {
-        self.deliver_released(&mut write)
+        let mut n = 0;
+        if let Some((&Received::Deliver { offset, len }, datagram)) = arrived {
+            match datagram.get(offset..offset + len).map(&mut write) {
+                Some(Ok(())) => n += 1,
+                Some(Err(why)) => self.drops.add(why),
+                None => self.drops.add(DropReason::Truncated),
+            }
+        }
+        n + self.deliver_released(&mut write)
+    }
+
+    /// [`Tunnel::deliver`] of what the reorder buffer releases alone.
+    pub fn deliver_ready(&mut self, write: impl FnMut(&[u8]) -> Result<(), DropReason>) -> usize {
+        self.deliver(None, write)
     }
 
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.

@@ -84,10 +84,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                             // Plaintext: the path is the peer's id here.
                             capture_inbound(t, &r, u8::MAX, wall, data);
                         }
-                        if let Received::Deliver { offset, len } = r {
-                            writer.deliver(tun, tunnel, &data[offset..offset + len]);
-                        }
-                        writer.drain(tun, tunnel);
+                        writer.deliver(tun, tunnel, Some((&r, data)));
                     }
                 }
             }
@@ -111,10 +108,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 if let Some(c) = tap.as_mut() {
                     capture_inbound(c, &r, t.fields.path, wall, data);
                 }
-                if let Received::Deliver { offset, len } = r {
-                    writer.deliver(tun, tunnel, &data[offset..offset + len]);
-                }
-                writer.drain(tun, tunnel);
+                writer.deliver(tun, tunnel, Some((&r, data)));
             }
         }
         self.flush_writer();
@@ -122,7 +116,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 
     pub(super) fn deliver_ready(&mut self) {
-        self.writer.drain(&mut self.tun, &mut self.tunnel);
+        self.writer.deliver(&mut self.tun, &mut self.tunnel, None);
     }
 
     pub(super) fn flush_writer(&mut self) {
