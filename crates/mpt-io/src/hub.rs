@@ -1,179 +1,232 @@
-//! The event loop's work for a concentrator (many peers, one TUN, one set
-//! of path sockets), generic over the seam like [`crate::engine::Engine`].
+//! A concentrator shard's loop: the same [`Engine`] as a single tunnel's,
+//! driving a [`PeerSet`] (many peers, one TUN queue, one set of path
+//! sockets) instead of one [`mpt_core::tunnel::Tunnel`]. [`Hub`] is that engine.
 //!
-//! Each turn drains the ready sources by one batch: TUN packets go to the
-//! peer that holds their destination ([`Concentrator::send`]); datagrams go
-//! to the peer their session index or handshake names
-//! ([`Concentrator::recv`]) and what that peer delivers is written to the
-//! TUN. Then due timers run and every peer with output is polled
-//! (handshake answers, probes, queued packets, released packets, events).
+//! The engine reads TUN packets into transmit slots, and the peer set
+//! sends each to the peer that holds its destination
+//! ([`Concentrator::send_unsealed`]; a TCP/UDP super-packet is cut inside
+//! one burst of that peer's tunnel); datagrams go to the peer their
+//! session index or handshake names ([`Concentrator::recv_start`]), are
+//! opened on the workers with that peer's keys, and what the peer
+//! delivers is written to the TUN (coalesced into GRO super-packets with
+//! offloads). Each turn then settles every peer with work: its output
+//! (handshake answers, probes, queued packets), deliveries, events, and
+//! whether it is live (a session and a path up: routes for the driver).
+//! Packets and datagrams of another shard's peers are handed over
+//! (`shards.rs`) and taken here ([`Hub::take_handoff`]).
 //!
 //! Invariants:
 //! * a turn never blocks; each source gives at most one batch per turn;
 //! * every I/O error on a packet is a counted drop in the peer's tunnel
 //!   (or the concentrator's own counters), and the loop continues;
 //! * work per turn follows the peers that have something to do, not the
-//!   number of peers configured;
-//! * packets are read from the TUN straight into transmit slots, and every
-//!   peer's datagrams leave through them ([`crate::flush`], shared with the
-//!   single tunnel's engine): sealed together by ticket with their peer's
-//!   keys, then one batch send per socket, consecutive datagrams to one
-//!   client merged into UDP GSO super-datagrams;
-//! * a peer's output is drained after at most
-//!   [`Concentrator::send_batch_max`] of its packets were read, so that a
-//!   packet's pieces leave right behind it;
-//! * with TUN offloads, TCP/UDP super-packets are cut per peer
-//!   (`hub_tx.rs`) and what peers deliver is coalesced back into GRO
-//!   super-packets on the TUN ([`TunWriter`]), flushed at the end of every
-//!   batch and turn.
+//!   number of peers configured.
 
 use std::io;
+use std::net::SocketAddr;
 
 use mpt_core::concentrator::{Concentrator, Handoff, PeerId};
 use mpt_core::crypto::TAG_LEN;
-use mpt_core::qos::ecn::ECN_MASK;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::{OpenTicket, RecvStart};
+use mpt_core::tunnel::{Burst, OpenTicket, Opener, Received, RecvStart, Sealer, Transmit};
 use mpt_core::wire::HEADER_LEN;
-use mpt_core::Nanos;
+use mpt_core::{Nanos, PathId};
 
-use crate::batch::{RecvBatch, Span, TxBatch};
-use crate::by_peer::ByPeer;
-use crate::capture::{Dir, Tap};
-use crate::engine::{IoStats, Ready, BATCH_PACKETS, BUF_BYTES, TX_SLOTS, WALL_REFRESH_NS};
+use crate::engine::{Engine, Plane};
 use crate::events::EventLog;
-use crate::flush::{drain_output, meta, SealScratch};
+use crate::flush::{drain_output, meta, Peers};
 use crate::seam::{Clock, PathIo, TunDevice};
-use crate::tunwrite::{TunWriter, WriteStats};
 use crate::workers::Workers;
 
-/// See the module documentation.
-pub struct Hub<T, P, C> {
-    pub tun: T,
-    pub paths: P,
-    pub clock: C,
+/// A concentrator shard's loop.
+pub type Hub<T, P, C> = Engine<T, P, C, PeerSet>;
+
+/// What a concentrator shard's engine drives: its [`Concentrator`] and
+/// which of its peers are live, as last seen.
+pub struct PeerSet {
     conc: Concentrator,
-    name: String,
-    event_log: EventLog,
-    recv_batch: RecvBatch,
-    /// Transmit slots: TUN reads land in them, header room in front, tag
-    /// room after; every peer's output goes through them.
-    tx: TxBatch,
-    /// Seal and open a batch's datagrams: the shard's thread alone, or a
-    /// pool of its own ([`Hub::with_workers`]).
-    workers: Workers,
-    /// Time spent waiting for events, for the workers' gate.
-    loop_idle: std::time::Duration,
-    seal: SealScratch,
-    send_failures: Vec<(usize, io::Error)>,
-    tun_lens: Vec<usize>,
-    /// Offload reads (a packet or a super-packet with its virtio-net
-    /// header), and one segment cut for another shard.
-    scratch: Vec<u8>,
-    seg_scratch: Vec<u8>,
-    /// Deliveries to the TUN, coalesced when offloads are on.
-    writer: TunWriter,
-    /// Peers sent to by the last read, whose output is drained behind it.
-    sent_to: Vec<PeerId>,
-    io: IoStats,
-    tun_write_failures: u64,
-    last_wall: Option<Nanos>,
-    /// The datagrams of a receive batch that need opening, with their
-    /// peers (scratch).
-    open: OpenScratch,
-    /// Per peer: whether it is live (a session and a path up), as last seen.
+    /// Per peer: whether it is live (a session and a path up).
     live: Vec<bool>,
     /// Peers whose liveness changed, for the driver (routes to announce).
     changes: Vec<(PeerId, bool)>,
-    /// The wall clock's offset from the loop's (capture timestamps).
-    wall_offset: i64,
-    /// A packet capture under way (`mpt capture`), or the last one: this
-    /// shard's end of it.
-    pub capture: Option<Tap>,
 }
 
-impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
-    pub fn new(tun: T, paths: P, clock: C, conc: Concentrator, mtu: usize, name: &str) -> Self {
-        let slot_bytes = HEADER_LEN + mtu + 1 + TAG_LEN;
-        let udp_gso = (0..paths.sockets()).all(|s| paths.gso(s));
-        let (offload, uso) = (tun.offload(), tun.uso());
+impl PeerSet {
+    pub fn new(conc: Concentrator) -> Self {
         Self {
+            conc,
+            live: Vec::new(),
+            changes: Vec::new(),
+        }
+    }
+}
+
+impl Peers for PeerSet {
+    fn sealer(&self, peer: PeerId) -> Option<Sealer<'_>> {
+        self.conc.sealer(peer)
+    }
+    fn count_drop(&mut self, peer: PeerId, why: DropReason) {
+        Peers::count_drop(&mut self.conc, peer, why);
+    }
+    fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos) {
+        Peers::on_send_error(&mut self.conc, peer, path, hard, now);
+    }
+    fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
+        Peers::poll_transmit(&mut self.conc, peer, now, slot)
+    }
+}
+
+impl Plane for PeerSet {
+    const NAMES_PEERS: bool = true;
+
+    fn mtu(&self) -> usize {
+        self.conc.mtu()
+    }
+    fn set_wall_offset(&mut self, offset: i64) {
+        self.conc.set_wall_offset(offset);
+    }
+    fn poll_timeout(&mut self) -> Option<Nanos> {
+        self.conc.poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        self.conc.handle_timeout(now);
+    }
+    fn send_batch_max(&self) -> usize {
+        self.conc.send_batch_max()
+    }
+    fn send_unsealed(
+        &mut self,
+        now: Nanos,
+        slot: &mut [u8],
+        len: usize,
+    ) -> Option<(PeerId, Transmit)> {
+        self.conc.send_unsealed(now, slot, len)
+    }
+    fn burst(
+        &mut self,
+        now: Nanos,
+        pkt: &[u8],
+        bytes: usize,
+        packets: usize,
+    ) -> Option<(PeerId, Burst<'_>)> {
+        self.conc.burst(now, pkt, bytes, packets)
+    }
+    fn count_unowned(&mut self, why: DropReason) {
+        self.conc.count_drop(why);
+    }
+    fn recv_start(
+        &mut self,
+        now: Nanos,
+        socket: usize,
+        from: SocketAddr,
+        data: &mut [u8],
+        outer_ecn: u8,
+    ) -> (Option<PeerId>, RecvStart) {
+        self.conc.recv_start(now, socket, from, data, outer_ecn)
+    }
+    fn opener(&self, peer: PeerId) -> Option<Opener<'_>> {
+        self.conc.opener(peer)
+    }
+    fn recv_finish(
+        &mut self,
+        now: Nanos,
+        peer: PeerId,
+        from: SocketAddr,
+        data: &mut [u8],
+        ticket: &OpenTicket,
+        opened: Result<usize, DropReason>,
+    ) -> Received {
+        self.conc.recv_finish(now, peer, from, data, ticket, opened)
+    }
+    fn deliver(
+        &mut self,
+        peer: PeerId,
+        arrived: Option<(&Received, &[u8])>,
+        write: impl FnMut(&[u8]) -> Result<(), DropReason>,
+    ) -> usize {
+        self.conc.deliver(peer, arrived, write)
+    }
+    fn take_busy(&mut self, into: &mut Vec<PeerId>) {
+        while let Some(id) = self.conc.next_busy() {
+            into.push(id);
+        }
+    }
+    fn settle_peer(&mut self, id: PeerId, log: &mut EventLog, name: &str) {
+        if let Some((cfg, t)) = self.conc.peer_tunnel_mut(id) {
+            let peer_name = &cfg.name;
+            while let Some(e) = t.poll_event() {
+                log.log(&format!("{name}/{peer_name}"), t, e);
+            }
+            let now_live = t.has_session()
+                && (0..t.path_count()).any(|i| t.path(i as u8).is_some_and(|p| p.up));
+            if self.live.len() <= id as usize {
+                self.live.resize(id as usize + 1, false);
+            }
+            if self.live[id as usize] != now_live {
+                self.live[id as usize] = now_live;
+                self.changes.push((id, now_live));
+            }
+        }
+        self.conc.rearm(id);
+    }
+    fn poll_own(&mut self) -> Option<(usize, SocketAddr, Vec<u8>)> {
+        self.conc.poll_transmit()
+    }
+    fn log_own(&mut self, name: &str) {
+        while let Some((_, e)) = self.conc.poll_event() {
+            if let mpt_core::tunnel::Event::Security(
+                mpt_core::crypto::state::CryptoEvent::Failed {
+                    unknown_key: Some(k),
+                    ..
+                },
+            ) = e
+            {
+                tracing::warn!(
+                    tunnel = %name,
+                    key = %mpt_core::crypto::keys::encode(&k),
+                    "handshake from a static key that is no peer's (add it as a [[peer]] if it is a client)"
+                );
+            }
+        }
+    }
+    fn peer_label(&self, peer: PeerId) -> String {
+        from_peer(&self.conc, Some(peer))
+    }
+}
+
+/// The concentrator shard's side of the engine.
+impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C, PeerSet> {
+    /// A shard's loop over `conc` (its own thread alone seals and opens
+    /// until [`Engine::with_workers`]).
+    pub fn for_concentrator(tun: T, paths: P, clock: C, conc: Concentrator, name: &str) -> Self {
+        Engine::new(
             tun,
             paths,
             clock,
-            conc,
-            name: name.to_string(),
-            event_log: EventLog::default(),
-            recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
-            tx: TxBatch::new(TX_SLOTS, slot_bytes),
-            workers: Workers::inline(),
-            loop_idle: std::time::Duration::ZERO,
-            seal: SealScratch::default(),
-            send_failures: Vec::new(),
-            tun_lens: vec![0; BATCH_PACKETS],
-            scratch: vec![0u8; BUF_BYTES],
-            seg_scratch: vec![0u8; BUF_BYTES],
-            writer: TunWriter::new(offload, uso),
-            sent_to: Vec::with_capacity(BATCH_PACKETS),
-            io: IoStats {
-                udp_gso,
-                tun_offload: offload,
-                tun_uso: uso,
-                ..IoStats::default()
-            },
-            tun_write_failures: 0,
-            last_wall: None,
-            open: OpenScratch::default(),
-            live: Vec::new(),
-            changes: Vec::new(),
-            wall_offset: 0,
-            capture: None,
-        }
-    }
-
-    /// Seal and open on `workers` (made on the thread that runs this
-    /// loop) instead of the loop's thread alone.
-    pub fn with_workers(mut self, workers: Workers) -> Self {
-        self.workers = workers;
-        self
-    }
-
-    /// The worker pool (status).
-    pub fn workers(&self) -> &Workers {
-        &self.workers
+            PeerSet::new(conc),
+            name,
+            Workers::inline(),
+        )
     }
 
     pub fn concentrator(&self) -> &Concentrator {
-        &self.conc
+        &self.plane().conc
     }
     pub fn concentrator_mut(&mut self) -> &mut Concentrator {
-        &mut self.conc
-    }
-    pub fn io_stats(&self) -> &IoStats {
-        &self.io
-    }
-    /// The wall clock at loop time `now`, ns since the UNIX epoch.
-    fn wall(&self, now: Nanos) -> u64 {
-        (now as i64).wrapping_add(self.wall_offset) as u64
-    }
-    /// TUN writes and GRO coalescing.
-    pub fn write_stats(&self) -> &WriteStats {
-        &self.writer.stats
-    }
-    pub fn tun_write_failures(&self) -> u64 {
-        self.tun_write_failures
+        &mut self.plane_mut().conc
     }
 
     /// Peers that became live (a session and a path up: the client is
     /// here) or stopped being live since the last call.
     pub fn take_changes(&mut self) -> Vec<(PeerId, bool)> {
-        std::mem::take(&mut self.changes)
+        std::mem::take(&mut self.plane_mut().changes)
     }
 
     /// Forget a removed peer's liveness (its slot may be reused); whether
     /// it was live.
     pub fn forget(&mut self, id: PeerId) -> bool {
-        self.live
+        self.plane_mut()
+            .live
             .get_mut(id as usize)
             .is_some_and(|l| std::mem::replace(l, false))
     }
@@ -196,76 +249,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
         };
         let waiting = std::time::Instant::now();
         let polled = poll.poll(events, timeout);
-        self.loop_idle += waiting.elapsed();
+        self.add_idle(waiting.elapsed());
         match polled {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
             Err(e) => Err(e),
         }
-    }
-
-    /// When the loop must run again without input.
-    pub fn poll_timeout(&mut self) -> Option<Nanos> {
-        self.conc.poll_timeout()
-    }
-
-    /// One turn: drain each ready source by one batch, run due timers,
-    /// poll the peers that have output.
-    pub fn turn(&mut self, ready: &mut Ready) {
-        self.workers.tick(self.loop_idle);
-        let now = self.clock.now();
-        if self
-            .last_wall
-            .is_none_or(|t| now.saturating_sub(t) >= WALL_REFRESH_NS)
-        {
-            self.last_wall = Some(now);
-            self.wall_offset = self.clock.wall_offset();
-            self.conc.set_wall_offset(self.wall_offset);
-        }
-        if let Some(t) = self.capture.as_mut() {
-            t.active(now);
-        }
-        if ready.tun {
-            ready.tun = self.pump_tun();
-        }
-        for i in 0..ready.sockets.len() {
-            if ready.sockets[i] {
-                ready.sockets[i] = self.pump_socket(i);
-            }
-        }
-        let now = self.clock.now();
-        if self.conc.poll_timeout().is_some_and(|t| t <= now) {
-            self.conc.handle_timeout(now);
-        }
-        self.drain_busy(now);
-    }
-
-    /// Write what a datagram's peer delivers to the TUN
-    /// ([`Concentrator::deliver`]: the packet it carried, then what the
-    /// peer's reorder buffer releases; a failed write is a drop).
-    fn deliver(
-        (tun, writer): (&mut T, &mut TunWriter),
-        conc: &mut Concentrator,
-        failures: &mut u64,
-        (mut tap, wall): (Option<&mut Tap>, u64),
-        (peer, r): (Option<PeerId>, mpt_core::tunnel::Received),
-        data: &[u8],
-    ) {
-        let Some(id) = peer else {
-            return; // dropped or handed off: nothing to deliver
-        };
-        let comment = tap.is_some().then(|| from_peer(conc, Some(id)));
-        conc.deliver(id, Some((&r, data)), |p| {
-            if let (Some(t), Some(c)) = (tap.as_deref_mut(), comment.as_deref()) {
-                t.packet(Dir::In, wall, p, c);
-            }
-            if writer.write(tun, p) {
-                Ok(())
-            } else {
-                *failures += 1;
-                Err(DropReason::TunWriteFailed)
-            }
-        });
     }
 
     /// Take what another shard read for one of this shard's peers (then
@@ -282,14 +271,15 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                     return;
                 };
                 if HEADER_LEN + len + TAG_LEN > slot.len() {
+                    self.tx.skip();
                     return; // cannot be: the other shard read it into the same room
                 }
                 slot[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&bytes);
-                match self.conc.send_handed_unsealed(now, slot, len) {
+                match self.plane.conc.send_handed_unsealed(now, slot, len) {
                     Some((peer, t)) => {
                         self.tx.commit(meta(peer, &t));
-                        let (mut flush, conc) = self.flush_parts();
-                        drain_output(&mut flush, conc, peer, now);
+                        let (mut flush, plane) = self.flush_parts();
+                        drain_output(&mut flush, plane, peer, now);
                     }
                     None => self.tx.skip(),
                 }
@@ -301,214 +291,21 @@ impl<T: TunDevice, P: PathIo, C: Clock> Hub<T, P, C> {
                 mut bytes,
                 ..
             } => {
-                let r = self
+                let (peer, r) = self
+                    .plane
                     .conc
                     .recv_handed(now, local_key, from, peer, &mut bytes);
-                let failures = &mut self.tun_write_failures;
-                let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
-                let tap = (self.capture.as_mut().filter(|t| t.active_now()), wall);
-                let out = (&mut self.tun, &mut self.writer);
-                Self::deliver(out, &mut self.conc, failures, tap, r, &bytes);
+                if let Some(peer) = peer {
+                    self.deliver_arrived(peer, &r, &bytes, now);
+                }
             }
         }
     }
 
-    /// Poll every peer with output (after handoffs were taken).
+    /// Settle every peer with work (after handoffs were taken).
     pub fn settle(&mut self) {
         let now = self.clock.now();
-        self.drain_busy(now);
-    }
-
-    /// Receive a batch from socket `i`, then take it in three steps as the
-    /// single tunnel's engine does: `recv_start` on every datagram in
-    /// arrival order (its peer found), open those that need a key together
-    /// on the workers (each with its peer's opener), `recv_finish` on them
-    /// in arrival order; what peers deliver goes to the TUN writer.
-    fn pump_socket(&mut self, i: usize) -> bool {
-        let (bufs, meta) = self.recv_batch.parts_mut();
-        let n = match self.paths.recv(i, bufs, meta) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
-            Err(_) => return true,
-        };
-        self.io.udp_recv_calls += 1;
-        self.io.max_recv_batch = self.io.max_recv_batch.max(n as u64);
-        let now = self.clock.now();
-        let wall = self.wall(now);
-        let Hub {
-            recv_batch,
-            conc,
-            tun,
-            writer,
-            io,
-            workers,
-            open,
-            capture,
-            tun_write_failures,
-            ..
-        } = self;
-        let mut tap = capture.as_mut().filter(|t| t.active_now());
-        open.clear();
-        for k in 0..n {
-            let m = recv_batch.meta(k);
-            let Some(from) = m.from.map(crate::engine::normalize) else {
-                continue;
-            };
-            for span in recv_batch.datagrams(k) {
-                io.udp_datagrams_received += 1;
-                let data = recv_batch.slice_mut(span);
-                if let Some(t) = tap.as_mut() {
-                    t.datagram(Dir::In, i, wall, data);
-                }
-                match conc.recv_start(now, i, from, data, m.tos & ECN_MASK) {
-                    (Some(peer), RecvStart::Open(t)) => {
-                        open.spans.push(span);
-                        open.from.push(from);
-                        open.tickets.push(t);
-                        open.peers.push(peer);
-                    }
-                    (peer, RecvStart::Done(r)) => {
-                        let tap = (tap.as_deref_mut(), wall);
-                        let failures = &mut *tun_write_failures;
-                        Self::deliver((tun, writer), conc, failures, tap, (peer, r), data);
-                    }
-                    (None, RecvStart::Open(_)) => {}
-                }
-            }
-        }
-        if !open.spans.is_empty() {
-            open.results.clear();
-            open.results
-                .resize(open.spans.len(), Err(DropReason::NoSession));
-            let c: &Concentrator = conc;
-            let tickets: &[OpenTicket] = &open.tickets;
-            open.by_peer.run(
-                workers,
-                recv_batch.bufs_mut(),
-                &open.spans,
-                &open.peers,
-                &mut open.results,
-                Err(DropReason::NoSession),
-                |p| c.opener(p),
-                |opener, j, d| opener.open(&tickets[j], d),
-            );
-            for j in 0..open.spans.len() {
-                let data = recv_batch.slice_mut(open.spans[j]);
-                let (peer, t) = (open.peers[j], &open.tickets[j]);
-                let r = conc.recv_finish(now, peer, open.from[j], data, t, open.results[j]);
-                let tap = (tap.as_deref_mut(), wall);
-                let failures = &mut *tun_write_failures;
-                Self::deliver((tun, writer), conc, failures, tap, (Some(peer), r), data);
-            }
-        }
-        self.drain_busy(now);
-        n == BATCH_PACKETS
-    }
-
-    /// Poll every peer that may have output.
-    fn drain_busy(&mut self, now: Nanos) {
-        while let Some(id) = self.conc.next_busy() {
-            self.drain_peer(id, now);
-        }
-        self.flush_tx(now);
-        if !self.writer.flush(&mut self.tun) {
-            self.tun_write_failures += 1;
-        }
-        while let Some((socket, dst, d)) = self.conc.poll_transmit() {
-            self.io.udp_send_calls += 1;
-            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
-                let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
-                tap.datagram(Dir::Out, socket, wall, &d);
-            }
-            let _ = self.paths.send_to(socket, &d, dst);
-        }
-        while let Some((_, e)) = self.conc.poll_event() {
-            if let mpt_core::tunnel::Event::Security(
-                mpt_core::crypto::state::CryptoEvent::Failed {
-                    unknown_key: Some(k),
-                    ..
-                },
-            ) = e
-            {
-                tracing::warn!(
-                    tunnel = %self.name,
-                    key = %mpt_core::crypto::keys::encode(&k),
-                    "handshake from a static key that is no peer's (add it as a [[peer]] if it is a client)"
-                );
-            }
-        }
-    }
-
-    /// Everything peer `id` has to do: its output into the transmit
-    /// slots, its events logged, its liveness noted, what it releases
-    /// written to the TUN; then its timer re-armed.
-    fn drain_peer(&mut self, id: PeerId, now: Nanos) {
-        let (mut flush, conc) = self.flush_parts();
-        drain_output(&mut flush, conc, id, now);
-        let wall = self.wall(now);
-        let Hub {
-            conc,
-            tun,
-            event_log,
-            name,
-            tun_write_failures,
-            live,
-            changes,
-            capture,
-            writer,
-            ..
-        } = self;
-        let mut tap = capture.as_mut().filter(|t| t.active_now());
-        if let Some((cfg, t)) = conc.peer_tunnel_mut(id) {
-            let peer_name = &cfg.name;
-            while let Some(e) = t.poll_event() {
-                event_log.log(&format!("{name}/{peer_name}"), t, e);
-            }
-            let now_live = t.has_session()
-                && (0..t.path_count()).any(|i| t.path(i as u8).is_some_and(|p| p.up));
-            if live.len() <= id as usize {
-                live.resize(id as usize + 1, false);
-            }
-            if live[id as usize] != now_live {
-                live[id as usize] = now_live;
-                changes.push((id, now_live));
-            }
-        }
-        let comment = tap.is_some().then(|| from_peer(conc, Some(id)));
-        conc.deliver(id, None, |p| {
-            if let (Some(tap), Some(c)) = (tap.as_deref_mut(), comment.as_deref()) {
-                tap.packet(Dir::In, wall, p, c);
-            }
-            if writer.write(tun, p) {
-                Ok(())
-            } else {
-                *tun_write_failures += 1;
-                Err(DropReason::TunWriteFailed)
-            }
-        });
-        conc.rearm(id);
-    }
-}
-
-/// The datagrams of a receive batch that need opening: where each is,
-/// where it came from, its ticket and its peer; the results (same index).
-#[derive(Default)]
-struct OpenScratch {
-    spans: Vec<Span>,
-    from: Vec<std::net::SocketAddr>,
-    tickets: Vec<OpenTicket>,
-    peers: Vec<PeerId>,
-    results: Vec<Result<usize, DropReason>>,
-    by_peer: ByPeer<Result<usize, DropReason>>,
-}
-
-impl OpenScratch {
-    fn clear(&mut self) {
-        self.spans.clear();
-        self.from.clear();
-        self.tickets.clear();
-        self.peers.clear();
+        self.settle_peers(now);
     }
 }
 
@@ -519,9 +316,6 @@ fn from_peer(conc: &Concentrator, peer: Option<PeerId>) -> String {
         None => "from an unknown peer".into(),
     }
 }
-
-#[path = "hub_tx.rs"]
-mod tx;
 
 #[cfg(test)]
 #[path = "hub_tests.rs"]

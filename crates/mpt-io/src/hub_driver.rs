@@ -114,7 +114,6 @@ impl HubDriver {
         tun: Tun,
         sockets: Vec<PathSocket>,
         conc: Concentrator,
-        mtu: usize,
         clock: SystemClock,
         name: &str,
         addresses: Vec<String>,
@@ -129,7 +128,7 @@ impl HubDriver {
         let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
         // On this thread, which runs shard 0's loop (a pool's first worker).
         let pool = crate::workers::Workers::new(workers.0, name, workers.1)?;
-        let hub = Hub::new(tun, paths, clock, conc, mtu, name).with_workers(pool);
+        let hub = Hub::for_concentrator(tun, paths, clock, conc, name).with_workers(pool);
         Ok((
             HubDriver {
                 poll,
@@ -159,11 +158,7 @@ impl HubDriver {
     /// Start the other shards, one thread each: `parts[i]` is shard
     /// `i + 1`'s TUN queue, path sockets and concentrator shard. This loop
     /// becomes shard 0, their leader.
-    pub fn spread(
-        &mut self,
-        parts: Vec<(Tun, Vec<PathSocket>, Concentrator)>,
-        mtu: usize,
-    ) -> io::Result<()> {
+    pub fn spread(&mut self, parts: Vec<(Tun, Vec<PathSocket>, Concentrator)>) -> io::Result<()> {
         if parts.is_empty() {
             return Ok(());
         }
@@ -183,7 +178,6 @@ impl HubDriver {
                 tun,
                 sockets,
                 conc,
-                mtu,
                 &self.name,
                 link,
                 self.workers,

@@ -53,7 +53,6 @@ impl World {
         let clock = VirtualClock::default();
         let mut template = concentrator_template(PATHS);
         (template.mtu, template.datagram_body) = (MTU, Some(DATAGRAM_BODY));
-        let mtu = template.mtu;
         let mut conc = Concentrator::new(template).unwrap();
         for c in 0..CLIENTS {
             conc.add_peer(client_peer(c)).unwrap();
@@ -62,7 +61,7 @@ impl World {
         let hub_tun = tun.state.clone();
         let locals = (0..PATHS).map(|p| addr(0, p)).collect();
         let paths = MemPaths::new(&net, &clock, locals, true);
-        let hub = Hub::new(tun, paths, clock.clone(), conc, mtu, "hub");
+        let hub = Hub::for_concentrator(tun, paths, clock.clone(), conc, "hub");
         let clients = (0..CLIENTS)
             .map(|c| {
                 let mut cfg = client_config(c, PATHS);

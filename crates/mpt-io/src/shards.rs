@@ -443,7 +443,6 @@ impl Follower {
         tun: Tun,
         sockets: Vec<PathSocket>,
         conc: mpt_core::concentrator::Concentrator,
-        mtu: usize,
         name: &str,
         link: ShardLink,
         (workers, engage): (usize, Engage),
@@ -461,7 +460,7 @@ impl Follower {
                     armed: true,
                 };
                 let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
-                let mut hub = Hub::new(tun, paths, SystemClock::new(), conc, mtu, &name);
+                let mut hub = Hub::for_concentrator(tun, paths, SystemClock::new(), conc, &name);
                 // Made here: a pool's first worker is the thread of its loop.
                 match Workers::new(workers, &format!("{name}-{index}"), engage) {
                     Ok(w) => hub = hub.with_workers(w),
@@ -550,7 +549,7 @@ mod tests {
         let mut conc = Concentrator::new(concentrator_template(1)).unwrap();
         conc.add_peer(client_peer(0)).unwrap();
         let paths = MemPaths::new(&net, &clock, vec![addr(0, 0)], false);
-        let mut hub = Hub::new(MemTun::new(false, false), paths, clock, conc, 1400, "t");
+        let mut hub = Hub::for_concentrator(MemTun::new(false, false), paths, clock, conc, "t");
         let guard = |index: usize, armed: bool| GoneGuard {
             index,
             to: links[index].to[0].clone(),

@@ -257,7 +257,6 @@ pub fn run(cfg: Config) -> io::Result<()> {
         tun,
         sockets,
         conc,
-        cfg.tunnel.mtu as usize,
         clock,
         &cfg.tunnel.name,
         cfg.tunnel
@@ -277,10 +276,7 @@ pub fn run(cfg: Config) -> io::Result<()> {
             },
         ),
     )?;
-    driver.spread(
-        parts.map(|((t, s), c)| (t, s, c)).collect(),
-        cfg.tunnel.mtu as usize,
-    )?;
+    driver.spread(parts.map(|((t, s), c)| (t, s, c)).collect())?;
     let announced = match cfg.announce_table {
         Some(t) => Some(Routes::install_in(&cfg.tunnel.name, t, &[])?),
         None => None,

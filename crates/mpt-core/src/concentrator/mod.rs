@@ -281,6 +281,11 @@ impl Concentrator {
         &self.drops
     }
 
+    /// The tunnel MTU every peer's tunnel has (the template's).
+    pub fn mtu(&self) -> usize {
+        self.template.mtu
+    }
+
     /// Count a drop that belongs to no peer (a packet too large for any).
     pub fn count_drop(&mut self, why: DropReason) {
         self.drops.add(why);

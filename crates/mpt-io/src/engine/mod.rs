@@ -1,10 +1,14 @@
 //! The event loop's work, generic over the seam ([`TunDevice`], [`PathIo`],
-//! [`Clock`]): what to do when the TUN or a path socket is readable and
-//! when the core's timers are due. The Linux driver (`driver.rs`) waits
-//! for readiness with mio and calls [`Engine::turn`]; tests call it on
-//! in-memory devices in virtual time (`engine/tests.rs`).
+//! [`Clock`]) and over what it drives ([`Plane`]: one peer's [`Tunnel`],
+//! or a concentrator shard's many peers, `crate::hub`): what to do when
+//! the TUN or a path socket is readable and when the core's timers are
+//! due. One engine for both: the single tunnel's driver (`driver.rs`) and
+//! each concentrator shard (`hub_driver.rs`, `shards.rs`) wait for
+//! readiness with mio and call [`Engine::turn`]; tests call it on
+//! in-memory devices in virtual time (`engine/tests.rs`, `hub_tests.rs`).
 //!
-//! The send half is in `tx.rs`, the receive half in `rx.rs`.
+//! The send half is in `tx.rs`, the receive half in `rx.rs`, the plane's
+//! interface in `plane.rs`.
 //!
 //! Invariants:
 //! * a turn never blocks; each ready source is drained by at most one
@@ -19,6 +23,7 @@
 use std::io;
 use std::net::SocketAddr;
 
+use mpt_core::concentrator::PeerId;
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{OpenTicket, Tunnel};
@@ -26,14 +31,17 @@ use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 use serde::Serialize;
 
+pub use self::plane::Plane;
 use crate::batch::{RecvBatch, Span, TxBatch};
-use crate::capture::Tap;
+use crate::by_peer::ByPeer;
+use crate::capture::{Dir, Tap};
 use crate::events::EventLog;
 use crate::flush::SealScratch;
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::tunwrite::{TunWriter, WriteStats};
 use crate::workers::Workers;
 
+pub mod plane;
 mod rx;
 #[cfg(test)]
 mod tests;
@@ -100,34 +108,55 @@ pub struct IoStats {
 }
 
 /// Scratch of the receive half, reused batch after batch: the datagrams
-/// to open, their sources, tickets and results.
+/// to open, their sources, tickets, peers and results.
 #[derive(Default)]
 struct OpenScratch {
     spans: Vec<Span>,
     from: Vec<SocketAddr>,
     tickets: Vec<OpenTicket>,
+    peers: Vec<PeerId>,
     results: Vec<Result<usize, DropReason>>,
+    by_peer: ByPeer<Result<usize, DropReason>>,
+}
+
+impl OpenScratch {
+    fn clear(&mut self) {
+        self.spans.clear();
+        self.from.clear();
+        self.tickets.clear();
+        self.peers.clear();
+    }
 }
 
 /// See the module documentation.
-pub struct Engine<T, P, C> {
+pub struct Engine<T, P, C, D = Tunnel> {
     pub tun: T,
     pub paths: P,
     pub clock: C,
-    tunnel: Tunnel,
+    pub(crate) plane: D,
     name: String,
     event_log: EventLog,
     recv_batch: RecvBatch,
-    tx: TxBatch,
+    pub(crate) tx: TxBatch,
     io: IoStats,
     writer: TunWriter,
     workers: Workers,
-    /// TUN reads in offload mode (super-packets) and control transmits.
+    /// Time spent waiting for events, for the workers' gate (a loop that
+    /// measures it: [`Engine::add_idle`]).
+    loop_idle: std::time::Duration,
+    /// TUN reads in offload mode (super-packets), and one segment cut for
+    /// a peer of another shard.
     scratch: Vec<u8>,
+    seg_scratch: Vec<u8>,
     tun_lens: Vec<usize>,
     seal: SealScratch,
     open: OpenScratch,
     send_failures: Vec<(usize, io::Error)>,
+    /// Peers sent to by the last read, and peers with work (scratch).
+    sent_to: Vec<PeerId>,
+    busy: Vec<PeerId>,
+    /// Inner packets the TUN refused.
+    tun_write_failures: u64,
     last_wall: Option<Nanos>,
     /// The wall clock's offset from the loop's (capture timestamps).
     wall_offset: i64,
@@ -135,20 +164,20 @@ pub struct Engine<T, P, C> {
     pub capture: Option<Tap>,
 }
 
-impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
+impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
     /// `name` names the tunnel in logs; `workers` seal and open batches.
-    pub fn new(tun: T, paths: P, clock: C, tunnel: Tunnel, name: &str, workers: Workers) -> Self {
+    pub fn new(tun: T, paths: P, clock: C, plane: D, name: &str, workers: Workers) -> Self {
         let offload = tun.offload();
         let uso = tun.uso();
         // One byte more than the MTU can hold: a longer TUN packet shows
         // as too big instead of being cut.
-        let slot_bytes = HEADER_LEN + tunnel.mtu() + 1 + TAG_LEN;
+        let slot_bytes = HEADER_LEN + plane.mtu() + 1 + TAG_LEN;
         let udp_gso = (0..paths.sockets()).all(|s| paths.gso(s));
         Self {
             tun,
             paths,
             clock,
-            tunnel,
+            plane,
             name: name.to_string(),
             event_log: EventLog::default(),
             recv_batch: RecvBatch::new(BATCH_PACKETS, BUF_BYTES),
@@ -161,26 +190,28 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             },
             writer: TunWriter::new(offload, uso),
             workers,
+            loop_idle: std::time::Duration::ZERO,
             scratch: vec![0u8; BUF_BYTES],
+            seg_scratch: vec![0u8; BUF_BYTES],
             tun_lens: vec![0; BATCH_PACKETS],
             seal: SealScratch::default(),
             open: OpenScratch::default(),
             send_failures: Vec::new(),
+            sent_to: Vec::with_capacity(BATCH_PACKETS),
+            busy: Vec::new(),
+            tun_write_failures: 0,
             last_wall: None,
             wall_offset: 0,
             capture: None,
         }
     }
 
-    pub fn tunnel(&self) -> &Tunnel {
-        &self.tunnel
+    /// What the engine drives.
+    pub fn plane(&self) -> &D {
+        &self.plane
     }
-    pub fn tunnel_mut(&mut self) -> &mut Tunnel {
-        &mut self.tunnel
-    }
-    /// The tunnel and the path I/O together (a reload changes both).
-    pub fn tunnel_and_paths(&mut self) -> (&mut Tunnel, &mut P) {
-        (&mut self.tunnel, &mut self.paths)
+    pub fn plane_mut(&mut self) -> &mut D {
+        &mut self.plane
     }
     pub fn io_stats(&self) -> &IoStats {
         &self.io
@@ -191,17 +222,32 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     pub fn write_stats(&self) -> &WriteStats {
         &self.writer.stats
     }
+    /// Inner packets the TUN refused (each also a drop at its peer).
+    pub fn tun_write_failures(&self) -> u64 {
+        self.tun_write_failures
+    }
     pub fn workers(&self) -> &Workers {
         &self.workers
     }
     pub fn workers_mut(&mut self) -> &mut Workers {
         &mut self.workers
     }
+    /// Seal and open on `workers` (made on the thread that runs this
+    /// loop).
+    pub fn with_workers(mut self, workers: Workers) -> Self {
+        self.workers = workers;
+        self
+    }
+    /// Time the loop spent waiting for events (for the workers' gate,
+    /// looked at each turn).
+    pub fn add_idle(&mut self, idle: std::time::Duration) {
+        self.loop_idle += idle;
+    }
 
     /// When the loop must run again without any input (the core's next
     /// timer), as monotonic nanoseconds.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
-        self.tunnel.poll_timeout()
+        self.plane.poll_timeout()
     }
 
     /// The wall clock at loop time `now`, ns since the UNIX epoch.
@@ -211,8 +257,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
 
     /// One turn of the loop: drain each ready source by one batch (a
     /// source stays ready while its batch came back full), run due timers,
-    /// send control traffic, log events.
+    /// then settle every peer with work: its output sent, its deliveries
+    /// written, its events logged.
     pub fn turn(&mut self, ready: &mut Ready) {
+        if !self.loop_idle.is_zero() {
+            self.workers.tick(self.loop_idle);
+        }
         // The wall clock first: every timestamp sent and every one-way
         // delay measured in this turn uses it.
         let now = self.clock.now();
@@ -222,12 +272,14 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         {
             self.last_wall = Some(now);
             self.wall_offset = self.clock.wall_offset();
-            self.tunnel.set_wall_offset(self.wall_offset);
+            self.plane.set_wall_offset(self.wall_offset);
         }
         if let Some(t) = self.capture.as_mut() {
             t.active(now);
         }
-        self.send_output();
+        // What became due since the last turn (paced packets) goes before
+        // what is read now.
+        self.settle_peers(now);
         if ready.tun {
             ready.tun = self.pump_tun();
         }
@@ -237,19 +289,57 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             }
         }
         let now = self.clock.now();
-        if self.tunnel.poll_timeout().is_some_and(|t| t <= now) {
-            self.tunnel.handle_timeout(now);
-            self.deliver_ready();
-            self.flush_writer();
+        if self.plane.poll_timeout().is_some_and(|t| t <= now) {
+            self.plane.handle_timeout(now);
         }
-        self.send_output();
-        self.log_events();
+        self.settle_peers(now);
     }
 
-    fn log_events(&mut self) {
-        while let Some(e) = self.tunnel.poll_event() {
-            self.event_log.log(&self.name, &self.tunnel, e);
+    /// Every peer with work: its output into the transmit slots, what it
+    /// releases written to the TUN, its events logged; then everything
+    /// sent and written, and what the plane sends of its own.
+    pub fn settle_peers(&mut self, now: Nanos) {
+        let mut busy = std::mem::take(&mut self.busy);
+        busy.clear();
+        self.plane.take_busy(&mut busy);
+        for &peer in &busy {
+            {
+                let (mut flush, plane) = self.flush_parts();
+                crate::flush::drain_output(&mut flush, plane, peer, now);
+            }
+            self.deliver(peer, now);
+            self.plane
+                .settle_peer(peer, &mut self.event_log, &self.name);
         }
+        self.busy = busy;
+        self.flush_tx(now);
+        self.flush_writer();
+        let wall = self.wall(now);
+        while let Some((socket, dst, d)) = self.plane.poll_own() {
+            self.io.udp_send_calls += 1;
+            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                tap.datagram(Dir::Out, socket, wall, &d);
+            }
+            match self.paths.send_to(socket, &d, dst) {
+                Ok(()) => self.io.udp_datagrams_sent += 1,
+                Err(_) => self.plane.count_unowned(DropReason::SendFailed),
+            }
+        }
+        self.plane.log_own(&self.name);
+    }
+}
+
+/// The single tunnel's engine.
+impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C, Tunnel> {
+    pub fn tunnel(&self) -> &Tunnel {
+        &self.plane
+    }
+    pub fn tunnel_mut(&mut self) -> &mut Tunnel {
+        &mut self.plane
+    }
+    /// The tunnel and the path I/O together (a reload changes both).
+    pub fn tunnel_and_paths(&mut self) -> (&mut Tunnel, &mut P) {
+        (&mut self.plane, &mut self.paths)
     }
 }
 

@@ -1,12 +1,15 @@
-//! The receive half of the loop: datagrams from a path socket to the TUN.
+//! The receive half of the loop: datagrams from a path socket to the TUN,
+//! for one peer or many ([`Plane`]).
 //!
 //! One batch receive fills up to [`BATCH_PACKETS`] buffers (each possibly
 //! several datagrams coalesced by UDP GRO). Every datagram goes through
-//! `recv_start` in arrival order; those that need a key are opened
-//! together on the workers, with the header the core parsed once
-//! ([`OpenTicket`]); then `recv_finish` runs on them in arrival order, and
-//! whatever the core releases is written to the TUN through the coalescing
-//! writer.
+//! `recv_start` in arrival order (the plane finds its peer); those that
+//! need a key are opened together on the workers, each with its peer's
+//! opener and the header the core parsed once ([`OpenTicket`]); then
+//! `recv_finish` runs on them in arrival order, and whatever the peer
+//! delivers is written to the TUN through the coalescing writer (one call,
+//! [`Plane::deliver`]: the packet in place, then what its reorder buffer
+//! releases).
 //!
 //! Invariants:
 //! * the core sees datagrams in the order the socket gave them, so the
@@ -15,21 +18,23 @@
 
 use std::io;
 
+use mpt_core::concentrator::PeerId;
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::qos::ecn::ECN_MASK;
 use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{OpenTicket, Received, RecvStart};
 use mpt_core::wire::{Header, PacketType, HEADER_LEN};
 
-use super::{normalize, Engine, BATCH_PACKETS};
+use super::{normalize, Engine, Plane, BATCH_PACKETS};
 use crate::capture::{Dir, Tap};
 use crate::seam::{Clock, PathIo, TunDevice};
+use crate::tunwrite::TunWriter;
 
-impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
-    /// Receive a batch from socket `i`, then decapsulate it in three steps:
+impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
+    /// Receive a batch from socket `i`, then take it in three steps:
     /// `recv_start` on every datagram (serial), open the ones that passed
     /// (on the workers), `recv_finish` on them in arrival order (serial),
-    /// delivering as the core releases. Returns whether the socket may
+    /// delivering as the peers release. Returns whether the socket may
     /// still have datagrams.
     pub(super) fn pump_socket(&mut self, i: usize) -> bool {
         let (bufs, meta) = self.recv_batch.parts_mut();
@@ -48,19 +53,24 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         let wall = self.wall(now);
         let Engine {
             recv_batch,
-            tunnel,
+            plane,
             tun,
             writer,
             io,
             workers,
             open,
             capture,
+            tun_write_failures,
             ..
         } = self;
         let mut tap = capture.as_mut().filter(|t| t.active_now());
-        open.spans.clear();
-        open.from.clear();
-        open.tickets.clear();
+        let mut out = Out {
+            tun,
+            writer,
+            failures: tun_write_failures,
+            wall,
+        };
+        open.clear();
         for k in 0..n {
             let m = recv_batch.meta(k);
             let Some(from) = m.from.map(normalize) else {
@@ -73,19 +83,23 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                 if let Some(t) = tap.as_mut() {
                     t.datagram(Dir::In, i, wall, data);
                 }
-                match tunnel.recv_start(now, i, from, data, m.tos & ECN_MASK) {
-                    RecvStart::Open(t) => {
+                match plane.recv_start(now, i, from, data, m.tos & ECN_MASK) {
+                    (Some(peer), RecvStart::Open(t)) => {
                         open.spans.push(span);
                         open.from.push(from);
                         open.tickets.push(t);
+                        open.peers.push(peer);
                     }
-                    RecvStart::Done(r) => {
-                        if let Some(t) = tap.as_mut() {
+                    (peer, RecvStart::Done(r)) => {
+                        if let (Some(t), false) = (tap.as_mut(), D::NAMES_PEERS) {
                             // Plaintext: the path is the peer's id here.
                             capture_inbound(t, &r, u8::MAX, wall, data);
                         }
-                        writer.deliver(tun, tunnel, Some((&r, data)));
+                        if let Some(peer) = peer {
+                            out.deliver(plane, tap.as_deref_mut(), peer, Some((&r, data)));
+                        }
                     }
+                    (None, RecvStart::Open(_)) => {}
                 }
             }
         }
@@ -93,36 +107,129 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             open.results.clear();
             open.results
                 .resize(open.spans.len(), Err(DropReason::NoSession));
-            let opener = tunnel.opener();
+            let opening: &D = plane;
             let tickets: &[OpenTicket] = &open.tickets;
-            workers.for_each(
+            open.by_peer.run(
+                workers,
                 recv_batch.bufs_mut(),
                 &open.spans,
+                &open.peers,
                 &mut open.results,
-                &|j, d: &mut [u8]| opener.open(&tickets[j], d),
+                Err(DropReason::NoSession),
+                |p| opening.opener(p),
+                |opener, j, d| opener.open(&tickets[j], d),
             );
-            for (j, span) in open.spans.iter().enumerate() {
-                let data = recv_batch.slice_mut(*span);
-                let t = &open.tickets[j];
-                let r = tunnel.recv_finish(now, open.from[j], data, t, open.results[j]);
-                if let Some(c) = tap.as_mut() {
+            for j in 0..open.spans.len() {
+                let data = recv_batch.slice_mut(open.spans[j]);
+                let (peer, t) = (open.peers[j], &open.tickets[j]);
+                let r = plane.recv_finish(now, peer, open.from[j], data, t, open.results[j]);
+                if let (Some(c), false) = (tap.as_mut(), D::NAMES_PEERS) {
                     capture_inbound(c, &r, t.fields.path, wall, data);
                 }
-                writer.deliver(tun, tunnel, Some((&r, data)));
+                out.deliver(plane, tap.as_deref_mut(), peer, Some((&r, data)));
             }
         }
         self.flush_writer();
         n == BATCH_PACKETS.min(self.recv_batch.capacity())
     }
 
-    pub(super) fn deliver_ready(&mut self) {
-        self.writer.deliver(&mut self.tun, &mut self.tunnel, None);
+    /// What a datagram of `peer` made deliverable, taken outside a batch
+    /// (handed over by another shard).
+    pub(crate) fn deliver_arrived(
+        &mut self,
+        peer: PeerId,
+        r: &Received,
+        data: &[u8],
+        now: mpt_core::Nanos,
+    ) {
+        let wall = self.wall(now);
+        let Engine {
+            plane,
+            tun,
+            writer,
+            capture,
+            tun_write_failures,
+            ..
+        } = self;
+        let tap = capture.as_mut().filter(|t| t.active_now());
+        let mut out = Out {
+            tun,
+            writer,
+            failures: tun_write_failures,
+            wall,
+        };
+        out.deliver(plane, tap, peer, Some((r, data)));
+    }
+
+    /// What `peer` releases without a datagram (after a timer).
+    pub(super) fn deliver(&mut self, peer: PeerId, now: mpt_core::Nanos) {
+        let wall = self.wall(now);
+        let Engine {
+            plane,
+            tun,
+            writer,
+            capture,
+            tun_write_failures,
+            ..
+        } = self;
+        let tap = capture.as_mut().filter(|t| t.active_now());
+        let mut out = Out {
+            tun,
+            writer,
+            failures: tun_write_failures,
+            wall,
+        };
+        out.deliver(plane, tap, peer, None);
     }
 
     pub(super) fn flush_writer(&mut self) {
         if !self.writer.flush(&mut self.tun) {
-            self.tunnel.count_drop(DropReason::TunWriteFailed);
+            self.tun_write_failures += 1;
+            self.plane.count_unowned(DropReason::TunWriteFailed);
         }
+    }
+}
+
+/// Where delivered packets go: the TUN through the coalescing writer.
+struct Out<'a, T> {
+    tun: &'a mut T,
+    writer: &'a mut TunWriter,
+    failures: &'a mut u64,
+    wall: u64,
+}
+
+impl<T: TunDevice> Out<'_, T> {
+    /// Write what `peer` delivers ([`Plane::deliver`]); a capture that
+    /// names peers sees each packet with its peer's name.
+    fn deliver<D: Plane>(
+        &mut self,
+        plane: &mut D,
+        mut tap: Option<&mut Tap>,
+        peer: PeerId,
+        arrived: Option<(&Received, &[u8])>,
+    ) {
+        let label = match (&tap, D::NAMES_PEERS) {
+            (Some(_), true) => Some(plane.peer_label(peer)),
+            _ => None,
+        };
+        let wall = self.wall;
+        let Out {
+            tun,
+            writer,
+            failures,
+            ..
+        } = self;
+        plane.deliver(peer, arrived, |p| {
+            if let (Some(t), Some(l)) = (tap.as_deref_mut(), label.as_deref()) {
+                t.packet(Dir::In, wall, p, l);
+            }
+            if writer.write(&mut **tun, p) {
+                Ok(())
+            } else {
+                **failures += 1;
+                Err(DropReason::TunWriteFailed)
+            }
+        });
     }
 }
 

@@ -1,53 +1,54 @@
-//! The send half of the loop: TUN reads to sealed datagrams in batches.
+//! The send half of the loop: TUN reads to sealed datagrams in batches,
+//! for one peer or many ([`Plane`]).
 //!
 //! Without offloads, one batch read puts each TUN packet straight into a
-//! transmit slot, behind the room for the tunnel header; the core writes
-//! the header, picks the path and hands out a seal ticket; the slot is
-//! committed to its path's socket. With offloads, a read is one packet or
-//! a TCP/UDP super-packet (TSO/USO) read into scratch and cut into
-//! datagram-sized segments, each straight into its transmit slot, inside
-//! one [`mpt_core::tunnel::Burst`] so that they share a path. At the end
-//! of the batch (or when the slots run out) every slot is sealed with its
-//! own ticket, on the workers, and each socket's slots leave in one batch
-//! send.
+//! transmit slot, behind the room for the tunnel header; the plane finds
+//! its peer, whose tunnel writes the header, picks the path and hands out
+//! a seal ticket; the slot is committed to its path's socket with its
+//! peer. With offloads, a read is one packet or a TCP/UDP super-packet
+//! (TSO/USO) read into scratch and cut into datagram-sized segments, each
+//! straight into its transmit slot, inside one [`mpt_core::tunnel::Burst`]
+//! of its peer's tunnel so that they share a path (for a peer of another
+//! shard, one by one, handed over). At the end of the batch (or when the
+//! slots run out) every slot is sealed with its own ticket and its peer's
+//! keys, on the workers, and each socket's slots leave in one batch send
+//! ([`crate::flush`]).
 //!
-//! Everything else the core has to send (control packets, and packets
-//! that waited in its queues) leaves through the same slots, in the order
-//! the core gives ([`Tunnel::poll_transmit`], drained after every
-//! [`Tunnel::send_batch_max`] sends, each turn and at the core's
-//! deadline: [`Engine::send_output`]).
+//! Everything else a peer has to send (control packets, and packets that
+//! waited in its queues) leaves through the same slots, in the order its
+//! tunnel gives ([`mpt_core::tunnel::Tunnel::poll_transmit`]), drained
+//! after every [`Plane::send_batch_max`] of its packets, and for every peer
+//! with work each turn ([`Engine::settle`]).
 //!
 //! Invariants:
 //! * datagrams leave each socket in the order the core made them: after
-//!   at most [`Tunnel::send_batch_max`] packets handed to the core, its
+//!   at most [`Plane::send_batch_max`] packets handed to a peer, its
 //!   output is drained before the next packet is read;
 //! * nothing leaves unsealed when security is on: a slot whose seal fails
-//!   is dropped and counted (`no_session`);
+//!   is dropped and counted (`no_session`) at its peer;
 //! * a session change between a packet's encapsulation and its seal does
 //!   not matter: the ticket names the session and nonce;
-//! * the segments of one super-packet go to one path, in order.
+//! * the segments of one super-packet go to one path, in order; while a
+//!   burst is open the slots hold only its peer's datagrams (they are
+//!   flushed before it when they hold another peer's).
 
 use std::io;
 
-use mpt_core::concentrator::PeerId;
 use mpt_core::crypto::TAG_LEN;
 use mpt_core::stats::DropReason;
-use mpt_core::tunnel::Tunnel;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 use tracing::warn;
 
-use super::{Engine, BATCH_PACKETS};
+use super::{Engine, Plane, BATCH_PACKETS};
+use crate::capture::Dir;
 use crate::flush::{drain_output, meta, Flush};
 use crate::offload::{
     self, segment_at, VnetHdr, GSO_NONE, GSO_UDP_L4, VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN,
 };
 use crate::seam::{Clock, PathIo, Slots, TunDevice};
 
-/// A single tunnel is peer 0 of its slots.
-const PEER: PeerId = 0;
-
-impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
+impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
     /// Read up to a batch from the TUN, encapsulate each packet in its
     /// transmit slot, then seal and send them all. Returns whether the TUN
     /// may still have packets.
@@ -57,29 +58,20 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         } else {
             self.pump_tun_plain()
         };
-        self.flush_tx();
+        let now = self.clock.now();
+        self.flush_tx(now);
         more
     }
 
-    /// Send what the core has to send by itself now (control packets,
-    /// packets whose path has budget again), through the transmit slots
-    /// like packets read from the TUN.
-    pub(super) fn send_output(&mut self) {
-        let now = self.clock.now();
-        let (mut flush, tunnel) = self.flush_parts();
-        drain_output(&mut flush, tunnel, PEER, now);
-        flush.run(tunnel, now);
-    }
-
-    fn flush_tx(&mut self) {
-        let now = self.clock.now();
-        let (mut flush, tunnel) = self.flush_parts();
-        flush.run(tunnel, now);
+    /// Seal and send what the transmit slots hold.
+    pub(crate) fn flush_tx(&mut self, now: Nanos) {
+        let (mut flush, plane) = self.flush_parts();
+        flush.run(plane, now);
     }
 
     /// The transmit slots and what sending them needs, borrowed apart from
-    /// the tunnel (which a burst may hold meanwhile).
-    fn flush_parts(&mut self) -> (Flush<'_, P>, &mut Tunnel) {
+    /// the plane (which a burst may hold meanwhile).
+    pub(crate) fn flush_parts(&mut self) -> (Flush<'_, P>, &mut D) {
         let Engine {
             tx,
             paths,
@@ -87,7 +79,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             seal,
             send_failures,
             io,
-            tunnel,
+            plane,
             capture,
             wall_offset,
             ..
@@ -101,15 +93,16 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             io,
             capture,
             wall_offset: *wall_offset,
-            capture_inner: true,
+            // Several peers: shown as read from the TUN, with the peer.
+            capture_inner: !D::NAMES_PEERS,
         };
-        (flush, tunnel)
+        (flush, plane)
     }
 
     /// One batch read straight into the free transmit slots, in reads of
-    /// as many packets as the core takes before its output is drained.
+    /// as many packets as a peer takes before its output is drained.
     fn pump_tun_plain(&mut self) -> bool {
-        let per_read = self.tunnel.send_batch_max().clamp(1, BATCH_PACKETS);
+        let per_read = self.plane.send_batch_max().clamp(1, BATCH_PACKETS);
         let mut read = 0;
         while read < BATCH_PACKETS {
             let want = per_read.min(BATCH_PACKETS - read);
@@ -122,10 +115,12 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 
     /// Up to `max` packets read straight into the free transmit slots and
-    /// encapsulated there; whether the TUN may have more.
+    /// encapsulated there by their peers, whose output follows them;
+    /// whether the TUN may have more.
     fn read_into_slots(&mut self, max: usize) -> bool {
         if self.tx.free() == 0 {
-            self.flush_tx();
+            let now = self.clock.now();
+            self.flush_tx(now);
         }
         let want = self.tx.free().min(max);
         let stride = self.tx.slot_bytes();
@@ -141,27 +136,38 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         };
         self.io.tun_reads += n as u64;
         let now = self.clock.now();
+        let wall = self.wall(now);
+        self.sent_to.clear();
         for k in 0..n {
             let len = self.tun_lens[k];
             let Some(slot) = self.tx.slot() else {
                 break;
             };
-            match self.tunnel.send_unsealed(now, slot, len) {
-                Some(t) => self.tx.commit(meta(PEER, &t)),
+            if D::NAMES_PEERS {
+                if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                    let pkt = &slot[HEADER_LEN..HEADER_LEN + len];
+                    tap.packet(Dir::Out, wall, pkt, "read from the TUN");
+                }
+            }
+            match self.plane.send_unsealed(now, slot, len) {
+                Some((peer, t)) => {
+                    self.tx.commit(meta(peer, &t));
+                    if self.sent_to.last() != Some(&peer) {
+                        self.sent_to.push(peer);
+                    }
+                }
                 None => self.tx.skip(),
             }
         }
-        // What the core has to send behind them (`max` is at most
+        // What the peers have to send behind them (`max` is at most
         // `send_batch_max`).
-        self.drain_output(now);
+        let sent_to = std::mem::take(&mut self.sent_to);
+        let (mut flush, plane) = self.flush_parts();
+        for &peer in &sent_to {
+            drain_output(&mut flush, plane, peer, now);
+        }
+        self.sent_to = sent_to;
         n == want
-    }
-
-    /// Put the core's output ([`Tunnel::poll_transmit`]) into the transmit
-    /// slots behind what is there.
-    fn drain_output(&mut self, now: Nanos) {
-        let (mut flush, tunnel) = self.flush_parts();
-        drain_output(&mut flush, tunnel, PEER, now);
     }
 
     /// Whether to go on after a failed read (only if interrupted).
@@ -211,7 +217,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
                     self.io.offload_errors += 1;
                     continue;
                 }
-                self.encapsulate_copy(pkt);
+                self.send_copy(pkt);
             } else {
                 self.segment_and_send(pkt, &h);
             }
@@ -221,30 +227,42 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
     }
 
     /// A whole packet read into scratch (offload mode: its size was not
-    /// known before the read) goes into the next slot.
-    fn encapsulate_copy(&mut self, pkt: &[u8]) {
-        if self.tx.is_full() {
-            self.flush_tx();
-        }
+    /// known before the read) goes into the next slot and on to its peer,
+    /// whose output follows it.
+    fn send_copy(&mut self, pkt: &[u8]) {
         let now = self.clock.now();
+        if self.tx.is_full() {
+            self.flush_tx(now);
+        }
+        if D::NAMES_PEERS {
+            let wall = self.wall(now);
+            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                tap.packet(Dir::Out, wall, pkt, "read from the TUN");
+            }
+        }
         let Some(slot) = self.tx.slot() else {
             return;
         };
         let room = slot.len() - HEADER_LEN - TAG_LEN;
         if pkt.len() > room {
-            self.tunnel.count_drop(DropReason::TooBig);
+            self.tx.skip();
+            self.plane.count_unowned(DropReason::TooBig);
             return;
         }
         slot[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(pkt);
-        match self.tunnel.send_unsealed(now, slot, pkt.len()) {
-            Some(t) => self.tx.commit(meta(PEER, &t)),
+        match self.plane.send_unsealed(now, slot, pkt.len()) {
+            Some((peer, t)) => {
+                self.tx.commit(meta(peer, &t));
+                let (mut flush, plane) = self.flush_parts();
+                drain_output(&mut flush, plane, peer, now);
+            }
             None => self.tx.skip(),
         }
-        self.drain_output(now);
     }
 
-    /// Cut a super-packet into segments, each straight into its transmit
-    /// slot, all on the burst's path.
+    /// Cut a super-packet into segments: straight into slots inside one
+    /// burst of its peer's tunnel, or (a peer of another shard) one by one
+    /// through [`Engine::send_copy`].
     fn segment_and_send(&mut self, pkt: &[u8], h: &VnetHdr) {
         let udp = h.gso_type == GSO_UDP_L4;
         let Ok(count) = offload::segments(pkt, h).map(|g| g.count) else {
@@ -252,39 +270,30 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
             return;
         };
         let now = self.clock.now();
-        let (mut flush, tunnel) = self.flush_parts();
-        let per_drain = tunnel.send_batch_max();
-        let mut burst = tunnel.burst(now, pkt.len(), count);
-        let mut cut = 0;
-        let mut undrained = 0;
-        for i in 0..count {
-            if flush.tx.is_full() {
-                flush.run(&mut *burst, now);
+        if D::NAMES_PEERS {
+            let wall = self.wall(now);
+            if let Some(tap) = self.capture.as_mut().filter(|t| t.active_now()) {
+                tap.packet(Dir::Out, wall, pkt, "read from the TUN (to be cut)");
             }
-            let Some(slot) = flush.tx.slot() else {
-                break;
-            };
-            let end = slot.len() - TAG_LEN;
-            let Ok(len) = segment_at(pkt, h, i, &mut slot[HEADER_LEN..end]) else {
-                flush.io.offload_errors += 1;
-                break;
-            };
-            match burst.send_unsealed(now, slot, len) {
-                Some(t) => flush.tx.commit(meta(PEER, &t)),
-                None => flush.tx.skip(),
-            }
-            undrained += 1;
-            if undrained >= per_drain {
-                drain_output(&mut flush, &mut *burst, PEER, now);
-                undrained = 0;
-            }
-            cut += 1;
         }
-        drop(burst);
-        if undrained > 0 {
-            drain_output(&mut flush, tunnel, PEER, now);
-        }
-        let io = &mut *flush.io;
+        let cut = match self.burst_segments(pkt, h, count, now) {
+            Some(cut) => cut,
+            None => {
+                let mut seg = std::mem::take(&mut self.seg_scratch);
+                let mut cut = 0;
+                for i in 0..count {
+                    let Ok(len) = segment_at(pkt, h, i, &mut seg) else {
+                        self.io.offload_errors += 1;
+                        break;
+                    };
+                    self.send_copy(&seg[..len]);
+                    cut += 1;
+                }
+                self.seg_scratch = seg;
+                cut
+            }
+        };
+        let io = &mut self.io;
         let (supers, segments) = if udp {
             (&mut io.uso_super_packets, &mut io.uso_segments)
         } else {
@@ -293,4 +302,64 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C> {
         *supers += 1;
         *segments += cut;
     }
+
+    /// The segments of a super-packet for a peer of this plane, straight
+    /// into slots inside one burst of its tunnel; how many were cut
+    /// (`None`: no such peer here, nothing done).
+    fn burst_segments(&mut self, pkt: &[u8], h: &VnetHdr, count: usize, now: Nanos) -> Option<u64> {
+        let per_drain = self.plane.send_batch_max();
+        let (mut flush, plane) = self.flush_parts();
+        // The slots hold only the burst's peer's datagrams while the burst
+        // holds its tunnel (a flush inside seals with that peer's keys).
+        if D::NAMES_PEERS && !flush.tx.is_empty() {
+            flush.run(plane, now);
+        }
+        let (peer, burst) = plane.burst(now, pkt, pkt.len(), count)?;
+        Some(burst_into(
+            &mut flush, peer, burst, pkt, h, count, per_drain, now,
+        ))
+    }
+}
+
+/// The segments of `pkt` into the slots through `burst` (of `peer`).
+#[allow(clippy::too_many_arguments)] // the burst and the super-packet
+fn burst_into<P: PathIo>(
+    flush: &mut Flush<'_, P>,
+    peer: mpt_core::concentrator::PeerId,
+    mut burst: mpt_core::tunnel::Burst<'_>,
+    pkt: &[u8],
+    h: &VnetHdr,
+    count: usize,
+    per_drain: usize,
+    now: Nanos,
+) -> u64 {
+    let mut cut = 0;
+    let mut undrained = 0;
+    for i in 0..count {
+        if flush.tx.is_full() {
+            flush.run(&mut *burst, now);
+        }
+        let Some(slot) = flush.tx.slot() else {
+            break;
+        };
+        let end = slot.len() - TAG_LEN;
+        let Ok(len) = segment_at(pkt, h, i, &mut slot[HEADER_LEN..end]) else {
+            flush.io.offload_errors += 1;
+            break;
+        };
+        match burst.send_unsealed(now, slot, len) {
+            Some(t) => flush.tx.commit(meta(peer, &t)),
+            None => flush.tx.skip(),
+        }
+        undrained += 1;
+        if undrained >= per_drain {
+            drain_output(flush, &mut *burst, peer, now);
+            undrained = 0;
+        }
+        cut += 1;
+    }
+    if undrained > 0 {
+        drain_output(flush, &mut *burst, peer, now);
+    }
+    cut
 }
