@@ -27,6 +27,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -301,29 +302,7 @@ def start(
     for i in range(n):
         d = workdir / f"client{i}"
         d.mkdir(exist_ok=True)
-        text = [
-            "[tunnel]",
-            'name = "mpc0"',
-            f'addresses = ["{client_tunnel(i)}/16"]',
-            f'control_socket = "{d / "c.sock"}"',
-            "workers = 1",
-            "",
-            "[peer]",
-            'role = "client"',
-            "",
-            "[security]",
-            f'private_key_file = "{workdir / f"client{i}.key"}"',
-            f'peer_public_key = "{spubs[0]}"',
-        ]
-        for link in range(star.links):
-            pname = client_paths[link] if client_paths else f"link{link}"
-            text += [
-                "",
-                "[[path]]",
-                f'name = "{pname}"',
-                f'local = "{client_link(i, link)}:{PORT + link}"',
-                f'remote = "{server_link(link)}:{PORT + link}"',
-            ]
+        text = _client_text(star, workdir, i, spubs[0], lambda link: PORT + link, client_paths)
         for k in range(1, len(star.servers)):
             remotes = ", ".join(
                 f'"{server_link(link, k)}:{PORT + link}"' for link in range(star.links)
@@ -338,6 +317,43 @@ def start(
         c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
         clients.append(c.start())
     return server, clients
+
+
+def _client_text(
+    star: Star,
+    workdir: Path,
+    i: int,
+    server_pub: str,
+    remote_port: Callable[[int], int],
+    path_names: list[str] | None = None,
+) -> list[str]:
+    """Client i's configuration, its path `link` to the server's port
+    `remote_port(link)` (its files in `workdir/client{i}`)."""
+    d = workdir / f"client{i}"
+    text = [
+        "[tunnel]",
+        'name = "mpc0"',
+        f'addresses = ["{client_tunnel(i)}/16"]',
+        f'control_socket = "{d / "c.sock"}"',
+        "workers = 1",
+        "",
+        "[peer]",
+        'role = "client"',
+        "",
+        "[security]",
+        f'private_key_file = "{workdir / f"client{i}.key"}"',
+        f'peer_public_key = "{server_pub}"',
+    ]
+    for link in range(star.links):
+        pname = path_names[link] if path_names else f"link{link}"
+        text += [
+            "",
+            "[[path]]",
+            f'name = "{pname}"',
+            f'local = "{client_link(i, link)}:{PORT + link}"',
+            f'remote = "{server_link(link)}:{remote_port(link)}"',
+        ]
+    return text
 
 
 def peer_add_args(workdir: Path, i: int) -> list[str]:
@@ -406,28 +422,9 @@ def start_tunnels(star: Star, workdir: Path) -> tuple[list[Peer], list[Peer]]:
     for i in range(n):
         d = workdir / f"client{i}"
         d.mkdir(exist_ok=True)
-        text = [
-            "[tunnel]",
-            'name = "mpc0"',
-            f'addresses = ["{client_tunnel(i)}/16"]',
-            f'control_socket = "{d / "c.sock"}"',
-            "workers = 1",
-            "",
-            "[peer]",
-            'role = "client"',
-            "",
-            "[security]",
-            f'private_key_file = "{workdir / f"client{i}.key"}"',
-            f'peer_public_key = "{spub}"',
-        ]
-        for link in range(star.links):
-            text += [
-                "",
-                "[[path]]",
-                f'name = "link{link}"',
-                f'local = "{client_link(i, link)}:{PORT + link}"',
-                f'remote = "{server_link(link)}:{tunnel_port(i, link, star.links)}"',
-            ]
+        text = _client_text(
+            star, workdir, i, spub, lambda link, i=i: tunnel_port(i, link, star.links)
+        )
         (d / "c.toml").write_text("\n".join(text) + "\n")
         c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
         clients.append(c.start())

@@ -296,7 +296,7 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C, PeerSet> {
                     .conc
                     .recv_handed(now, local_key, from, peer, &mut bytes);
                 if let Some(peer) = peer {
-                    self.deliver_arrived(peer, &r, &bytes, now);
+                    self.deliver(peer, Some((&r, &bytes)), now);
                 }
             }
         }

@@ -98,18 +98,17 @@ impl Concentrator {
         buf: &mut [u8],
         outer_ecn: u8,
     ) -> (Option<PeerId>, Received) {
-        let (id, init) = match self.peer_of(now, local_key, from, buf) {
-            Ok(x) => x,
-            Err(r) => {
-                self.drops.add(r);
-                return (None, Received::Dropped(r));
+        match self.recv_start(now, local_key, from, buf, outer_ecn) {
+            (peer, RecvStart::Done(r)) => (peer, r),
+            (Some(id), RecvStart::Open(t)) => {
+                let opened = match self.opener(id) {
+                    Some(o) => o.open(&t, buf),
+                    None => Err(DropReason::UnknownPeer),
+                };
+                (Some(id), self.recv_finish(now, id, from, buf, &t, opened))
             }
-        };
-        if !self.owns(id) {
-            self.hand_off_datagram(id, init, local_key, from, buf);
-            return (None, Received::Consumed);
+            (None, RecvStart::Open(_)) => (None, Received::Consumed),
         }
-        self.recv_for(now, id, init, local_key, from, buf, outer_ecn)
     }
 
     /// [`Concentrator::recv`] once the datagram's peer is known (and owned).

@@ -307,7 +307,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
                 let (mut flush, plane) = self.flush_parts();
                 crate::flush::drain_output(&mut flush, plane, peer, now);
             }
-            self.deliver(peer, now);
+            self.deliver(peer, None, now);
             self.plane
                 .settle_peer(peer, &mut self.event_log, &self.name);
         }

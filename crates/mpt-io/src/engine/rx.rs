@@ -133,13 +133,13 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         n == BATCH_PACKETS.min(self.recv_batch.capacity())
     }
 
-    /// What a datagram of `peer` made deliverable, taken outside a batch
-    /// (handed over by another shard).
-    pub(crate) fn deliver_arrived(
+    /// What `peer` delivers outside a receive batch: what a datagram
+    /// handed over by another shard carried (`arrived`), or what its
+    /// reorder buffer releases after a timer (`None`).
+    pub(crate) fn deliver(
         &mut self,
         peer: PeerId,
-        r: &Received,
-        data: &[u8],
+        arrived: Option<(&Received, &[u8])>,
         now: mpt_core::Nanos,
     ) {
         let wall = self.wall(now);
@@ -158,28 +158,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
             failures: tun_write_failures,
             wall,
         };
-        out.deliver(plane, tap, peer, Some((r, data)));
-    }
-
-    /// What `peer` releases without a datagram (after a timer).
-    pub(super) fn deliver(&mut self, peer: PeerId, now: mpt_core::Nanos) {
-        let wall = self.wall(now);
-        let Engine {
-            plane,
-            tun,
-            writer,
-            capture,
-            tun_write_failures,
-            ..
-        } = self;
-        let tap = capture.as_mut().filter(|t| t.active_now());
-        let mut out = Out {
-            tun,
-            writer,
-            failures: tun_write_failures,
-            wall,
-        };
-        out.deliver(plane, tap, peer, None);
+        out.deliver(plane, tap, peer, arrived);
     }
 
     pub(super) fn flush_writer(&mut self) {
