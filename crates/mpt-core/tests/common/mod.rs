@@ -44,6 +44,10 @@ pub struct Link {
     pub jitter: Nanos,
     pub loss: f64,
     pub up: bool,
+    /// A bottleneck before the delay: its rate (0: none) and how long its
+    /// drop-tail queue may be, as time at that rate.
+    pub rate_mbit: f64,
+    pub queue_ns: Nanos,
 }
 
 pub use mpt_core::testing::{addr, security, TestConfig};
@@ -111,6 +115,10 @@ pub struct Sim {
     pub links: Vec<[Link; 2]>,
     pub queue: BinaryHeap<InFlight>,
     pub last_arrival: Vec<[Nanos; 2]>,
+    /// Per link direction: when its bottleneck is free again.
+    pub busy_until: Vec<[Nanos; 2]>,
+    /// Data bytes that arrived, per link direction.
+    pub arrived_bytes: Vec<[u64; 2]>,
     pub tiebreak: u64,
     pub rng: Rng,
     pub delivered: Vec<Vec<u64>>,
@@ -174,6 +182,8 @@ impl Sim {
             links: links.into_iter().map(|l| [l, l]).collect(),
             queue: BinaryHeap::new(),
             last_arrival: vec![[0, 0]; n],
+            busy_until: vec![[0, 0]; n],
+            arrived_bytes: vec![[0, 0]; n],
             tiebreak: 0,
             rng: Rng(seed),
             delivered: vec![vec![], vec![]],
@@ -213,8 +223,25 @@ impl Sim {
         } else {
             0
         };
+        // The bottleneck: a drop-tail FIFO served at the link's rate.
+        let mut leaves = now;
+        if link.rate_mbit > 0.0 {
+            let start = now.max(self.busy_until[path][from]);
+            if start - now > link.queue_ns {
+                if let Some(i) = data_idx {
+                    self.lost_data.push(i);
+                }
+                return;
+            }
+            let wire_ns = (dgram.len() as f64 * 8_000.0 / link.rate_mbit) as Nanos;
+            self.busy_until[path][from] = start + wire_ns;
+            leaves = start + wire_ns;
+        }
+        if data_idx.is_some() {
+            self.arrived_bytes[path][from] += dgram.len() as u64;
+        }
         // FIFO per link direction.
-        let at = (now + link.delay + jitter).max(self.last_arrival[path][from]);
+        let at = (leaves + link.delay + jitter).max(self.last_arrival[path][from]);
         self.last_arrival[path][from] = at;
         self.tiebreak += 1;
         self.queue
@@ -339,6 +366,8 @@ pub fn links(spec: &[(u64, u64, f64)]) -> Vec<Link> {
             jitter: j * MS,
             loss: l,
             up: true,
+            rate_mbit: 0.0,
+            queue_ns: 0,
         })
         .collect()
 }
