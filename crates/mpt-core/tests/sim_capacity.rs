@@ -5,8 +5,12 @@
 //! what each link carried is measured after a warm-up.
 //!
 //! What it checks: the sender fills every link to near its rate, also one
-//! whose delay jitters by several milliseconds (the sweep's finding: such
-//! a link was paced far below its rate, its jitter read as a queue).
+//! whose delay jitters by several milliseconds, when it offers more than
+//! the links carry; and a TCP-like flow (closed loop, its losses seen as
+//! gaps in what the tunnel delivers) fills two links. The sweep's finding
+//! is reproduced here: beside a clean link, one whose FIFO jitter spans
+//! 30 ms carries little of a TCP flow (its rate control reads the jitter
+//! as a queue and cuts; the reorder buffer waits for its late packets).
 
 mod common;
 
@@ -100,4 +104,123 @@ fn below_the_links_sum_everything_offered_is_carried() {
         println!("{spec:?} offered {offer:.0}: {got:.1?} = {total:.1}");
         assert!(total > 0.95 * offer, "{spec:?}: {got:.1?}");
     }
+}
+
+/// One TCP-like flow (Reno slow start, multiplicative decrease by 0.7,
+/// losses seen as gaps in what the tunnel delivers, acknowledgements back
+/// after `ack_ms`) through the tunnel over links of (rate Mbit/s, delay
+/// ms, jitter ms) for `secs`: its goodput over the last `secs - 2` s,
+/// Mbit/s.
+fn tcp_goodput(spec: &[(f64, u64, u64)], ack_ms: u64, secs: u64) -> f64 {
+    let links: Vec<Link> = spec
+        .iter()
+        .map(|&(rate, d, j)| Link {
+            delay: d * MS,
+            jitter: j * MS,
+            loss: 0.0,
+            up: true,
+            rate_mbit: rate,
+            queue_ns: 50 * MS,
+        })
+        .collect();
+    let n = links.len();
+    let cfg = |side| {
+        TestConfig::new(side, n)
+            .ecf()
+            .with(|c| {
+                c.mtu = 1500;
+                c.reorder_window = 4096;
+            })
+            .tunnel()
+    };
+    let mut sim = Sim::with_tunnels(links, [cfg(0), cfg(1)], 11);
+    sim.deliver_until(500 * MS);
+    let start = 500 * MS;
+    let warm = start + 2_000 * MS;
+    let end = start + secs * 1_000 * MS;
+    let (mut cwnd, mut ssthresh) = (10.0f64, f64::MAX);
+    let (mut next_seq, mut expected, mut inflight) = (0u64, 0u64, 0u64);
+    let mut acks: std::collections::VecDeque<(Nanos, u64, bool)> = Default::default();
+    let mut recovery_until = 0;
+    let mut seen = 0usize;
+    let mut good_at_warm = None;
+    let mut good = 0u64;
+    let mut now = start;
+    let tick = 100_000; // 0.1 ms
+    while now < end {
+        sim.deliver_until(now);
+        // Deliveries at the receiver: in-order goodput, gaps are losses.
+        while seen < sim.delivered[1].len() {
+            let s = sim.delivered[1][seen];
+            seen += 1;
+            let lost = s.saturating_sub(expected);
+            if s >= expected {
+                expected = s + 1;
+                good += PKT as u64;
+            }
+            acks.push_back((now + ack_ms * MS, 1 + lost, lost > 0));
+        }
+        while acks.front().is_some_and(|a| a.0 <= now) {
+            let (_, n, loss) = acks.pop_front().unwrap();
+            inflight = inflight.saturating_sub(n);
+            if loss && now >= recovery_until {
+                cwnd = (cwnd * 0.7).max(2.0);
+                ssthresh = cwnd;
+                recovery_until = now + 100 * MS;
+            } else if cwnd < ssthresh {
+                cwnd += 1.0;
+            } else {
+                cwnd += 1.0 / cwnd;
+            }
+        }
+        if good_at_warm.is_none() && now >= warm {
+            good_at_warm = Some(good);
+        }
+        while (inflight as f64) < cwnd.floor() {
+            let pkt = big_inner(next_seq, PKT);
+            let mut buf = vec![0u8; HEADER_LEN + PKT + 16];
+            buf[HEADER_LEN..HEADER_LEN + PKT].copy_from_slice(&pkt);
+            if let Some(tx) = sim.t[0].send(now, &mut buf, PKT) {
+                let link = sim.link(0, tx.path as usize);
+                buf.truncate(tx.len);
+                sim.emit(now, 0, link, buf, Some(next_seq));
+            }
+            next_seq += 1;
+            inflight += 1;
+        }
+        sim.pump_control(now);
+        now += tick;
+    }
+    let span = (end - warm) as f64 / 1e9;
+    if std::env::var("SIM_DEBUG").is_ok() {
+        let st = sim.t[0].status(now);
+        for p in &st.paths {
+            println!("  path {}: {:?}", p.id, p.sending);
+        }
+        let carried: Vec<u64> = sim
+            .arrived_bytes
+            .iter()
+            .map(|b| b[0] * 8 / 1_000_000 / secs)
+            .collect();
+        println!(
+            "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}",
+            sim.drops_seen.len()
+        );
+    }
+    (good - good_at_warm.unwrap_or(0)) as f64 * 8.0 / span / 1e6
+}
+
+#[test]
+fn one_tcp_flow_over_a_clean_and_a_jittery_link() {
+    // Two clean links: the flow fills both.
+    let clean = tcp_goodput(&[(50.0, 10, 0), (50.0, 20, 6)], 10, 6);
+    println!("50 + 50 Mbit/s (6 ms of jitter on one): TCP {clean:.1} Mbit/s");
+    assert!(clean > 90.0, "{clean:.1}");
+    // A link whose delay jitters by up to 30 ms (FIFO: under load, a
+    // standing delay that grows with the rate) beside a clean one: the
+    // known limit of the sweep (docs/results-notes.md): the flow uses it
+    // little. Kept as a floor, to be raised.
+    let jittery = tcp_goodput(&[(50.0, 10, 0), (50.0, 20, 30)], 10, 6);
+    println!("50 + 50 Mbit/s (up to 30 ms of jitter on one): TCP {jittery:.1} Mbit/s");
+    assert!(jittery > 50.0, "{jittery:.1}");
 }
