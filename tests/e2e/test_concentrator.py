@@ -59,8 +59,10 @@ def test_one_server_many_clients_each_in_its_own_tunnel(tmp_path: Path) -> None:
         assert f"{CLIENTS} of {CLIENTS} peers connected" in text
         assert "shards: 2 threads" in text, text
         assert "peer client1 [10.201.1.3/32]: connected, paths 2/2 up" in text
+        # One peer's tunnel in the view of a single tunnel's status.
         detail = status(star, tmp_path, "--peer", "client1")
-        assert "path link0" in detail and "path link1" in detail
+        assert "tunnel client1 (peer of this concentrator)" in detail, detail
+        assert "link0" in detail and "link1" in detail and "scheduler" in detail, detail
         log = (tmp_path / "server.log").read_text()
         assert "paired with the peer's path 'lte' by the socket" in log
 

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::status::{ask, bytes, ms};
+use crate::status::{ask, bytes};
 
 /// `mpt peer add`: a new peer of a running concentrator.
 pub fn add(
@@ -73,19 +73,15 @@ pub fn show_peer(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
     }
     let mut o = String::new();
     let _ = writeln!(o, "{}", peer_line(&v));
-    let _ = writeln!(o, "  key {}", v["public_key"].as_str().unwrap_or("-"));
-    for p in v["tunnel"]["paths"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            o,
-            "  path {}: {} -> {}  {}  rtt {} ms  tx {} / rx {} packets",
-            p["name"].as_str().unwrap_or("-"),
-            p["local"].as_str().unwrap_or("-"),
-            p["remote"].as_str().unwrap_or("-"),
-            p["state"].as_str().unwrap_or("-"),
-            ms(p, "rtt_ms"),
-            p["tx_packets"],
-            p["rx_packets"],
-        );
+    let _ = writeln!(o, "  key {}\n", v["public_key"].as_str().unwrap_or("-"));
+    // The peer's tunnel in the very view of a single tunnel's status.
+    if let Value::Object(mut doc) = v["tunnel"].clone() {
+        doc.insert("name".into(), v["name"].clone());
+        doc.insert("role".into(), Value::from("peer of this concentrator"));
+        doc.insert("addresses".into(), v["allowed_ips"].clone());
+        let _ = write!(o, "{}", crate::status::render(&Value::Object(doc)));
+    } else {
+        let _ = writeln!(o, "  no tunnel yet (the peer never connected)");
     }
     print!("{o}");
     Ok(())
