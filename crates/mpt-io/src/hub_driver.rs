@@ -21,9 +21,7 @@ use std::time::Instant;
 use mio::net::UnixStream as MioUnixStream;
 use mio::{Events, Poll, Token};
 use mpt_core::concentrator::{Concentrator, PeerConfig, PeerId};
-use mpt_core::crypto::keys;
 use mpt_sys::tun::Tun;
-use serde_json::{json, Value};
 use tracing::info;
 
 use crate::control::Pending;
@@ -80,30 +78,6 @@ pub struct HubDriver {
     /// With more than one shard: this loop is shard 0, the leader.
     link: Option<ShardLink>,
     followers: Vec<JoinHandle<()>>,
-}
-
-pub(crate) fn peer_json(c: &Concentrator, id: PeerId, now: u64) -> Value {
-    let Some(p) = c.peer(id) else {
-        return Value::Null;
-    };
-    let t = c.tunnel(id);
-    let st = t.map(|t| t.status(now));
-    json!({
-        "id": id,
-        "shard": c.shard_of(id),
-        "name": p.cfg.name,
-        "public_key": keys::encode(&p.cfg.public_key.0),
-        "allowed_ips": p.cfg.allowed_ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "connected": t.is_some_and(|t| t.has_session()),
-        "paths_up": st.as_ref().map_or(0, |s| s.paths.iter().filter(|p| p.state == "up").count()),
-        "paths": st.as_ref().map_or(0, |s| s.paths.len()),
-        "tx_packets": t.map_or(0, |t| t.counters().tx_packets),
-        "rx_packets": t.map_or(0, |t| t.counters().rx_packets),
-        "tx_bytes": t.map_or(0, |t| t.counters().tx_bytes),
-        "rx_bytes": t.map_or(0, |t| t.counters().rx_bytes),
-        "drops": t.map_or(0, |t| t.drops().total()),
-        "source_not_allowed": p.source_not_allowed,
-    })
 }
 
 impl HubDriver {

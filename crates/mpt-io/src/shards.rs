@@ -308,7 +308,7 @@ pub fn answer<T: TunDevice, P: PathIo, C: Clock>(hub: &mut Hub<T, P, C>, op: &Op
         },
         Op::Detail(id) => {
             let c = hub.concentrator();
-            let mut v = crate::hub_driver::peer_json(c, *id, now);
+            let mut v = peer_json(c, *id, now);
             if let Some(t) = c.tunnel(*id) {
                 v["tunnel"] = serde_json::to_value(t.status(now)).unwrap_or(Value::Null);
             }
@@ -324,7 +324,7 @@ pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> Val
     let peers: Vec<Value> = c
         .peer_ids()
         .filter(|&id| c.owns(id))
-        .map(|id| crate::hub_driver::peer_json(c, id, now))
+        .map(|id| peer_json(c, id, now))
         .collect();
     let drops: serde_json::Map<String, Value> = c
         .drops()
@@ -507,6 +507,31 @@ impl Follower {
             }
         }
     }
+}
+
+/// One peer's line of a concentrator's status: who, where, its counters.
+pub(crate) fn peer_json(c: &mpt_core::concentrator::Concentrator, id: PeerId, now: u64) -> Value {
+    let Some(p) = c.peer(id) else {
+        return Value::Null;
+    };
+    let t = c.tunnel(id);
+    let st = t.map(|t| t.status(now));
+    json!({
+        "id": id,
+        "shard": c.shard_of(id),
+        "name": p.cfg.name,
+        "public_key": mpt_core::crypto::keys::encode(&p.cfg.public_key.0),
+        "allowed_ips": p.cfg.allowed_ips.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "connected": t.is_some_and(|t| t.has_session()),
+        "paths_up": st.as_ref().map_or(0, |s| s.paths.iter().filter(|p| p.state == "up").count()),
+        "paths": st.as_ref().map_or(0, |s| s.paths.len()),
+        "tx_packets": t.map_or(0, |t| t.counters().tx_packets),
+        "rx_packets": t.map_or(0, |t| t.counters().rx_packets),
+        "tx_bytes": t.map_or(0, |t| t.counters().tx_bytes),
+        "rx_bytes": t.map_or(0, |t| t.counters().rx_bytes),
+        "drops": t.map_or(0, |t| t.drops().total()),
+        "source_not_allowed": p.source_not_allowed,
+    })
 }
 
 #[cfg(test)]

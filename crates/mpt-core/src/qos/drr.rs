@@ -45,9 +45,7 @@ use super::ecn;
 use super::share::{FairShare, Police, UNRESPONSIVE_DROPS};
 use crate::Nanos;
 
-/// Flow buckets per class (tuning knob; FQ-CoDel's default is 1024, a
-/// tunnel carries fewer concurrent flows per class).
-pub const FLOW_BUCKETS: usize = 256;
+pub use super::FLOW_BUCKETS;
 /// Buckets per set of the set-associative flow table (tuning knob, as
 /// CAKE's 8-way hashing): a flow takes a free bucket of its set, so two
 /// flows share one only when more than this many of the set's are busy.

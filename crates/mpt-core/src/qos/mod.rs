@@ -44,6 +44,11 @@ pub use self::mark::OuterDscp;
 use self::meter::{DelayHistogram, DelayPercentiles, RateBucket};
 use crate::Nanos;
 
+/// Flow buckets per class (tuning knob; FQ-CoDel's default is 1024, a
+/// tunnel carries fewer concurrent flows per class): [`drr`]'s flow table
+/// and [`share`]'s per-flow counts.
+pub const FLOW_BUCKETS: usize = 256;
+
 /// Most classes (the class byte's low bits carry the index; tuning bound).
 pub const MAX_CLASSES: usize = 16;
 

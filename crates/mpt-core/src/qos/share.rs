@@ -94,7 +94,7 @@ const SMOOTHING_DIV: u64 = 2;
 const NANOS_PER_S: u128 = 1_000_000_000;
 
 /// Buckets tracked (the class's flow buckets).
-const BITS: usize = super::drr::FLOW_BUCKETS;
+const BITS: usize = super::FLOW_BUCKETS;
 
 /// The class-wide side. See the module documentation.
 #[derive(Debug, Clone)]

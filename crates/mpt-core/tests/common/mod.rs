@@ -223,6 +223,11 @@ impl Sim {
         } else {
             0
         };
+        // Links added at runtime (a test grows `links`) get their state.
+        if self.busy_until.len() < self.links.len() {
+            self.busy_until.resize(self.links.len(), [0, 0]);
+            self.arrived_bytes.resize(self.links.len(), [0, 0]);
+        }
         // The bottleneck: a drop-tail FIFO served at the link's rate.
         let mut leaves = now;
         if link.rate_mbit > 0.0 {

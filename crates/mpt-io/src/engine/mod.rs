@@ -29,7 +29,6 @@ use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{OpenTicket, Tunnel};
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
-use serde::Serialize;
 
 pub use self::plane::Plane;
 use crate::batch::{RecvBatch, Span, TxBatch};
@@ -37,6 +36,7 @@ use crate::by_peer::ByPeer;
 use crate::capture::{Dir, Tap};
 use crate::events::EventLog;
 use crate::flush::SealScratch;
+pub use crate::flush::{is_hard, IoStats};
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::tunwrite::{TunWriter, WriteStats};
 use crate::workers::Workers;
@@ -77,34 +77,6 @@ impl Ready {
     pub fn any(&self) -> bool {
         self.tun || self.sockets.iter().any(|r| *r)
     }
-}
-
-/// Data-plane I/O counters (batching effectiveness), in `mpt status`.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct IoStats {
-    pub tun_reads: u64,
-    pub udp_recv_calls: u64,
-    pub udp_datagrams_received: u64,
-    pub udp_send_calls: u64,
-    pub udp_datagrams_sent: u64,
-    pub max_recv_batch: u64,
-    pub max_send_batch: u64,
-    /// TUN offloads active (TSO reads, GRO writes).
-    pub tun_offload: bool,
-    /// UDP segmentation on TUN reads and UDP coalescing on writes (USO).
-    pub tun_uso: bool,
-    /// UDP segmentation offload on every path socket.
-    pub udp_gso: bool,
-    /// UDP receive coalescing on every path socket.
-    pub udp_gro: bool,
-    /// TCP super-packets read and the segments cut from them.
-    pub tso_super_packets: u64,
-    pub tso_segments: u64,
-    /// UDP super-packets read and the datagrams cut from them.
-    pub uso_super_packets: u64,
-    pub uso_segments: u64,
-    /// Super-packets that could not be segmented (dropped).
-    pub offload_errors: u64,
 }
 
 /// Scratch of the receive half, reused batch after batch: the datagrams
@@ -341,21 +313,6 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C, Tunnel> {
     pub fn tunnel_and_paths(&mut self) -> (&mut Tunnel, &mut P) {
         (&mut self.plane, &mut self.paths)
     }
-}
-
-/// Errors that mean the path cannot deliver at all right now (as opposed to
-/// a full buffer).
-pub fn is_hard(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ENETUNREACH
-                | libc::ENETDOWN
-                | libc::EHOSTUNREACH
-                | libc::EADDRNOTAVAIL
-                | libc::ENODEV
-        )
-    )
 }
 
 /// Turn an IPv4-mapped IPv6 source back into IPv4 (not expected with
