@@ -16,6 +16,8 @@
 //!   names them, never taken for something else;
 //! * a line is parsed whole: nothing after the JSON value is ignored.
 
+pub mod status;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -192,6 +194,15 @@ impl Request {
 /// An error answer.
 pub fn error(message: impl Into<String>) -> Value {
     serde_json::json!({ "error": message.into() })
+}
+
+/// The daemon's refusal, if `v` is one (`{"error": "..."}`, [`error`]).
+pub fn refusal(v: &Value) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Refusal {
+        error: String,
+    }
+    Refusal::deserialize(v).ok().map(|r| r.error)
 }
 
 /// An answer read as the type it should be, or what is wrong with it.

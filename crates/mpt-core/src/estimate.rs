@@ -38,7 +38,7 @@
 //! allocation after construction; every estimate is `None` until its first
 //! sample; estimates follow a step change of the path within one window.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -289,7 +289,8 @@ impl Jitter {
 }
 
 /// Loss counted by cause.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LossSplit {
     /// Lost while the path's queue was empty: the link dropped them.
     pub link: u64,
@@ -310,7 +311,8 @@ impl LossSplit {
 }
 
 /// What a path's receiver knows about it, for status and for the sender.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Estimates {
     /// Delivery rate (capacity while saturated), bits per second.
     pub rate_bps: Option<u64>,

@@ -21,9 +21,10 @@
 
 mod liveness;
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::estimate::{Estimates, LossSplit, PathMeters};
 use crate::pace::FEEDBACK_INTERVAL_NS;
@@ -389,7 +390,7 @@ impl PathState {
         let est = self.meters.estimates(now);
         PathStatus {
             name: self.cfg.name.clone(),
-            state: if self.up { "up" } else { "down" },
+            state: if self.up { "up" } else { "down" }.into(),
             local: self.cfg.local.to_string(),
             remote: self
                 .remote
@@ -419,9 +420,9 @@ impl PathState {
             }),
             owd_clocks: match (self.owd_min, self.rtt_min) {
                 (Some(o), Some(r)) => Some(if (0..=r as i64).contains(&o) {
-                    "consistent"
+                    "consistent".into()
                 } else {
-                    "offset"
+                    "offset".into()
                 }),
                 _ => None,
             },
@@ -449,12 +450,14 @@ impl PathState {
             ups: self.ups,
             downs: self.downs,
             sending: None,
+            rates: None,
         }
     }
 }
 
 /// One-way delay above a path's minimum: mean and percentiles.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct OwdAboveMin {
     pub mean_ms: f64,
     #[serde(flatten)]
@@ -463,13 +466,14 @@ pub struct OwdAboveMin {
 }
 
 /// Status of one path, as shown by `mpt status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct PathStatus {
     /// This side's id of the path (the index `mpt` uses internally; ids
     /// of removed paths are not listed).
     pub id: PathId,
     pub name: String,
-    pub state: &'static str,
+    pub state: Cow<'static, str>,
     pub local: String,
     pub remote: String,
     pub weight: u32,
@@ -503,7 +507,7 @@ pub struct PathStatus {
     /// when the minimum lies within 0..RTT_min (true of any synchronised
     /// clocks, as in the lab), "offset" when it does not (the clocks
     /// differ: only `owd_above_min` and the bound RTT/2 hold).
-    pub owd_clocks: Option<&'static str>,
+    pub owd_clocks: Option<Cow<'static, str>>,
     /// RFC 3550 interarrival jitter peer → us.
     pub jitter_ms: Option<f64>,
     /// Packets lost peer → us (per-path sequence gaps).
@@ -535,6 +539,9 @@ pub struct PathStatus {
     pub downs: u64,
     /// The sender's model of the path (path-aware scheduling only).
     pub sending: Option<crate::pace::SenderStatus>,
+    /// Bits and packets per second over the last second (the daemon's
+    /// meter fills it in).
+    pub rates: Option<crate::rates::Rates>,
 }
 
 /// A path challenge in flight: the peer's candidate address and the token

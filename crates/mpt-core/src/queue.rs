@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Nanos, PathId};
 
@@ -55,7 +55,8 @@ impl Queued {
 }
 
 /// Counters of the send queue, in `mpt status`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct QueueStats {
     /// Packets that waited (entered the queue).
     pub queued: u64,

@@ -8,7 +8,7 @@
 //! exist; a counter that went backwards (a restart of the counting side)
 //! reads as zero, never as a huge rate.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -26,7 +26,8 @@ pub struct Counts {
 }
 
 /// Rates of one path or of the tunnel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Rates {
     pub tx_bps: f64,
     pub tx_pps: f64,

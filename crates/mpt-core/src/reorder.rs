@@ -47,7 +47,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Nanos;
 
@@ -93,7 +93,8 @@ pub enum Accept {
 }
 
 /// Reorder statistics (exposed in `mpt status`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ReorderStats {
     /// Packets that arrived exactly in order.
     pub in_order: u64,

@@ -4,7 +4,7 @@
 //! under exactly one [`DropReason`]. The reason list is closed: adding a drop
 //! site means adding a variant here, which makes it appear in `mpt status`.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Why a packet was dropped. The `as_str` names are stable API (status JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -219,7 +219,8 @@ impl DropCounters {
 }
 
 /// Tunnel-wide packet counters (both directions).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TunnelCounters {
     /// Inner packets taken from the TUN and sent on a path.
     pub tx_packets: u64,

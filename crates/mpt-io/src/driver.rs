@@ -55,9 +55,8 @@ pub struct Identity {
     pub peer_public_key: Option<String>,
 }
 
-/// Version of the status document's layout (`mpt status --json`); bumped
-/// when a field changes meaning or goes away.
-pub const STATUS_SCHEMA: u32 = 1;
+pub use mpt_control::status::STATUS_SCHEMA;
+use mpt_control::status::{IoDoc, SocketDoc, TunnelDoc};
 
 /// The event loop and everything it owns.
 pub struct Driver {
@@ -459,74 +458,59 @@ impl Driver {
         }
     }
 
-    /// The full status document (`mpt status --json`).
-    pub fn status_json(&self) -> Value {
+    /// The full status document (`mpt status --json`), typed.
+    pub fn status_doc(&self) -> TunnelDoc {
         let e = &self.engine;
         let now = e.clock.now();
-        let mut v = serde_json::to_value(e.tunnel().status(now)).unwrap_or(Value::Null);
-        if let Value::Object(m) = &mut v {
-            m.insert("schema".into(), json!(STATUS_SCHEMA));
-            m.insert("rates".into(), json!(self.rates.total()));
-            if let Some(Value::Array(paths)) = m.get_mut("paths") {
-                for p in paths.iter_mut() {
-                    if let Value::Object(p) = p {
-                        // By the path's id: removed paths are not listed.
-                        let id = p.get("id").and_then(Value::as_u64).unwrap_or(0) as usize;
-                        p.insert("rates".into(), json!(self.rates.path(id)));
-                    }
-                }
-            }
-            m.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
-            m.insert(
-                "peer_public_key".into(),
-                json!(self.identity.peer_public_key),
-            );
-            if let Some(age) = v_session_age(m) {
-                let wall = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64());
-                m.insert("last_handshake_unix_s".into(), json!(wall - age));
-            }
-            m.insert("name".into(), json!(self.identity.name));
-            m.insert("role".into(), json!(self.identity.role));
-            m.insert("pid".into(), json!(std::process::id()));
-            m.insert(
-                "uptime_s".into(),
-                json!(self.started.elapsed().as_secs_f64()),
-            );
-            if let (Some(Value::Object(d)), Ok(n)) = (
-                m.get_mut("drops"),
-                crate::netcfg::tun_queue_drops(&self.identity.name),
-            ) {
-                // Before mpt: the kernel's, at the TUN's full queue.
-                d.insert("tun_queue_full".into(), json!(n));
-            }
-            m.insert("addresses".into(), json!(self.identity.addresses));
-            m.insert("control_socket".into(), json!(self.identity.control_socket));
-            let socks: Vec<Value> = e
+        let mut tunnel = e.tunnel().status(now);
+        for p in &mut tunnel.paths {
+            // By the path's id: removed paths are not listed.
+            p.rates = self.rates.path(p.id as usize);
+        }
+        if let Ok(n) = crate::netcfg::tun_queue_drops(&self.identity.name) {
+            // Before mpt: the kernel's, at the TUN's full queue.
+            tunnel.drops.insert("tun_queue_full".into(), n);
+        }
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let last_handshake_unix_s = tunnel
+            .security
+            .as_ref()
+            .and_then(|s| s.session_age_s)
+            .map(|age| wall - age);
+        TunnelDoc {
+            schema: STATUS_SCHEMA,
+            name: self.identity.name.clone(),
+            role: self.identity.role.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            peer_public_key: self.identity.peer_public_key.clone(),
+            last_handshake_unix_s,
+            addresses: self.identity.addresses.clone(),
+            control_socket: self.identity.control_socket.clone(),
+            sockets: e
                 .paths
                 .sockets
                 .iter()
-                .map(|s| json!({ "local": s.local.to_string(), "paths": s.paths }))
-                .collect();
-            m.insert("sockets".into(), Value::Array(socks));
-            let mut io = serde_json::to_value(e.io_stats()).unwrap_or(Value::Null);
-            if let (Value::Object(io), Ok(Value::Object(w))) =
-                (&mut io, serde_json::to_value(e.write_stats()))
-            {
-                io.extend(w);
-            }
-            m.insert("io".into(), io);
-            m.insert(
-                "workers".into(),
-                serde_json::to_value(e.workers().pool_status()).unwrap_or(Value::Null),
-            );
+                .map(|s| SocketDoc {
+                    local: s.local.to_string(),
+                    paths: s.paths.clone(),
+                })
+                .collect(),
+            rates: self.rates.total(),
+            io: Some(IoDoc {
+                io: e.io_stats().clone(),
+                writes: e.write_stats().clone(),
+            }),
+            workers: Some(e.workers().pool_status()),
+            tunnel,
         }
-        v
     }
-}
 
-/// The current session's age from the status document, if there is one.
-fn v_session_age(m: &serde_json::Map<String, Value>) -> Option<f64> {
-    m.get("security")?.get("session_age_s")?.as_f64()
+    /// [`Driver::status_doc`] as JSON.
+    pub fn status_json(&self) -> Value {
+        serde_json::to_value(self.status_doc()).unwrap_or(Value::Null)
+    }
 }

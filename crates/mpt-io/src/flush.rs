@@ -16,6 +16,7 @@
 //! * the core's output is taken in the core's order ([`drain_output`]),
 //!   flushing when the slots run out.
 
+pub use mpt_control::status::IoStats;
 use std::io;
 
 use mpt_core::concentrator::{Concentrator, PeerId};
@@ -26,7 +27,6 @@ use mpt_core::tunnel::{Sealer, Transmit, Tunnel};
 use crate::by_peer::ByPeer;
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, PathId};
-use serde::Serialize;
 
 use crate::batch::{ToSeal, TxBatch, TxMeta};
 use crate::capture::{Dir, Tap};
@@ -213,34 +213,6 @@ pub fn drain_output<P: PathIo, Q: Peers + ?Sized>(
             None => return,
         }
     }
-}
-
-/// Data-plane I/O counters (batching effectiveness), in `mpt status`.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct IoStats {
-    pub tun_reads: u64,
-    pub udp_recv_calls: u64,
-    pub udp_datagrams_received: u64,
-    pub udp_send_calls: u64,
-    pub udp_datagrams_sent: u64,
-    pub max_recv_batch: u64,
-    pub max_send_batch: u64,
-    /// TUN offloads active (TSO reads, GRO writes).
-    pub tun_offload: bool,
-    /// UDP segmentation on TUN reads and UDP coalescing on writes (USO).
-    pub tun_uso: bool,
-    /// UDP segmentation offload on every path socket.
-    pub udp_gso: bool,
-    /// UDP receive coalescing on every path socket.
-    pub udp_gro: bool,
-    /// TCP super-packets read and the segments cut from them.
-    pub tso_super_packets: u64,
-    pub tso_segments: u64,
-    /// UDP super-packets read and the datagrams cut from them.
-    pub uso_super_packets: u64,
-    pub uso_segments: u64,
-    /// Super-packets that could not be segmented (dropped).
-    pub offload_errors: u64,
 }
 
 /// Errors that mean the path cannot deliver at all right now (as opposed to

@@ -14,24 +14,12 @@
 //!   waits in a coalescer across a poll;
 //! * every failed write is reported to the caller (counted as a drop).
 
+pub use mpt_control::status::WriteStats;
 use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{Received, Tunnel};
-use serde::Serialize;
 
 use crate::offload::{udp, TcpCoalescer, UdpCoalescer, VnetHdr, GSO_NONE, VNET_HDR_LEN};
 use crate::seam::TunDevice;
-
-/// Counters of the TUN write side, in `mpt status` under `io`.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct WriteStats {
-    pub tun_writes: u64,
-    /// TCP super-packets written after coalescing, and the segments merged.
-    pub gro_super_packets: u64,
-    pub gro_segments: u64,
-    /// UDP super-packets written, and the datagrams merged.
-    pub udp_gro_super_packets: u64,
-    pub udp_gro_segments: u64,
-}
 
 /// See the module documentation.
 pub struct TunWriter {

@@ -30,11 +30,10 @@
 //!   owns a disjoint `&mut` sub-slice);
 //! * per-worker counters only ever grow (relaxed atomics, read by status).
 
+pub use mpt_control::status::{PoolStatus, WorkerStatus};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-use serde::Serialize;
 
 use crate::batch::Span;
 
@@ -66,35 +65,6 @@ struct Counters {
     jobs: AtomicU64,
     max_job: AtomicU64,
     busy_ns: AtomicU64,
-}
-
-/// One worker's counters in `mpt status`.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct WorkerStatus {
-    pub id: usize,
-    /// Datagrams sealed or opened by this worker.
-    pub packets: u64,
-    pub bytes: u64,
-    /// Pieces of batches it processed, and the datagrams per piece.
-    pub jobs: u64,
-    pub max_job: u64,
-    /// Time spent sealing and opening, in milliseconds.
-    pub busy_ms: u64,
-}
-
-/// The pool as a whole in `mpt status`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct PoolStatus {
-    pub workers: usize,
-    pub engage: &'static str,
-    /// Whether helpers take work now.
-    pub engaged: bool,
-    /// Spare cores at the last look (idle CPU plus helper work).
-    pub spare_cores: f64,
-    /// The loop's demand at the last look, in cores (its busy time plus
-    /// helper work).
-    pub demand_cores: f64,
-    pub per_worker: Vec<WorkerStatus>,
 }
 
 /// Whether helpers may take work: see the module documentation.
@@ -250,7 +220,8 @@ impl Workers {
             engage: match self.gate.engage {
                 Engage::Auto => "auto",
                 Engage::Always => "always",
-            },
+            }
+            .into(),
             engaged: self.pool.is_some() && self.gate.open,
             spare_cores: (self.gate.spare * 100.0).round() / 100.0,
             demand_cores: (self.gate.demand * 100.0).round() / 100.0,

@@ -32,6 +32,9 @@ use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 
+use mpt_control::status::{Document, TunnelDoc};
+use mpt_core::path::PathStatus;
+use mpt_core::qos::ClassStatus;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -129,17 +132,17 @@ impl<'a> Metrics<'a> {
     }
 }
 
-fn num(v: &Value, key: &str) -> Option<f64> {
-    v.get(key).and_then(Value::as_f64)
+fn n(x: u64) -> Option<f64> {
+    Some(x as f64)
 }
 
 /// Per-path families: (metric name, type, help, value from the path's
-/// status object).
+/// status).
 type PathMetric = (
     &'static str,
     &'static str,
     &'static str,
-    fn(&Value) -> Option<f64>,
+    fn(&PathStatus) -> Option<f64>,
 );
 
 const PATH_METRICS: &[PathMetric] = &[
@@ -147,111 +150,105 @@ const PATH_METRICS: &[PathMetric] = &[
         "mpt_path_up",
         "gauge",
         "1 while the path carries traffic",
-        |p| {
-            Some(f64::from(u8::from(
-                p.get("state").and_then(Value::as_str) == Some("up"),
-            )))
-        },
+        |p| Some(f64::from(u8::from(p.state == "up"))),
     ),
     (
         "mpt_path_transmit_packets_total",
         "counter",
         "Packets sent on the path",
-        |p| num(p, "tx_packets"),
+        |p| n(p.tx_packets),
     ),
     (
         "mpt_path_transmit_bytes_total",
         "counter",
         "Bytes sent on the path (datagrams)",
-        |p| num(p, "tx_bytes"),
+        |p| n(p.tx_bytes),
     ),
     (
         "mpt_path_receive_packets_total",
         "counter",
         "Packets received on the path",
-        |p| num(p, "rx_packets"),
+        |p| n(p.rx_packets),
     ),
     (
         "mpt_path_receive_bytes_total",
         "counter",
         "Bytes received on the path (datagrams)",
-        |p| num(p, "rx_bytes"),
+        |p| n(p.rx_bytes),
     ),
     (
         "mpt_path_receive_lost_packets_total",
         "counter",
         "Packets the peer sent on the path that never arrived",
-        |p| num(p, "rx_lost"),
+        |p| n(p.rx_lost),
     ),
     (
         "mpt_path_ups_total",
         "counter",
         "Times the path came up",
-        |p| num(p, "ups"),
+        |p| n(p.ups),
     ),
     (
         "mpt_path_downs_total",
         "counter",
         "Times the path went down",
-        |p| num(p, "downs"),
+        |p| n(p.downs),
     ),
     (
         "mpt_path_rtt_seconds",
         "gauge",
         "Smoothed round-trip time (RFC 6298)",
-        |p| num(p, "rtt_ms").map(|x| x / 1e3),
+        |p| p.rtt_ms.map(|x| x / 1e3),
     ),
     (
         "mpt_path_rtt_min_seconds",
         "gauge",
         "Lowest round-trip time measured",
-        |p| num(p, "rtt_min_ms").map(|x| x / 1e3),
+        |p| p.rtt_min_ms.map(|x| x / 1e3),
     ),
     (
         "mpt_path_jitter_seconds",
         "gauge",
         "RFC 3550 interarrival jitter, peer to us",
-        |p| num(p, "jitter_ms").map(|x| x / 1e3),
+        |p| p.jitter_ms.map(|x| x / 1e3),
     ),
     (
         "mpt_path_queueing_delay_seconds",
         "gauge",
         "One-way delay above its floor, peer to us",
-        |p| num(p, "rx_queueing_ms").map(|x| x / 1e3),
+        |p| p.rx_queueing_ms.map(|x| x / 1e3),
     ),
     (
         "mpt_path_receive_rate_bits_per_second",
         "gauge",
         "Delivery rate peer to us",
-        |p| num(p, "rx_rate_mbps").map(|x| x * 1e6),
+        |p| p.rx_rate_mbps.map(|x| x * 1e6),
     ),
     (
         "mpt_path_capacity_bits_per_second",
         "gauge",
         "Estimated capacity us to peer (path-aware sending)",
-        |p| {
-            p.get("sending")
-                .and_then(|s| num(s, "bandwidth_mbps"))
-                .map(|x| x * 1e6)
-        },
+        |p| p.sending.as_ref()?.bandwidth_mbps.map(|x| x * 1e6),
     ),
     (
         "mpt_path_pacing_rate_bits_per_second",
         "gauge",
         "Rate the path is paced at",
-        |p| {
-            p.get("sending")
-                .and_then(|s| num(s, "pacing_mbps"))
-                .map(|x| x * 1e6)
-        },
+        |p| p.sending.as_ref()?.pacing_mbps.map(|x| x * 1e6),
     ),
 ];
 
 /// The status document as Prometheus text.
 pub fn render(v: &Value, tunnel: &str) -> String {
-    if v.get("role").and_then(Value::as_str) == Some("concentrator") {
-        return crate::metrics_peers::render(v, tunnel);
+    match Document::read(v) {
+        Document::Concentrator(d) => crate::metrics_peers::render_doc(&d, tunnel),
+        Document::Tunnel(d) => render_doc(&d, tunnel),
     }
+}
+
+/// [`render`] of a typed document.
+pub fn render_doc(d: &TunnelDoc, tunnel: &str) -> String {
+    let t = &d.tunnel;
     let mut o = String::new();
     let mut m = Metrics::new(&mut o, tunnel);
     m.family(
@@ -260,136 +257,111 @@ pub fn render(v: &Value, tunnel: &str) -> String {
         "1 while the daemon answers its control socket",
     );
     m.sample("mpt_up", &[], 1.0);
-    let version = v.get("version").and_then(Value::as_str).unwrap_or("");
     m.family(
         "mpt_build_info",
         "gauge",
         "The daemon's version, as a label",
     );
-    m.sample("mpt_build_info", &[("version", version)], 1.0);
-    let c = v.get("counters").cloned().unwrap_or(Value::Null);
-    for (name, key, help) in [
+    m.sample("mpt_build_info", &[("version", &d.version)], 1.0);
+    let c = &t.counters;
+    for (name, x, help) in [
         (
             "mpt_transmit_packets_total",
-            "tx_packets",
+            c.tx_packets,
             "Inner packets sent into the tunnel",
         ),
         (
             "mpt_transmit_bytes_total",
-            "tx_bytes",
+            c.tx_bytes,
             "Inner bytes sent into the tunnel",
         ),
         (
             "mpt_receive_packets_total",
-            "rx_packets",
+            c.rx_packets,
             "Inner packets delivered from the tunnel",
         ),
         (
             "mpt_receive_bytes_total",
-            "rx_bytes",
+            c.rx_bytes,
             "Inner bytes delivered from the tunnel",
         ),
     ] {
-        if let Some(x) = num(&c, key) {
-            m.family(name, "counter", help);
-            m.sample(name, &[], x);
-        }
+        m.family(name, "counter", help);
+        m.sample(name, &[], x as f64);
     }
-    if let Some(d) = v.get("drops").and_then(Value::as_object) {
+    if !t.drops.is_empty() {
         m.family(
             "mpt_drops_total",
             "counter",
             "Packets dropped, by reason (docs/protocol.md)",
         );
-        for (reason, n) in d {
-            m.sample(
-                "mpt_drops_total",
-                &[("reason", reason)],
-                n.as_f64().unwrap_or(0.0),
-            );
+        for (reason, x) in &t.drops {
+            m.sample("mpt_drops_total", &[("reason", reason)], *x as f64);
         }
     }
-    if let Some(e) = v.get("ecn").filter(|e| e.is_object()) {
-        for (name, key, help) in [
-            (
-                "mpt_ecn_outer_ce_total",
-                "outer_ce",
-                "Data datagrams whose outer header arrived CE (a path marked them, RFC 6040)",
-            ),
-            (
-                "mpt_ecn_ce_carried_total",
-                "ce_carried",
-                "Outer CE marks carried into the inner packets",
-            ),
-        ] {
-            if let Some(x) = num(e, key) {
-                m.family(name, "counter", help);
-                m.sample(name, &[], x);
-            }
-        }
-    }
-    if let Some(x) = num(v, "paths_up") {
-        m.family("mpt_paths_up", "gauge", "Paths that carry traffic");
-        m.sample("mpt_paths_up", &[], x);
-    }
-    for (section, key, name, help) in [
+    for (name, x, help) in [
         (
-            "queue",
-            "packets_now",
+            "mpt_ecn_outer_ce_total",
+            t.ecn.outer_ce,
+            "Data datagrams whose outer header arrived CE (a path marked them, RFC 6040)",
+        ),
+        (
+            "mpt_ecn_ce_carried_total",
+            t.ecn.ce_carried,
+            "Outer CE marks carried into the inner packets",
+        ),
+    ] {
+        m.family(name, "counter", help);
+        m.sample(name, &[], x as f64);
+    }
+    m.family("mpt_paths_up", "gauge", "Paths that carry traffic");
+    m.sample("mpt_paths_up", &[], t.paths_up as f64);
+    let queue = t.queue.as_ref();
+    for (x, name, help) in [
+        (
+            queue.map(|q| q.packets_now),
             "mpt_send_queue_packets",
             "Packets waiting in the send queue",
         ),
         (
-            "queue",
-            "bytes_now",
+            queue.map(|q| q.bytes_now),
             "mpt_send_queue_bytes",
             "Bytes waiting in the send queue",
         ),
         (
-            "reorder",
-            "held_now",
+            Some(t.reorder.held_now),
             "mpt_reorder_held_packets",
             "Packets held to restore order",
         ),
         (
-            "reorder",
-            "held_bytes",
+            Some(t.reorder.held_bytes),
             "mpt_reorder_held_bytes",
             "Bytes of packets held to restore order",
         ),
     ] {
-        if let Some(x) = v.get(section).and_then(|r| num(r, key)) {
+        if let Some(x) = x {
             m.family(name, "gauge", help);
-            m.sample(name, &[], x);
+            m.sample(name, &[], x as f64);
         }
     }
-    let paths = v
-        .get("paths")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     for (name, kind, help, get) in PATH_METRICS {
-        let values: Vec<(String, f64)> = paths
+        let values: Vec<(&str, f64)> = t
+            .paths
             .iter()
-            .filter_map(|p| {
-                let n = p.get("name").and_then(Value::as_str)?.to_string();
-                get(p).map(|x| (n, x))
-            })
+            .filter_map(|p| get(p).map(|x| (p.name.as_str(), x)))
             .collect();
         if values.is_empty() {
             continue;
         }
         m.family(name, kind, help);
         for (path, x) in values {
-            m.sample(name, &[("path", &path)], x);
+            m.sample(name, &[("path", path)], x);
         }
     }
-    let owd: Vec<(String, Value)> = paths
+    let owd: Vec<_> = t
+        .paths
         .iter()
-        .filter_map(|p| {
-            let d = p.get("owd_above_min").filter(|d| !d.is_null())?;
-            Some((p.get("name")?.as_str()?.to_string(), d.clone()))
-        })
+        .filter_map(|p| Some((p.name.as_str(), p.owd_above_min.as_ref()?)))
         .collect();
     if !owd.is_empty() {
         m.family(
@@ -397,91 +369,78 @@ pub fn render(v: &Value, tunnel: &str) -> String {
             "gauge",
             "One-way delay peer to us above the path's minimum, by quantile since start (independent of clock offsets)",
         );
-        for (path, d) in &owd {
-            for (q, key) in [
-                ("0.5", "p50_ms"),
-                ("0.9", "p90_ms"),
-                ("0.99", "p99_ms"),
-                ("1", "max_ms"),
+        for (path, a) in &owd {
+            let q = &a.percentiles;
+            for (quantile, x) in [
+                ("0.5", q.p50_ms),
+                ("0.9", q.p90_ms),
+                ("0.99", q.p99_ms),
+                ("1", q.max_ms),
             ] {
-                if let Some(x) = num(d, key) {
-                    m.sample(
-                        "mpt_path_owd_above_min_seconds",
-                        &[("path", path), ("quantile", q)],
-                        x / 1e3,
-                    );
-                }
+                m.sample(
+                    "mpt_path_owd_above_min_seconds",
+                    &[("path", path), ("quantile", quantile)],
+                    x / 1e3,
+                );
             }
         }
     }
-    let causes: Vec<(String, Value)> = paths
-        .iter()
-        .filter_map(|p| {
-            let c = p.get("rx_lost_by_cause").filter(|c| c.is_object())?;
-            Some((p.get("name")?.as_str()?.to_string(), c.clone()))
-        })
-        .collect();
-    if !causes.is_empty() {
+    if !t.paths.is_empty() {
         m.family(
             "mpt_path_receive_lost_by_cause_packets_total",
             "counter",
             "Packets lost on the path toward us, by the receiver's judgement of the cause: link (random loss) or congestion (a queue overflowed)",
         );
-        for (path, c) in &causes {
-            for cause in ["link", "congestion"] {
-                if let Some(x) = num(c, cause) {
-                    m.sample(
-                        "mpt_path_receive_lost_by_cause_packets_total",
-                        &[("path", path), ("cause", cause)],
-                        x,
-                    );
-                }
+        for p in &t.paths {
+            let c = &p.rx_lost_by_cause;
+            for (cause, x) in [("link", c.link), ("congestion", c.congestion)] {
+                m.sample(
+                    "mpt_path_receive_lost_by_cause_packets_total",
+                    &[("path", &p.name), ("cause", cause)],
+                    x as f64,
+                );
             }
         }
     }
-    if let Some(classes) = v.get("qos").and_then(Value::as_array) {
+    if let Some(classes) = &t.qos {
         render_classes(&mut m, classes);
     }
     o
 }
 
 /// Per-class families of the QoS stage (`class` label).
-fn render_classes(m: &mut Metrics<'_>, classes: &[Value]) {
-    let name_of = |c: &Value| {
-        c.get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    for (name, kind, help, key) in [
+fn render_classes(m: &mut Metrics<'_>, classes: &[ClassStatus]) {
+    type Get = fn(&ClassStatus) -> u64;
+    let families: [(&str, &str, &str, Get); 4] = [
         (
             "mpt_class_transmit_packets_total",
             "counter",
             "Inner packets of the class sent",
-            "packets",
+            |c| c.counters.packets,
         ),
         (
             "mpt_class_transmit_bytes_total",
             "counter",
             "Inner bytes of the class sent",
-            "bytes",
+            |c| c.counters.bytes,
         ),
         (
             "mpt_class_queued_packets",
             "gauge",
             "Packets of the class waiting",
-            "queued_packets",
+            |c| c.queued_packets as u64,
         ),
         (
             "mpt_class_ecn_marks_total",
             "counter",
             "Packets of the class that CoDel marked CE instead of dropping",
-            "marked_aqm",
+            |c| c.counters.marked_aqm,
         ),
-    ] {
+    ];
+    for (name, kind, help, get) in families {
         m.family(name, kind, help);
         for c in classes {
-            m.sample(name, &[("class", &name_of(c))], num(c, key).unwrap_or(0.0));
+            m.sample(name, &[("class", &c.name)], get(c) as f64);
         }
     }
     m.family(
@@ -490,12 +449,18 @@ fn render_classes(m: &mut Metrics<'_>, classes: &[Value]) {
         "Packets of the class dropped, by reason (rate, full, share, aqm, expired)",
     );
     for c in classes {
-        for reason in ["rate", "full", "share", "aqm", "expired"] {
-            let x = num(c, &format!("dropped_{reason}")).unwrap_or(0.0);
+        let k = &c.counters;
+        for (reason, x) in [
+            ("rate", k.dropped_rate),
+            ("full", k.dropped_full),
+            ("share", k.dropped_share),
+            ("aqm", k.dropped_aqm),
+            ("expired", k.dropped_expired),
+        ] {
             m.sample(
                 "mpt_class_drops_total",
-                &[("class", &name_of(c)), ("reason", reason)],
-                x,
+                &[("class", &c.name), ("reason", reason)],
+                x as f64,
             );
         }
     }
@@ -505,15 +470,13 @@ fn render_classes(m: &mut Metrics<'_>, classes: &[Value]) {
         "Time from the TUN to the socket of the class's packets, by quantile since start",
     );
     for c in classes {
-        let d = c.get("delay").cloned().unwrap_or(Value::Null);
-        for (q, key) in [("0.5", "p50_ms"), ("0.99", "p99_ms"), ("1", "max_ms")] {
-            if let Some(x) = num(&d, key) {
-                m.sample(
-                    "mpt_class_queueing_delay_seconds",
-                    &[("class", &name_of(c)), ("quantile", q)],
-                    x / 1e3,
-                );
-            }
+        let d = &c.delay;
+        for (q, x) in [("0.5", d.p50_ms), ("0.99", d.p99_ms), ("1", d.max_ms)] {
+            m.sample(
+                "mpt_class_queueing_delay_seconds",
+                &[("class", &c.name), ("quantile", q)],
+                x / 1e3,
+            );
         }
     }
 }

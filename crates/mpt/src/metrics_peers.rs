@@ -5,71 +5,65 @@
 //! Invariant: a peer that is configured but never connected still has its
 //! samples (zeros), so that a dashboard sees it missing rather than absent.
 
-use serde_json::Value;
+use mpt_control::status::{ConcentratorDoc, PeerDoc};
 
 use crate::metrics::Metrics;
 
-const PEER_FAMILIES: [(&str, &str, &str, &str); 8] = [
+type Get = fn(&PeerDoc) -> f64;
+
+const PEER_FAMILIES: [(&str, &str, &str, Get); 8] = [
     (
         "mpt_peer_connected",
         "gauge",
-        "connected",
         "1 while the peer has a session",
+        |p| f64::from(u8::from(p.connected)),
     ),
     (
         "mpt_peer_paths_up",
         "gauge",
-        "paths_up",
         "The peer's paths that are up",
+        |p| p.paths_up as f64,
     ),
     (
         "mpt_peer_transmit_packets_total",
         "counter",
-        "tx_packets",
         "Inner packets sent to the peer",
+        |p| p.tx_packets as f64,
     ),
     (
         "mpt_peer_transmit_bytes_total",
         "counter",
-        "tx_bytes",
         "Inner bytes sent to the peer",
+        |p| p.tx_bytes as f64,
     ),
     (
         "mpt_peer_receive_packets_total",
         "counter",
-        "rx_packets",
         "Inner packets from the peer",
+        |p| p.rx_packets as f64,
     ),
     (
         "mpt_peer_receive_bytes_total",
         "counter",
-        "rx_bytes",
         "Inner bytes from the peer",
+        |p| p.rx_bytes as f64,
     ),
     (
         "mpt_peer_drops_total",
         "counter",
-        "drops",
         "Packets of the peer's tunnel dropped, all reasons",
+        |p| p.drops as f64,
     ),
     (
         "mpt_peer_source_not_allowed_total",
         "counter",
-        "source_not_allowed",
         "Inner packets from the peer with a source outside its allowed IPs",
+        |p| p.source_not_allowed as f64,
     ),
 ];
 
-fn value(p: &Value, key: &str) -> f64 {
-    match p.get(key) {
-        Some(Value::Bool(b)) => f64::from(u8::from(*b)),
-        Some(v) => v.as_f64().unwrap_or(0.0),
-        None => 0.0,
-    }
-}
-
-/// The concentrator's status document as Prometheus text.
-pub fn render(v: &Value, tunnel: &str) -> String {
+/// [`render`] of a typed document.
+pub fn render_doc(d: &ConcentratorDoc, tunnel: &str) -> String {
     let mut o = String::new();
     let mut m = Metrics::new(&mut o, tunnel);
     m.family(
@@ -83,27 +77,21 @@ pub fn render(v: &Value, tunnel: &str) -> String {
         "gauge",
         "Peers in the concentrator's configuration",
     );
-    m.sample("mpt_peers_configured", &[], value(v, "peers_configured"));
+    m.sample("mpt_peers_configured", &[], d.peers_configured as f64);
     m.family("mpt_peers_connected", "gauge", "Peers with a session");
-    m.sample("mpt_peers_connected", &[], value(v, "peers_connected"));
+    m.sample("mpt_peers_connected", &[], d.peers_connected as f64);
     m.family(
         "mpt_drops_total",
         "counter",
         "Datagrams and packets dropped before reaching any peer, by reason",
     );
-    for (reason, n) in v["drops"].as_object().into_iter().flatten() {
-        m.sample(
-            "mpt_drops_total",
-            &[("reason", reason)],
-            n.as_f64().unwrap_or(0.0),
-        );
+    for (reason, n) in &d.drops {
+        m.sample("mpt_drops_total", &[("reason", reason)], *n as f64);
     }
-    let peers: Vec<&Value> = v["peers"].as_array().into_iter().flatten().collect();
-    for (name, kind, key, help) in PEER_FAMILIES {
+    for (name, kind, help, get) in PEER_FAMILIES {
         m.family(name, kind, help);
-        for p in &peers {
-            let peer = p["name"].as_str().unwrap_or("");
-            m.sample(name, &[("peer", peer)], value(p, key));
+        for p in &d.peers {
+            m.sample(name, &[("peer", &p.name)], get(p));
         }
     }
     o

@@ -10,32 +10,32 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use serde_json::Value;
+use mpt_control::status::{Document, PeerDoc};
+use mpt_core::path::PathStatus;
 
 use crate::status::{ask, fetch, ms, rates};
 
 /// `mpt path list`: one line per path (or the paths' JSON); on a
 /// concentrator, of the peer named.
 pub fn list(sock: &Path, peer: Option<&str>, json: bool) -> io::Result<()> {
-    let paths = match peer {
-        None => {
-            let v = fetch(sock)?;
-            if v.get("role").and_then(Value::as_str) == Some("concentrator") {
+    let paths: Vec<PathStatus> = match peer {
+        None => match Document::read(&fetch(sock)?) {
+            Document::Concentrator(_) => {
                 return Err(io::Error::other(
                     "a concentrator's paths are its peers': name the peer (mpt path --peer NAME|KEY list)",
-                ));
+                ))
             }
-            v.get("paths").cloned()
-        }
+            Document::Tunnel(d) => d.tunnel.paths,
+        },
         Some(p) => {
             let v = ask(
                 sock,
                 &mpt_control::Request::PeerStatus { peer: p.into() },
             )?;
-            v.get("tunnel").and_then(|t| t.get("paths")).cloned()
+            let d: PeerDoc = serde_json::from_value(v).unwrap_or_default();
+            d.tunnel.map(|t| t.paths).unwrap_or_default()
         }
-    }
-    .unwrap_or(Value::Array(vec![]));
+    };
     if json {
         println!(
             "{}",
@@ -47,27 +47,25 @@ pub fn list(sock: &Path, peer: Option<&str>, json: bool) -> io::Result<()> {
     Ok(())
 }
 
-fn render(paths: &Value) -> String {
+fn render(paths: &[PathStatus]) -> String {
     let mut o = String::new();
-    for p in paths.as_array().into_iter().flatten() {
-        let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
-        let flag = |k: &str| p.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let mut state = s("state");
-        if flag("admin_down") {
+    for p in paths {
+        let mut state = p.state.to_string();
+        if p.admin_down {
             state.push_str(", admin down");
         }
-        if flag("backup") {
+        if p.backup {
             state.push_str(", backup");
         }
         let _ = writeln!(
             o,
             "{:<12} {:<22} {} -> {}  rtt {} ms  {}",
-            s("name"),
+            p.name,
             state,
-            s("local"),
-            s("remote"),
-            ms(p, "rtt_ms"),
-            rates(p.get("rates")),
+            p.local,
+            p.remote,
+            ms(p.rtt_ms),
+            rates(p.rates.as_ref()),
         );
     }
     o
@@ -183,12 +181,14 @@ mod tests {
 
     #[test]
     fn list_shows_admin_and_backup_state() {
-        let t = render(&json!([
+        let paths: Vec<PathStatus> = serde_json::from_value(json!([
             {"name": "wifi", "state": "up", "admin_down": true, "backup": false,
              "local": "10.0.0.1:1", "remote": "10.0.0.2:1", "rtt_ms": 5.0},
             {"name": "lte", "state": "down", "admin_down": false, "backup": true,
              "local": "10.1.0.1:1", "remote": "10.1.0.2:1"},
-        ]));
+        ]))
+        .unwrap();
+        let t = render(&paths);
         let lines: Vec<&str> = t.lines().collect();
         assert!(
             lines[0].starts_with("wifi") && lines[0].contains("up, admin down"),

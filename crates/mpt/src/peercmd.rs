@@ -11,9 +11,10 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::status::{ask, bytes};
+use mpt_control::status::{ConcentratorDoc, PeerDoc, ShardDoc, TunnelDoc};
 
 /// `mpt peer add`: a new peer of a running concentrator.
 pub fn add(
@@ -71,97 +72,98 @@ pub fn show_peer(sock: &Path, who: &str, json_out: bool) -> io::Result<()> {
         );
         return Ok(());
     }
+    let doc: PeerDoc = serde_json::from_value(v).unwrap_or_default();
     let mut o = String::new();
-    let _ = writeln!(o, "{}", peer_line(&v));
-    let _ = writeln!(o, "  key {}\n", v["public_key"].as_str().unwrap_or("-"));
+    let _ = writeln!(o, "{}", peer_line(&doc));
+    let _ = writeln!(o, "  key {}\n", crate::status::dash(&doc.public_key));
     // The peer's tunnel in the very view of a single tunnel's status.
-    if let Value::Object(mut doc) = v["tunnel"].clone() {
-        doc.insert("name".into(), v["name"].clone());
-        doc.insert("role".into(), Value::from("peer of this concentrator"));
-        doc.insert("addresses".into(), v["allowed_ips"].clone());
-        let _ = write!(o, "{}", crate::status::render(&Value::Object(doc)));
-    } else {
-        let _ = writeln!(o, "  no tunnel yet (the peer never connected)");
+    match doc.tunnel {
+        Some(tunnel) => {
+            let view = TunnelDoc {
+                name: doc.name.clone(),
+                role: "peer of this concentrator".into(),
+                addresses: doc.allowed_ips.clone(),
+                tunnel,
+                ..TunnelDoc::default()
+            };
+            let _ = write!(o, "{}", crate::status::render_doc(&view));
+        }
+        None => {
+            let _ = writeln!(o, "  no tunnel yet (the peer never connected)");
+        }
     }
     print!("{o}");
     Ok(())
 }
 
-fn peer_line(p: &Value) -> String {
-    let n = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
+fn peer_line(p: &PeerDoc) -> String {
     format!(
         "peer {} [{}]: {}, paths {}/{} up, tx {} ({} packets), rx {} ({} packets), drops {}, source not allowed {}",
-        p["name"].as_str().unwrap_or("-"),
-        p["allowed_ips"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "))
-            .unwrap_or_default(),
-        if p["connected"] == json!(true) {
+        crate::status::dash(&p.name),
+        p.allowed_ips.join(" "),
+        if p.connected {
             "connected"
         } else {
             "not connected"
         },
-        n("paths_up"),
-        n("paths"),
-        bytes(n("tx_bytes")),
-        n("tx_packets"),
-        bytes(n("rx_bytes")),
-        n("rx_packets"),
-        n("drops"),
-        n("source_not_allowed"),
+        p.paths_up,
+        p.paths,
+        bytes(p.tx_bytes),
+        p.tx_packets,
+        bytes(p.rx_bytes),
+        p.rx_packets,
+        p.drops,
+        p.source_not_allowed,
     )
 }
 
 /// `mpt status` of a concentrator: a header, then one line per peer.
-pub fn render(v: &Value) -> String {
+#[cfg(test)] // the daemons' documents are read once, [`Document::read`]
+pub fn render(v: &serde_json::Value) -> String {
+    render_doc(&serde_json::from_value(v.clone()).unwrap_or_default())
+}
+
+/// [`render`] of a typed document.
+pub fn render_doc(d: &ConcentratorDoc) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
         "concentrator {}: {} of {} peers connected, up {:.0} s, addresses {}",
-        v["name"].as_str().unwrap_or("-"),
-        v["peers_connected"],
-        v["peers_configured"],
-        v["uptime_s"].as_f64().unwrap_or(0.0),
-        v["addresses"]
-            .as_array()
-            .map(|a| a
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" "))
-            .unwrap_or_default(),
+        crate::status::dash(&d.name),
+        d.peers_connected,
+        d.peers_configured,
+        d.uptime_s,
+        d.addresses.join(" "),
     );
-    if let Some(d) = v["drops"].as_object().filter(|d| !d.is_empty()) {
-        let list: Vec<String> = d.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    if !d.drops.is_empty() {
+        let list: Vec<String> = d.drops.iter().map(|(k, n)| format!("{k} {n}")).collect();
         let _ = writeln!(o, "  dropped before any peer: {}", list.join(", "));
     }
-    let _ = write!(o, "{}", shards_line(v));
-    if v["io"].is_object() {
-        let _ = writeln!(o, "  {}", crate::status::io_line(&v["io"]));
+    let _ = write!(o, "{}", shards_line(&d.shards));
+    if let Some(io) = &d.io {
+        let _ = writeln!(o, "  {}", crate::status::io_line(io));
     }
-    for p in v["peers"].as_array().into_iter().flatten() {
+    for p in &d.peers {
         let _ = writeln!(o, "  {}", peer_line(p));
     }
     o
 }
 
 /// The threads a concentrator spreads its peers over (none with one).
-fn shards_line(v: &Value) -> String {
-    let list = v["shards"].as_array().cloned().unwrap_or_default();
+fn shards_line(list: &[ShardDoc]) -> String {
     if list.len() < 2 {
         return String::new();
     }
-    let sum = |k: &str| -> u64 { list.iter().filter_map(|s| s["handoffs"][k].as_u64()).sum() };
+    let packets: u64 = list.iter().map(|s| s.handoffs.packets_out).sum();
+    let datagrams: u64 = list.iter().map(|s| s.handoffs.datagrams_out).sum();
     let mut o = format!(
-        "  shards: {} threads, peer id mod {}; read by one shard for another: {} packets, {} datagrams\n",
+        "  shards: {} threads, peer id mod {}; read by one shard for another: {packets} packets, {datagrams} datagrams\n",
         list.len(),
         list.len(),
-        sum("packets_out"),
-        sum("datagrams_out"),
     );
-    for s in &list {
-        if let Some(e) = s["error"].as_str() {
-            let _ = writeln!(o, "  shard {}: {e}", s["shard"]);
+    for s in list {
+        if let Some(e) = &s.error {
+            let _ = writeln!(o, "  shard {}: {e}", s.shard);
         }
     }
     o

@@ -15,20 +15,19 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use mpt_control::status::TunnelDoc;
+use mpt_core::path::PathStatus;
+use mpt_core::rates::Rates;
 
-/// Mbit/s from a `rates` object's `tx_bps`/`rx_bps`.
-fn mbit(rates: Option<&Value>, k: &str) -> String {
-    rates
-        .and_then(|r| r.get(k))
-        .and_then(Value::as_f64)
-        .map_or("-".into(), |x| format!("{:.1}", x / 1e6))
+/// Mbit/s of a rates object's transmit or receive side.
+fn mbit(rates: Option<&Rates>, tx: bool) -> String {
+    rates.map_or("-".into(), |r| {
+        format!("{:.1}", if tx { r.tx_bps } else { r.rx_bps } / 1e6)
+    })
 }
 
-fn pct(p: &Value, k: &str) -> String {
-    p.get(k)
-        .and_then(Value::as_f64)
-        .map_or("-".into(), |x| format!("{:.1}%", x * 100.0))
+fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
 }
 
 /// Seconds as the largest unit that keeps it short: 42 s, 7 min, 3.2 h, 5.1 d.
@@ -45,48 +44,46 @@ pub(crate) fn age(s: f64) -> String {
 }
 
 /// The warnings a path's fields raise.
-fn path_warnings(p: &Value, w: &mut Vec<String>) {
-    let name = p.get("name").and_then(Value::as_str).unwrap_or("-");
-    let state = p.get("state").and_then(Value::as_str).unwrap_or("-");
-    if p.get("admin_down").and_then(Value::as_bool) == Some(true) {
+fn path_warnings(p: &PathStatus, w: &mut Vec<String>) {
+    let name = &p.name;
+    if p.admin_down {
         w.push(format!(
             "path {name} is down by command (`mpt path {name} up`)"
         ));
-    } else if state != "up" {
-        let heard = p
-            .get("last_heard_ms")
-            .and_then(Value::as_f64)
-            .map_or("never heard".into(), |x| {
-                format!("last heard {} ago", age(x / 1e3))
-            });
-        w.push(format!("path {name} is {state} ({heard})"));
-    } else if p.get("peer_hears_us").and_then(Value::as_bool) == Some(false) {
+    } else if p.state != "up" {
+        let heard = p.last_heard_ms.map_or("never heard".into(), |x| {
+            format!("last heard {} ago", age(x / 1e3))
+        });
+        w.push(format!("path {name} is {} ({heard})", p.state));
+    } else if !p.peer_hears_us {
         w.push(format!("path {name}: the peer does not hear us on it"));
     }
-    if p.get("validating")
-        .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-    {
+    if p.validating.is_some() {
         w.push(format!("path {name}: validating a new peer address"));
     }
 }
 
 /// The one-screen view of a tunnel's status document.
-pub fn render(v: &Value) -> String {
+#[cfg(test)] // the daemons' documents are read once, [`Document::read`]
+pub fn render(v: &serde_json::Value) -> String {
+    use mpt_control::status::Document;
+    match Document::read(v) {
+        Document::Tunnel(d) => render_doc(&d),
+        Document::Concentrator(d) => crate::peercmd::render_doc(&d),
+    }
+}
+
+/// [`render`] of a typed document.
+pub fn render_doc(d: &TunnelDoc) -> String {
+    let t = &d.tunnel;
     let mut o = String::new();
-    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
-    let paths = v
-        .get("paths")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let up = v.get("paths_up").and_then(Value::as_u64).unwrap_or(0);
-    let sec = v.get("security").filter(|x| !x.is_null());
-    let session = match sec {
-        Some(sec) => match sec.get("session_age_s").and_then(Value::as_f64) {
+    let up = t.paths_up;
+    let session = match &t.security {
+        Some(sec) => match sec.session_age_s {
             Some(a) => format!(
                 "session {} old ({})",
                 age(a),
-                sec.get("cipher").and_then(Value::as_str).unwrap_or("-")
+                sec.cipher.as_deref().unwrap_or("-")
             ),
             None => "no session yet".into(),
         },
@@ -95,11 +92,11 @@ pub fn render(v: &Value) -> String {
     let _ = writeln!(
         o,
         "tunnel {} ({}): {}, up {}, {session}, {up}/{} paths up",
-        s("name"),
-        s("role"),
+        crate::status::dash(&d.name),
+        crate::status::dash(&d.role),
         if up > 0 { "working" } else { "DOWN" },
-        age(v.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0)),
-        paths.len(),
+        age(d.uptime_s),
+        t.paths.len(),
     );
     let _ = writeln!(
         o,
@@ -107,17 +104,17 @@ pub fn render(v: &Value) -> String {
         "PATH", "STATE", "TX Mbit/s", "RX Mbit/s", "RTT ms", "TXLOSS", "RXLOSS"
     );
     let mut warnings = vec![];
-    for p in &paths {
+    for p in &t.paths {
         let _ = writeln!(
             o,
             "{:<12} {:<5} {:>10} {:>10} {:>8} {:>7} {:>7}",
-            p.get("name").and_then(Value::as_str).unwrap_or("-"),
-            p.get("state").and_then(Value::as_str).unwrap_or("-"),
-            mbit(p.get("rates"), "tx_bps"),
-            mbit(p.get("rates"), "rx_bps"),
-            crate::status::ms(p, "rtt_ms"),
-            pct(p, "tx_loss"),
-            pct(p, "rx_loss"),
+            p.name,
+            p.state,
+            mbit(p.rates.as_ref(), true),
+            mbit(p.rates.as_ref(), false),
+            crate::status::ms(p.rtt_ms),
+            pct(p.tx_loss),
+            pct(p.rx_loss),
         );
         path_warnings(p, &mut warnings);
     }
@@ -126,34 +123,30 @@ pub fn render(v: &Value) -> String {
         "{:<12} {:<5} {:>10} {:>10}",
         "total",
         "",
-        mbit(v.get("rates"), "tx_bps"),
-        mbit(v.get("rates"), "rx_bps"),
+        mbit(d.rates.as_ref(), true),
+        mbit(d.rates.as_ref(), false),
     );
-    let drops: Vec<String> = v
-        .get("drops")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter(|(_, x)| x.as_u64().is_some_and(|n| n > 0))
-                .map(|(k, x)| format!("{k}={}", x.as_u64().unwrap_or(0)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let drops: Vec<String> = t
+        .drops
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
     if !drops.is_empty() {
         let _ = writeln!(o, "drops: {}", drops.join(" "));
     }
-    if sec.is_none() {
+    if t.security.is_none() {
         warnings.push("no encryption (insecure_no_encryption): anyone on a path can inject".into());
     }
-    let unmatched: Vec<&str> = v
-        .get("unmatched_peer_paths")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|p| p.get("name")?.as_str()).collect())
-        .unwrap_or_default();
-    if !unmatched.is_empty() {
+    if !t.unmatched_peer_paths.is_empty() {
+        let names: Vec<&str> = t
+            .unmatched_peer_paths
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
         warnings.push(format!(
             "peer paths with no match here: {} (paths pair by name)",
-            unmatched.join(", ")
+            names.join(", ")
         ));
     }
     for w in &warnings {
@@ -171,7 +164,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn doc() -> Value {
+    fn doc() -> serde_json::Value {
         json!({
             "name": "site-a", "role": "client", "uptime_s": 3725.0, "paths_up": 2,
             "security": {"session_age_s": 80.0, "cipher": "chacha20poly1305"},
@@ -181,7 +174,8 @@ mod tests {
                  "rx_loss": 0.0, "rates": {"tx_bps": 60e6, "rx_bps": 0.8e6},
                  "peer_hears_us": true},
                 {"name": "lte", "state": "up", "rtt_ms": 48.0, "tx_loss": 0.0,
-                 "rx_loss": 0.02, "rates": {"tx_bps": 38.5e6, "rx_bps": 0.4e6}},
+                 "rx_loss": 0.02, "rates": {"tx_bps": 38.5e6, "rx_bps": 0.4e6},
+                 "peer_hears_us": true},
                 {"name": "dsl", "state": "down", "last_heard_ms": 9000.0}
             ],
             "drops": {"aqm": 9, "replay": 0},

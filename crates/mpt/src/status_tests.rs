@@ -3,15 +3,23 @@
 use super::*;
 use serde_json::json;
 
+/// A path's status as a daemon would send it (only these fields).
+fn path(v: Value) -> PathStatus {
+    serde_json::from_value(v).unwrap()
+}
+
 #[test]
 fn a_path_shows_its_weight_or_its_cap() {
-    assert_eq!(share(&json!({"weight": 3, "sending": null})), "weight 3  ");
     assert_eq!(
-        share(&json!({"weight": 1, "sending": {"cap_mbps": null}})),
+        share(&path(json!({"weight": 3, "sending": null}))),
+        "weight 3  "
+    );
+    assert_eq!(
+        share(&path(json!({"weight": 1, "sending": {"cap_mbps": null}}))),
         ""
     );
     assert_eq!(
-        share(&json!({"weight": 1, "sending": {"cap_mbps": 5.0}})),
+        share(&path(json!({"weight": 1, "sending": {"cap_mbps": 5.0}}))),
         "cap 5 Mbit/s  "
     );
 }
@@ -19,9 +27,9 @@ fn a_path_shows_its_weight_or_its_cap() {
 #[test]
 fn one_way_delay_is_absolute_only_when_the_clocks_are_consistent() {
     let ok = json!({"owd_clocks": "consistent", "owd_min_ms": 10.0021, "rtt_min_ms": 20.1});
-    assert_eq!(owd_note(&ok), "min 10.002 ms");
+    assert_eq!(owd_note(&path(ok.clone())), "min 10.002 ms");
     let off = json!({"owd_clocks": "offset", "owd_min_ms": -3.0, "rtt_min_ms": 20.0});
-    assert!(owd_note(&off).contains("clocks differ"));
-    assert!(owd_note(&off).contains("RTT/2 = 10.000 ms"));
-    assert_eq!(owd_note(&json!({})), "no samples yet");
+    assert!(owd_note(&path(off.clone())).contains("clocks differ"));
+    assert!(owd_note(&path(off.clone())).contains("RTT/2 = 10.000 ms"));
+    assert_eq!(owd_note(&path(json!({}))), "no samples yet");
 }

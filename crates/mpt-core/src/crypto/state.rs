@@ -13,12 +13,13 @@
 //! authentication leaves every session unchanged; a session is never used
 //! beyond `REJECT_AFTER` or its packet limit.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::aead::{cpu_has_aes, Cipher, DataKey};
 use super::cookie::{self, CookieMaker, MacKeys};
@@ -79,7 +80,8 @@ pub fn index_slot(index: u32) -> u32 {
 }
 
 /// Counters shown in `mpt status`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CryptoStats {
     /// Handshakes this side completed (a responder's once the initiator
     /// confirmed the session with its first packet).
@@ -552,12 +554,13 @@ impl CryptoState {
     /// Status: mode, cipher, session age (no key material).
     pub fn status(&self, now: Nanos) -> SecurityStatus {
         SecurityStatus {
-            mode: "encrypted",
+            mode: "encrypted".into(),
             role: match self.cfg.role {
                 HandshakeRole::Initiator => "initiator",
                 HandshakeRole::Responder => "responder",
-            },
-            cipher: self.current.as_ref().map(|s| s.cipher.name()),
+            }
+            .into(),
+            cipher: self.current.as_ref().map(|s| s.cipher.name().into()),
             session_age_s: self.current.as_ref().map(|s| s.age(now) as f64 / 1e9),
             session_packets_sent: self.current.as_ref().map(|s| s.sent()),
             stats: self.stats.clone(),
@@ -566,11 +569,12 @@ impl CryptoState {
 }
 
 /// Security part of the status document.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct SecurityStatus {
-    pub mode: &'static str,
-    pub role: &'static str,
-    pub cipher: Option<&'static str>,
+    pub mode: Cow<'static, str>,
+    pub role: Cow<'static, str>,
+    pub cipher: Option<Cow<'static, str>>,
     pub session_age_s: Option<f64>,
     pub session_packets_sent: Option<u64>,
     #[serde(flatten)]

@@ -39,7 +39,8 @@ pub use bbr::ProbeBw;
 pub use bucket::TokenBucket;
 pub use delay::{TargetDelay, TARGET_NS};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, NANOS_PER_MS};
@@ -345,7 +346,7 @@ impl PathSender {
     pub fn status(&self, now: Nanos) -> SenderStatus {
         let mbps = |b: u64| b as f64 / 1e6;
         SenderStatus {
-            control: self.control.state(),
+            control: self.control.state().into(),
             bandwidth_mbps: self.control.bandwidth_bps().map(mbps),
             pacing_mbps: self.pacing_rate_bps(now).map(mbps),
             cap_mbps: self.cap_bps.map(mbps),
@@ -360,11 +361,12 @@ impl PathSender {
 }
 
 /// What the sender knows of one path, as shown by `mpt status`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct SenderStatus {
     /// The rate controller's state (`startup`, `grow`, `hold`, `drain` for
     /// the default [`TargetDelay`]; `probe-bw` for [`ProbeBw`]; `off`).
-    pub control: &'static str,
+    pub control: Cow<'static, str>,
     /// Estimated capacity us → peer.
     pub bandwidth_mbps: Option<f64>,
     /// Rate the path is paced at (`None`: not paced).

@@ -13,7 +13,7 @@
 //! Invariants: a bucket never holds more than its depth; a histogram's
 //! total equals the number of samples recorded.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -102,7 +102,8 @@ impl Default for DelayHistogram {
 }
 
 /// Delay percentiles of one class, milliseconds.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct DelayPercentiles {
     pub p50_ms: f64,
     pub p90_ms: f64,

@@ -36,7 +36,7 @@ pub mod mark;
 pub mod meter;
 pub mod share;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use self::classify::{flow_hash, inspect, ClassMatch};
 use self::drr::{ClassQueue, Item, Pushed, Serve};
@@ -181,7 +181,8 @@ pub struct Enqueued {
 }
 
 /// Counters of one class (`mpt status`).
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct ClassCounters {
     /// Packets and bytes sent (redundant copies not counted twice).
     pub packets: u64,
@@ -202,7 +203,8 @@ pub struct ClassCounters {
 }
 
 /// One class in `mpt status`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
 pub struct ClassStatus {
     pub name: String,
     pub priority: u8,

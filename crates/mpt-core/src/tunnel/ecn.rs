@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Tunnel;
 use crate::ecn_tunnel::{decapsulate, Egress};
@@ -36,7 +36,8 @@ use crate::wire::{self, Fragment, HeaderFields, PacketType, FRAGMENT_HEADER_LEN,
 pub const PENDING_MAX: usize = 64;
 
 /// ECN counters (`mpt status` `ecn`).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct EcnStats {
     /// Authentic data datagrams whose outer header arrived CE.
     pub outer_ce: u64,

@@ -37,7 +37,7 @@
 
 use std::collections::VecDeque;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::path_loss::SentByPath;
 use super::{Transmit, Tunnel};
@@ -81,7 +81,8 @@ const ASKED_REMEMBERED: usize = 1024;
 const RECENT_RESENDS: usize = 512;
 
 /// Recovery counters, in `mpt status` under `recovery`.
-#[derive(Debug, Default, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct RecoveryStats {
     /// Receiver: NACK packets sent and the gaps they asked for.
     pub nacks_sent: u64,

@@ -3,9 +3,10 @@
 //! Invariant: the status holds counters and measurements only — never key
 //! material (security status shows mode, cipher, session age and counts).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Tunnel;
 use crate::crypto::state::SecurityStatus;
@@ -16,7 +17,8 @@ use crate::stats::TunnelCounters;
 use crate::{Nanos, PathId};
 
 /// Reorder buffer part of the status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct ReorderStatus {
     pub window: u64,
     pub held_now: usize,
@@ -32,7 +34,8 @@ pub struct ReorderStatus {
 }
 
 /// Send queue part of the status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct QueueStatus {
     pub packets_now: usize,
     /// Bytes waiting now, and the cap on them.
@@ -45,12 +48,13 @@ pub struct QueueStatus {
 }
 
 /// Whole-tunnel status.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct TunnelStatus {
     pub paths: Vec<PathStatus>,
     pub paths_up: usize,
-    pub scheduler: &'static str,
-    pub release_policy: &'static str,
+    pub scheduler: Cow<'static, str>,
+    pub release_policy: Cow<'static, str>,
     pub mtu: usize,
     pub counters: TunnelCounters,
     /// Inner packets larger than one datagram (`fragment.rs`).
@@ -61,7 +65,7 @@ pub struct TunnelStatus {
     /// `None` in plaintext mode.
     pub security: Option<SecurityStatus>,
     /// Drop counters by reason.
-    pub drops: BTreeMap<&'static str, u64>,
+    pub drops: BTreeMap<Cow<'static, str>, u64>,
     /// Loss recovery counters; `None` when recovery is off.
     pub recovery: Option<super::RecoveryStats>,
     /// Traffic classes, in matching order; `None` with QoS off.
@@ -76,7 +80,8 @@ pub struct TunnelStatus {
 /// packets reassembled (in order, and late: completed by a piece that came
 /// after its gap was given up), packets parked for late pieces now (those
 /// given up are in the drops, as `fragment_incomplete`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct FragmentStatus {
     pub datagram_body: usize,
     pub tx_pieces: u64,
@@ -95,7 +100,8 @@ pub struct FragmentStatus {
 }
 
 /// One of the peer's paths, by its id and name.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct PeerPath {
     pub id: u8,
     pub name: String,
@@ -127,8 +133,8 @@ impl Tunnel {
                 })
                 .collect(),
             paths_up: self.paths.iter().filter(|p| p.up).count(),
-            scheduler: self.sched.name(),
-            release_policy: self.policy.name(),
+            scheduler: self.sched.name().into(),
+            release_policy: self.policy.name().into(),
             mtu: self.mtu,
             counters: self.counters.clone(),
             fragments: self.fragment_status(),
@@ -149,7 +155,7 @@ impl Tunnel {
                 stats: self.queue.stats().clone(),
             }),
             security: self.crypto.as_ref().map(|c| c.status(now)),
-            drops: self.drops.iter().collect(),
+            drops: self.drops.iter().map(|(k, n)| (k.into(), n)).collect(),
             recovery: self.recovery_stats().cloned(),
             qos: self
                 .qos
