@@ -212,6 +212,61 @@ pub struct ConcentratorDoc {
     pub shards: Vec<ShardDoc>,
 }
 
+/// One shard's part of a concentrator's status: its own peers, drops and
+/// I/O (the leader sums them into a [`ConcentratorDoc`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShardPart {
+    pub shard: usize,
+    pub peers: Vec<PeerDoc>,
+    pub drops: std::collections::BTreeMap<String, u64>,
+    pub cookies_sent: u64,
+    pub tun_write_failures: u64,
+    pub io: IoDoc,
+    pub handoffs: HandoffDoc,
+    pub send_failures: Option<u64>,
+    /// The shard did not answer.
+    pub error: Option<String>,
+}
+
+impl IoDoc {
+    /// Add another loop's counters (a concentrator's shards): sums, the
+    /// larger of the largest batches, and an offload on if on in both.
+    pub fn add(&mut self, o: &IoDoc) {
+        let (a, b) = (&mut self.io, &o.io);
+        for (x, y) in [
+            (&mut a.tun_reads, b.tun_reads),
+            (&mut a.udp_recv_calls, b.udp_recv_calls),
+            (&mut a.udp_datagrams_received, b.udp_datagrams_received),
+            (&mut a.udp_send_calls, b.udp_send_calls),
+            (&mut a.udp_datagrams_sent, b.udp_datagrams_sent),
+            (&mut a.tso_super_packets, b.tso_super_packets),
+            (&mut a.tso_segments, b.tso_segments),
+            (&mut a.uso_super_packets, b.uso_super_packets),
+            (&mut a.uso_segments, b.uso_segments),
+            (&mut a.offload_errors, b.offload_errors),
+        ] {
+            *x += y;
+        }
+        a.max_recv_batch = a.max_recv_batch.max(b.max_recv_batch);
+        a.max_send_batch = a.max_send_batch.max(b.max_send_batch);
+        a.tun_offload &= b.tun_offload;
+        a.tun_uso &= b.tun_uso;
+        a.udp_gso &= b.udp_gso;
+        a.udp_gro &= b.udp_gro;
+        let (w, v) = (&mut self.writes, &o.writes);
+        for (x, y) in [
+            (&mut w.tun_writes, v.tun_writes),
+            (&mut w.gro_super_packets, v.gro_super_packets),
+            (&mut w.gro_segments, v.gro_segments),
+            (&mut w.udp_gro_super_packets, v.udp_gro_super_packets),
+            (&mut w.udp_gro_segments, v.udp_gro_segments),
+        ] {
+            *x += y;
+        }
+    }
+}
+
 /// A daemon's status document: a single tunnel's or a concentrator's
 /// (told apart by its `role`).
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@ use crate::driver::STATUS_SCHEMA;
 use crate::pathctl::PathChange;
 use crate::seam::Clock;
 use crate::shards::{self, Op};
+use mpt_control::status::{ConcentratorDoc, IoDoc, ShardDoc, ShardPart};
 
 /// Parse `peer add`'s JSON into a peer and its routes.
 fn parse_peer(v: &Value) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
@@ -404,57 +405,60 @@ impl HubDriver {
     }
 
     pub(super) fn status_json(&mut self) -> Value {
+        serde_json::to_value(self.status_doc()).unwrap_or(Value::Null)
+    }
+
+    /// The concentrator's status document: every shard's part, summed.
+    fn status_doc(&mut self) -> ConcentratorDoc {
         let mut parts = vec![shards::status_part(&self.hub)];
         if let Some(l) = self.link.as_mut() {
-            parts[0]["send_failures"] = json!(l.send_failures);
-            parts.extend(l.ask_others(&Op::Status));
+            parts[0].send_failures = Some(l.send_failures);
+            let others = l.ask_others(&Op::Status);
+            parts.extend(
+                others
+                    .into_iter()
+                    .map(|v| serde_json::from_value::<ShardPart>(v).unwrap_or_default()),
+            );
         }
-        let mut total = json!({});
-        let mut peers: Vec<Value> = vec![];
-        for p in &mut parts {
-            if let Some(Value::Array(list)) = p.get_mut("peers").map(Value::take) {
-                peers.extend(list);
+        let mut doc = ConcentratorDoc {
+            schema: STATUS_SCHEMA,
+            name: self.name.clone(),
+            role: "concentrator".into(),
+            addresses: self.addresses.clone(),
+            control_socket: self.control_socket.clone(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            peers_configured: self.hub.concentrator().peer_count(),
+            ..ConcentratorDoc::default()
+        };
+        let mut io: Option<IoDoc> = None;
+        for p in parts {
+            doc.peers.extend(p.peers);
+            for (k, n) in p.drops {
+                *doc.drops.entry(k).or_default() += n;
             }
-            shards::add_numbers(&mut total, p);
-        }
-        peers.sort_by_key(|p| p["id"].as_u64());
-        let c = self.hub.concentrator();
-        let per_shard: Vec<Value> = parts
-            .iter()
-            .map(|p| {
-                let mut s = json!({
-                    "shard": p["shard"],
-                    "handoffs": p["handoffs"],
-                    "send_failures": p["send_failures"],
-                    "io": p["io"],
-                });
-                if let Some(e) = p.get("error") {
-                    s["error"] = e.clone();
+            doc.cookies_sent += p.cookies_sent;
+            doc.tun_write_failures += p.tun_write_failures;
+            if p.error.is_none() {
+                match io.as_mut() {
+                    Some(t) => t.add(&p.io),
+                    None => io = Some(p.io.clone()),
                 }
-                s
-            })
-            .collect();
-        let mut drops = total.get("drops").cloned().unwrap_or(json!({}));
-        if let (Value::Object(d), Ok(n)) = (&mut drops, crate::netcfg::tun_queue_drops(&self.name))
-        {
-            // Before mpt: the kernel's, at the TUN's full queues.
-            d.insert("tun_queue_full".into(), json!(n));
+            }
+            doc.shards.push(ShardDoc {
+                shard: p.shard,
+                handoffs: p.handoffs,
+                send_failures: p.send_failures,
+                io: p.error.is_none().then_some(p.io),
+                error: p.error,
+            });
         }
-        json!({
-            "schema": STATUS_SCHEMA,
-            "name": self.name,
-            "role": "concentrator",
-            "addresses": self.addresses,
-            "control_socket": self.control_socket,
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "peers_configured": c.peer_count(),
-            "peers_connected": peers.iter().filter(|p| p["connected"] == json!(true)).count(),
-            "peers": peers,
-            "drops": drops,
-            "cookies_sent": total["cookies_sent"],
-            "tun_write_failures": total["tun_write_failures"],
-            "io": total["io"],
-            "shards": per_shard,
-        })
+        doc.io = io;
+        doc.peers.sort_by_key(|p| p.id);
+        doc.peers_connected = doc.peers.iter().filter(|p| p.connected).count();
+        if let Ok(n) = crate::netcfg::tun_queue_drops(&self.name) {
+            // Before mpt: the kernel's, at the TUN's full queues.
+            doc.drops.insert("tun_queue_full".into(), n);
+        }
+        doc
     }
 }

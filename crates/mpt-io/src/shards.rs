@@ -53,6 +53,7 @@ use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::udp::PathSocket;
 use crate::workers::{Engage, Workers};
+use mpt_control::status::{HandoffDoc, IoDoc, PeerDoc, ShardPart};
 
 /// The waker token of a shard's inbox.
 pub(crate) const TOKEN_SHARD: Token = Token(5);
@@ -291,7 +292,7 @@ pub fn answer<T: TunDevice, P: PathIo, C: Clock>(hub: &mut Hub<T, P, C>, op: &Op
             }
             Err(e) => json!({ "ok": false, "error": e.to_string() }),
         },
-        Op::Status => status_part(hub),
+        Op::Status => serde_json::to_value(status_part(hub)).unwrap_or(Value::Null),
         Op::Capture(tap) => {
             match (tap, hub.capture.as_mut()) {
                 (Some(t), _) => hub.capture = Some(t.clone()),
@@ -308,74 +309,46 @@ pub fn answer<T: TunDevice, P: PathIo, C: Clock>(hub: &mut Hub<T, P, C>, op: &Op
         },
         Op::Detail(id) => {
             let c = hub.concentrator();
-            let mut v = peer_json(c, *id, now);
-            if let Some(t) = c.tunnel(*id) {
-                v["tunnel"] = serde_json::to_value(t.status(now)).unwrap_or(Value::Null);
-            }
-            v
+            let doc = peer_doc(c, *id, now).map(|mut d| {
+                d.tunnel = c.tunnel(*id).map(|t| t.status(now));
+                d
+            });
+            serde_json::to_value(doc).unwrap_or(Value::Null)
         }
     }
 }
 
 /// One shard's share of `status`: its own peers, drops, I/O.
-pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> Value {
+pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> ShardPart {
     let now = hub.clock.now();
     let c = hub.concentrator();
-    let peers: Vec<Value> = c
-        .peer_ids()
-        .filter(|&id| c.owns(id))
-        .map(|id| peer_json(c, id, now))
-        .collect();
-    let drops: serde_json::Map<String, Value> = c
-        .drops()
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(k, n)| (k.to_string(), json!(n)))
-        .collect();
     let h = c.handoff_counts();
-    // The single tunnel's I/O counters, TUN writes among them.
-    let mut io = serde_json::to_value(hub.io_stats()).unwrap_or(Value::Null);
-    if let (Value::Object(io), Ok(Value::Object(w))) =
-        (&mut io, serde_json::to_value(hub.write_stats()))
-    {
-        io.extend(w);
-    }
-    json!({
-        "shard": c.shard().0,
-        "peers": peers,
-        "drops": drops,
-        "cookies_sent": c.cookies_sent(),
-        "tun_write_failures": hub.tun_write_failures(),
-        "io": io,
-        "handoffs": { "packets_out": h.packets_out, "datagrams_out": h.datagrams_out, "taken": h.taken },
-    })
-}
-
-/// Add `b`'s numbers into `a` (objects key by key; `max_*` keep the
-/// larger; anything else keeps `a`'s).
-pub fn add_numbers(a: &mut Value, b: &Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, bv) in b {
-                match a.get_mut(k) {
-                    Some(av) if k.starts_with("max_") => {
-                        if bv.as_u64() > av.as_u64() {
-                            *av = bv.clone();
-                        }
-                    }
-                    Some(av) => add_numbers(av, bv),
-                    None => {
-                        a.insert(k.clone(), bv.clone());
-                    }
-                }
-            }
-        }
-        (a @ Value::Number(_), Value::Number(b)) => {
-            if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
-                *a = json!(x + y);
-            }
-        }
-        _ => {}
+    ShardPart {
+        shard: c.shard().0,
+        peers: c
+            .peer_ids()
+            .filter(|&id| c.owns(id))
+            .filter_map(|id| peer_doc(c, id, now))
+            .collect(),
+        drops: c
+            .drops()
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (k.to_string(), n))
+            .collect(),
+        cookies_sent: c.cookies_sent(),
+        tun_write_failures: hub.tun_write_failures(),
+        io: IoDoc {
+            io: hub.io_stats().clone(),
+            writes: hub.write_stats().clone(),
+        },
+        handoffs: HandoffDoc {
+            packets_out: h.packets_out,
+            datagrams_out: h.datagrams_out,
+            taken: h.taken,
+        },
+        send_failures: None,
+        error: None,
     }
 }
 
@@ -510,13 +483,15 @@ impl Follower {
 }
 
 /// One peer's line of a concentrator's status: who, where, its counters.
-pub(crate) fn peer_json(c: &mpt_core::concentrator::Concentrator, id: PeerId, now: u64) -> Value {
-    let Some(p) = c.peer(id) else {
-        return Value::Null;
-    };
+pub(crate) fn peer_doc(
+    c: &mpt_core::concentrator::Concentrator,
+    id: PeerId,
+    now: u64,
+) -> Option<PeerDoc> {
+    let p = c.peer(id)?;
     let t = c.tunnel(id);
     let st = t.map(|t| t.status(now));
-    let doc = mpt_control::status::PeerDoc {
+    Some(PeerDoc {
         id,
         shard: c.shard_of(id),
         name: p.cfg.name.clone(),
@@ -534,8 +509,7 @@ pub(crate) fn peer_json(c: &mpt_core::concentrator::Concentrator, id: PeerId, no
         drops: t.map_or(0, |t| t.drops().total()),
         source_not_allowed: p.source_not_allowed,
         tunnel: None,
-    };
-    serde_json::to_value(doc).unwrap_or(Value::Null)
+    })
 }
 
 #[cfg(test)]
