@@ -20,11 +20,10 @@ use mpt_core::Nanos;
 
 const PKT: usize = 1400;
 
-/// Links of (rate Mbit/s, delay ms, jitter ms); side 0 offers `offer_mbit`
-/// for `secs`; the Mbit/s each link carried over the last `secs - 2` s.
-fn carried(spec: &[(f64, u64, u64)], offer_mbit: f64, secs: u64) -> Vec<f64> {
-    let links: Vec<Link> = spec
-        .iter()
+/// Links of (rate Mbit/s, delay ms, jitter ms), each with a 50 ms
+/// drop-tail bottleneck queue.
+fn capacity_links(spec: &[(f64, u64, u64)]) -> Vec<Link> {
+    spec.iter()
         .map(|&(rate, d, j)| Link {
             delay: d * MS,
             jitter: j * MS,
@@ -33,7 +32,13 @@ fn carried(spec: &[(f64, u64, u64)], offer_mbit: f64, secs: u64) -> Vec<f64> {
             rate_mbit: rate,
             queue_ns: 50 * MS,
         })
-        .collect();
+        .collect()
+}
+
+/// Links of (rate Mbit/s, delay ms, jitter ms); side 0 offers `offer_mbit`
+/// for `secs`; the Mbit/s each link carried over the last `secs - 2` s.
+fn carried(spec: &[(f64, u64, u64)], offer_mbit: f64, secs: u64) -> Vec<f64> {
+    let links = capacity_links(spec);
     let n = links.len();
     let t = [
         TestConfig::new(0, n).ecf().with(|c| c.mtu = 1500).tunnel(),
@@ -112,17 +117,7 @@ fn below_the_links_sum_everything_offered_is_carried() {
 /// ms, jitter ms) for `secs`: its goodput over the last `secs - 2` s,
 /// Mbit/s.
 fn tcp_goodput(spec: &[(f64, u64, u64)], ack_ms: u64, secs: u64) -> f64 {
-    let links: Vec<Link> = spec
-        .iter()
-        .map(|&(rate, d, j)| Link {
-            delay: d * MS,
-            jitter: j * MS,
-            loss: 0.0,
-            up: true,
-            rate_mbit: rate,
-            queue_ns: 50 * MS,
-        })
-        .collect();
+    let links = capacity_links(spec);
     let n = links.len();
     let cfg = |side| {
         TestConfig::new(side, n)
