@@ -89,6 +89,12 @@ def config_text(
         addrs.append(f'"{TUNNEL_V4[side]}/24"')
     if opts.tunnel_v6:
         addrs.append(f'"{TUNNEL_V6[side]}/64"')
+    # Lines of `extra` written `tunnel.KEY = VALUE` belong in [tunnel]
+    # (TOML cannot return to it after the other tables).
+    extra_lines = opts.extra.splitlines()
+    ours = [x.strip().startswith("tunnel.") for x in extra_lines]
+    tunnel_keys = [x.strip()[len("tunnel.") :] for x, t in zip(extra_lines, ours) if t]
+    rest = "\n".join(x for x, t in zip(extra_lines, ours) if not t)
     lines = [
         "[tunnel]",
         f'name = "{opts.name}"',
@@ -96,6 +102,7 @@ def config_text(
         f'control_socket = "{control}"',
         *([f"workers = {opts.workers}"] if opts.workers else []),
         *([f'parallel = "{opts.parallel}"'] if opts.parallel else []),
+        *tunnel_keys,
         "",
         "[peer]",
         f'role = "{"server" if side == "a" else "client"}"',
@@ -127,8 +134,8 @@ def config_text(
             lines.append(f"keepalive_ms = {opts.keepalive_ms}")
         if opts.dead_ms:
             lines.append(f"dead_ms = {opts.dead_ms}")
-    if opts.extra:
-        lines += ["", opts.extra]
+    if rest.strip():
+        lines += ["", rest]
     if opts.side_extra and opts.side_extra.get(side):
         lines += ["", opts.side_extra[side]]
     return "\n".join(lines) + "\n"

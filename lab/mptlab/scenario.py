@@ -49,6 +49,7 @@ A scenario file::
 
     [mpt]                     # optional
     extra = "..."             # configuration text added to both daemons' files
+                              # (a line `tunnel.KEY = VALUE` goes into [tunnel])
     server_learns = true      # side A's paths have no `remote`: the server learns
                               # its client's addresses (as a concentrator does)
 
