@@ -92,9 +92,8 @@ def config_text(
     # Lines of `extra` written `tunnel.KEY = VALUE` belong in [tunnel]
     # (TOML cannot return to it after the other tables).
     extra_lines = opts.extra.splitlines()
-    ours = [x.strip().startswith("tunnel.") for x in extra_lines]
-    tunnel_keys = [x.strip()[len("tunnel.") :] for x, t in zip(extra_lines, ours) if t]
-    rest = "\n".join(x for x, t in zip(extra_lines, ours) if not t)
+    tunnel_keys = [x.strip()[len("tunnel.") :] for x in extra_lines if _in_tunnel(x)]
+    rest = "\n".join(x for x in extra_lines if not _in_tunnel(x))
     lines = [
         "[tunnel]",
         f'name = "{opts.name}"',
