@@ -76,6 +76,11 @@ def make_keys(workdir: Path) -> dict[str, str]:
     return pubs
 
 
+def _in_tunnel(line: str) -> bool:
+    """A line of extra configuration that belongs in [tunnel]."""
+    return line.strip().startswith("tunnel.")
+
+
 def config_text(
     topo: Topology,
     side: str,
