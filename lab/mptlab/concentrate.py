@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .cpu import cpu_hz
 from .results import machine
-from .runner import cpu_hz
 from .star import SERVER_TUNNEL, Star, server_link, start, start_tunnels
 from .util import mpt_binary, run, wait_for
 

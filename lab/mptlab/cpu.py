@@ -15,6 +15,7 @@ import os
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -119,3 +120,33 @@ class CpuSampler:
             # Over the whole run: a process absent from a sample used nothing.
             means[k] = round(sum(s.get(k, 0.0) for s in self.samples) / n, 1)
         return {"mean_pct": means, "samples": self.samples}
+
+
+def cpu_hz() -> float:
+    """The CPU clock from /proc/cpuinfo (the first core's), in Hz."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) * 1e6
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def cycles_per_byte(
+    cpu_pct: dict[str, float], mbps: float, processes: list[str] | None = None
+) -> dict[str, float]:
+    """CPU cycles per delivered byte: of the whole machine (busy time of
+    all cores) and of the tunnel's own processes (names starting 'mpt-',
+    and a hook tunnel's `processes`, counted on either side)."""
+    hz, rate = cpu_hz(), mbps * 1e6 / 8
+    if not hz or rate <= 0:
+        return {}
+    own = set(processes or [])
+    tunnel = sum(
+        v for k, v in cpu_pct.items() if k.startswith("mpt-") or k.split(":", 1)[-1] in own
+    )
+    out = {"cycles_per_byte": cpu_pct.get("system_busy", 0.0) / 100 * hz / rate}
+    if tunnel:
+        out["tunnel_cycles_per_byte"] = tunnel / 100 * hz / rate
+    return out

@@ -14,7 +14,6 @@ plain reference is measured once per path IP version on a single link.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import threading
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import systems
-from .cpu import CpuSampler
+from .cpu import CpuSampler, cpu_hz, cycles_per_byte  # noqa: F401 (re-exported)
 from .events import tcp_with_events, voip_with_events
 from .netns import Topology, link_addr
 from .probe import voip
@@ -34,9 +33,9 @@ from .qosmix import summary as mix_summary
 from .repeats import merge_repeats
 from .scenario import Scenario
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
+from .systems import MPT_VARIANTS, without_qos
 from .trace import offered_mbit, transfer_stall_s
 from .traffic import http_download, iperf3, steady_mbps
-from .util import base_binary
 
 MPT_HEADER = 24
 # UDP datagrams are sized for the 36-byte header of wire version 3, so that
@@ -116,48 +115,6 @@ def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int
 # system under test (2 x 1 Gbit/s: 35 % loss with defaults, 0 % with this).
 UDP_SOCKET_BUFFER = "8M"
 
-REALTIME_ON = re.compile(r"(?m)^realtime\s*=\s*true\s*$")
-OUTER_DSCP = re.compile(r"(?m)^outer_dscp\s*=.*\n?")
-
-
-def unmarked(extra: str) -> str:
-    """The scenario's mpt text with `outer_dscp = 0` on every class that
-    sets `realtime = true` (and no other outer_dscp line)."""
-    return REALTIME_ON.sub("realtime = true\nouter_dscp = 0", OUTER_DSCP.sub("", extra))
-
-
-# mpt run in other ways than the default, by system name.
-MPT_VARIANTS: dict[str, dict[str, Any]] = {
-    "mpt-insecure": {"security": "insecure"},
-    "mpt-1w": {"workers": 1},
-    "mpt-parallel": {"parallel": "always"},
-    "mpt-recover": {"extra": "[reorder]\nrecover = true"},
-    # Static weights from the emulated link rates: today's weighted
-    # round-robin with knowledge a user lacks, for comparison only.
-    "mpt-wrr": {"weights": True},
-    # The same tunnel run by an earlier build ($MPT_BASE_BIN): A/B in one run.
-    "mpt-base": {"binary": base_binary},
-    # QoS off: one FIFO per path, the "classic design" of the QoS scenario.
-    "mpt-noqos": {"extra": "[qos]\nenabled = false", "without_qos": True},
-    # Real-time classes on one path: the scenario's `redundant = true` off.
-    "mpt-noredundant": {"transform": lambda own: REDUNDANT_ON.sub("redundant = false", own)},
-    # The scenario's real-time classes without the outer DSCP mark (RFC
-    # 2983's pipe model): what a WMM link makes of the mark, in one run.
-    "mpt-nomark": {"transform": unmarked},
-}
-REDUNDANT_ON = re.compile(r"(?m)^redundant\s*=\s*true\s*$")
-
-
-def without_qos(extra: str) -> str:
-    """The scenario's mpt text without its QoS part (which scenarios write
-    last: everything from the first [qos] or [[qos.class]] line on)."""
-    lines = extra.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().startswith(("[qos]", "[[qos.")):
-            return "\n".join(lines[:i])
-    return extra
-
-
 # The warm-up transfer on each link before the first system on a
 # topology (seconds per link), for runs of at least WARM_UP_MIN_RUN_S
 # seconds (quick runs skip it).
@@ -167,36 +124,6 @@ WARM_UP_MIN_RUN_S = 5
 # start and slow start left out), on runs of at least STEADY_MIN_RUN_S.
 STEADY_AFTER_S = 2.0
 STEADY_MIN_RUN_S = 6.0
-
-
-def cpu_hz() -> float:
-    """The CPU clock from /proc/cpuinfo (the first core's), in Hz."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return float(line.split(":")[1]) * 1e6
-    except (OSError, ValueError):
-        pass
-    return 0.0
-
-
-def cycles_per_byte(
-    cpu_pct: dict[str, float], mbps: float, processes: list[str] | None = None
-) -> dict[str, float]:
-    """CPU cycles per delivered byte: of the whole machine (busy time of
-    all cores) and of the tunnel's own processes (names starting 'mpt-',
-    and a hook tunnel's `processes`, counted on either side)."""
-    hz, rate = cpu_hz(), mbps * 1e6 / 8
-    if not hz or rate <= 0:
-        return {}
-    own = set(processes or [])
-    tunnel = sum(
-        v for k, v in cpu_pct.items() if k.startswith("mpt-") or k.split(":", 1)[-1] in own
-    )
-    out = {"cycles_per_byte": cpu_pct.get("system_busy", 0.0) / 100 * hz / rate}
-    if tunnel:
-        out["tunnel_cycles_per_byte"] = tunnel / 100 * hz / rate
-    return out
 
 
 class Runner:

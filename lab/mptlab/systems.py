@@ -20,15 +20,17 @@ endpoints flushed, the hook's down script run).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, Peer, TunnelOpts, start_pair
 from .netns import Topology, link_addr
-from .util import CommandError, run
+from .util import CommandError, base_binary, run
 
 # The in-kernel path manager allows at most 8 endpoints and 8 additional
 # subflows: the initial subflow plus 8, so 9 links at most.
@@ -169,3 +171,45 @@ def hook(
         yield Target(addr=addr, mtu=mtu)
     finally:
         subprocess.run([down], env=env, capture_output=True, timeout=60, check=False)
+
+
+REALTIME_ON = re.compile(r"(?m)^realtime\s*=\s*true\s*$")
+OUTER_DSCP = re.compile(r"(?m)^outer_dscp\s*=.*\n?")
+
+
+def unmarked(extra: str) -> str:
+    """The scenario's mpt text with `outer_dscp = 0` on every class that
+    sets `realtime = true` (and no other outer_dscp line)."""
+    return REALTIME_ON.sub("realtime = true\nouter_dscp = 0", OUTER_DSCP.sub("", extra))
+
+
+# mpt run in other ways than the default, by system name.
+MPT_VARIANTS: dict[str, dict[str, Any]] = {
+    "mpt-insecure": {"security": "insecure"},
+    "mpt-1w": {"workers": 1},
+    "mpt-parallel": {"parallel": "always"},
+    "mpt-recover": {"extra": "[reorder]\nrecover = true"},
+    # Static weights from the emulated link rates: today's weighted
+    # round-robin with knowledge a user lacks, for comparison only.
+    "mpt-wrr": {"weights": True},
+    # The same tunnel run by an earlier build ($MPT_BASE_BIN): A/B in one run.
+    "mpt-base": {"binary": base_binary},
+    # QoS off: one FIFO per path, the "classic design" of the QoS scenario.
+    "mpt-noqos": {"extra": "[qos]\nenabled = false", "without_qos": True},
+    # Real-time classes on one path: the scenario's `redundant = true` off.
+    "mpt-noredundant": {"transform": lambda own: REDUNDANT_ON.sub("redundant = false", own)},
+    # The scenario's real-time classes without the outer DSCP mark (RFC
+    # 2983's pipe model): what a WMM link makes of the mark, in one run.
+    "mpt-nomark": {"transform": unmarked},
+}
+REDUNDANT_ON = re.compile(r"(?m)^redundant\s*=\s*true\s*$")
+
+
+def without_qos(extra: str) -> str:
+    """The scenario's mpt text without its QoS part (which scenarios write
+    last: everything from the first [qos] or [[qos.class]] line on)."""
+    lines = extra.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith(("[qos]", "[[qos.")):
+            return "\n".join(lines[:i])
+    return extra
