@@ -1,0 +1,247 @@
+//! The tunnel's side of loss recovery (`recovery.rs` holds the ring of
+//! copies and the gaps asked for): the ring sized from the paths' round
+//! trips, which path carries requests and resends, how a gap's release
+//! waits for its answer, and the requests and resends the tunnel sends
+//! ([`Tunnel::poll_recovery`], one of the control packets of
+//! `output.rs`).
+//!
+//! Invariants: those of `recovery.rs`; nothing here holds packets of its
+//! own.
+
+use super::*;
+
+impl Tunnel {
+    /// Recovery counters; `None` when recovery is off.
+    pub fn recovery_stats(&self) -> Option<&RecoveryStats> {
+        self.recovery.as_ref().map(|r| &r.stats)
+    }
+
+    /// How long the ring keeps copies, for the usable paths' round trips
+    /// now ([`keep_for`]); called with every rate report.
+    pub(in crate::tunnel) fn size_recovery_ring(&mut self) {
+        if self.recovery.is_none() {
+            return;
+        }
+        let rtt_max = (0..self.paths.len())
+            .filter(|i| self.paths[*i].usable)
+            .map(|i| self.paths[i].srtt().unwrap_or(WAIT_NO_RTT))
+            .max()
+            .unwrap_or(WAIT_NO_RTT);
+        let keep = keep_for(self.queue_max, rtt_max, self.reorder_max_delay);
+        if let Some(r) = self.recovery.as_mut() {
+            r.set_keep(keep);
+        }
+    }
+
+    /// The path to use for recovery traffic: the lowest RTT among the
+    /// usable paths whose recent loss is within [`RECOVERY_LOSS_SLACK`] of
+    /// the least. A request and its answer must arrive within the
+    /// receiver's wait, two round trips of the fastest path
+    /// ([`Recovery::wait`]): the least lossy path alone may be the slowest
+    /// by far (a loss-free 68 ms path beside a 19 ms one losing 0.3 %), and
+    /// an answer that comes after the wait is a loss to the inner TCP all
+    /// the same.
+    pub(in crate::tunnel) fn recovery_path(&self) -> Option<PathId> {
+        let usable = || {
+            (0..self.paths.len())
+                .filter(|i| self.paths[*i].usable && self.paths[*i].remote.is_some())
+        };
+        let least = usable()
+            .map(|i| self.paths[i].tx_loss_recent())
+            .min_by(f64::total_cmp)?;
+        usable()
+            .filter(|i| self.paths[*i].tx_loss_recent() <= least + RECOVERY_LOSS_SLACK)
+            .min_by_key(|i| self.paths[*i].srtt().unwrap_or(Nanos::MAX))
+            .map(|i| i as PathId)
+    }
+
+    /// The release floor after recovery: gaps below the policy's `floor`
+    /// are asked for once and held until answered or their wait ran out.
+    pub(in crate::tunnel) fn recovery_floor(&mut self, now: Nanos, floor: u64) -> u64 {
+        let Some(r) = self.recovery.as_ref() else {
+            return floor;
+        };
+        let next = self.reorder.next_seq();
+        let from = r.considered_upto.max(next);
+        // The wait only matters for new gaps: no path scan otherwise.
+        let wait = if floor > from {
+            let best_rtt = (0..self.paths.len())
+                .filter(|i| self.paths[*i].usable)
+                .filter_map(|i| self.paths[i].srtt())
+                .min();
+            let recovery_rtt = self
+                .recovery_path()
+                .and_then(|p| self.paths[usize::from(p)].srtt());
+            Recovery::wait(best_rtt, recovery_rtt, self.reorder_max_delay)
+        } else {
+            0
+        };
+        let Some(r) = self.recovery.as_mut() else {
+            return floor;
+        };
+        while r.pending.front().is_some_and(|p| p.0 < next) {
+            r.pending.pop_front();
+        }
+        if floor > from {
+            r.scratch.clear();
+            let room = MAX_PENDING - r.pending.len();
+            self.reorder.missing(from, floor, room, &mut r.scratch);
+            for &seq in &r.scratch {
+                if r.asked.len() == ASKED_REMEMBERED {
+                    r.asked.pop_front();
+                }
+                r.asked.push_back(seq);
+                r.pending.push_back((seq, now + wait));
+                r.nack_out.push_back(seq);
+                r.stats.gaps_requested += 1;
+            }
+            if r.scratch.len() == room && room < (floor - from) as usize {
+                r.stats.pending_full += 1;
+            }
+            r.considered_upto = floor;
+        }
+        // Hold back from the first gap still within its wait.
+        let mut hold = floor;
+        while let Some(&(seq, deadline)) = r.pending.front() {
+            if deadline > now {
+                hold = hold.min(seq);
+                break;
+            }
+            r.pending.pop_front();
+            r.stats.gave_up += 1;
+        }
+        hold
+    }
+
+    /// Was data packet `seq` asked for again (recently)?
+    pub(in crate::tunnel) fn recovery_asked(&self, seq: u64) -> bool {
+        self.recovery
+            .as_ref()
+            .is_some_and(|r| r.asked.binary_search(&seq).is_ok())
+    }
+
+    /// The peer restarted its sequence numbers: forget the gaps.
+    pub(in crate::tunnel) fn recovery_reset(&mut self) {
+        if let Some(r) = self.recovery.as_mut() {
+            r.pending.clear();
+            r.asked.clear();
+            r.nack_out.clear();
+            r.considered_upto = 0;
+        }
+    }
+
+    /// A data packet `seq` arrived: was it a gap we asked for?
+    pub(in crate::tunnel) fn recovery_on_data(&mut self, seq: u64) {
+        if let Some(r) = self.recovery.as_mut() {
+            // `pending` is ascending by sequence number.
+            if let Ok(i) = r.pending.binary_search_by_key(&seq, |p| p.0) {
+                r.pending.remove(i);
+                r.stats.recovered += 1;
+            }
+        }
+    }
+
+    /// The paths for NACKs: the fastest usable one, and the one answers
+    /// come back on ([`Tunnel::recovery_path`]), which gets a copy when it
+    /// differs (the fastest loses more): a NACK is small, and a lost one
+    /// costs what it asked for.
+    fn nack_paths(&self) -> Option<(PathId, PathId)> {
+        let safe = self.recovery_path()?;
+        let fast = (0..self.paths.len())
+            .filter(|i| self.paths[*i].usable && self.paths[*i].remote.is_some())
+            .min_by_key(|i| self.paths[*i].srtt().unwrap_or(Nanos::MAX))
+            .map_or(safe, |i| i as PathId);
+        Some((fast, safe))
+    }
+
+    /// NACKs to send (and their copies), then packets to send again;
+    /// `None` when idle.
+    pub(in crate::tunnel) fn poll_recovery(
+        &mut self,
+        now: Nanos,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let r = self.recovery.as_ref()?;
+        if r.nack_out.is_empty()
+            && r.path_nack_out.is_empty()
+            && r.retransmit.is_empty()
+            && r.nack_copy.is_none()
+        {
+            return None;
+        }
+        let seq_now = self.next_tunnel_seq;
+        if let Some((path, body)) = self.recovery.as_mut()?.nack_copy.take() {
+            let len = body.len();
+            let usable = self.paths.get(usize::from(path)).is_some_and(|p| p.usable);
+            if usable && buf.len() >= HEADER_LEN + len + TAG_LEN {
+                buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&body);
+                return self.control_transmit(now, path, PacketType::Nack, 0, seq_now, buf, len);
+            }
+        }
+        let (fast, path) = self.nack_paths()?;
+        let r = self.recovery.as_mut()?;
+        let mut seqs = [0u64; NACK_MAX_SEQS];
+        let mut n = 0;
+        let mut kind = NackKind::Tunnel;
+        if !r.nack_out.is_empty() {
+            while n < NACK_MAX_SEQS {
+                let Some(s) = r.nack_out.pop_front() else {
+                    break;
+                };
+                seqs[n] = s;
+                n += 1;
+            }
+        } else if let Some(&(p, _)) = r.path_nack_out.front() {
+            kind = NackKind::Path(p);
+            while n < NACK_MAX_SEQS && r.path_nack_out.front().is_some_and(|e| e.0 == p) {
+                let Some((_, s)) = r.path_nack_out.pop_front() else {
+                    break;
+                };
+                seqs[n] = u64::from(s);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            let body_len = NackBody::write(kind, &seqs[..n], &mut buf[HEADER_LEN..])?;
+            r.stats.nacks_sent += 1;
+            if path != fast {
+                r.nack_copy = Some((path, buf[HEADER_LEN..HEADER_LEN + body_len].to_vec()));
+            }
+            return self.control_transmit(now, fast, PacketType::Nack, 0, seq_now, buf, body_len);
+        }
+        let body_max = self.frag.body_max;
+        while let Some(seq) = r.retransmit.pop_front() {
+            let Some((i, piece)) = r.find(seq, body_max) else {
+                r.stats.not_available += 1;
+                continue;
+            };
+            let slot = &r.ring[i];
+            let len = slot.bytes.len();
+            let class = slot.class;
+            let sent = if len > body_max {
+                let body = buf
+                    .get_mut(..buf.len().saturating_sub(TAG_LEN))
+                    .and_then(|b| {
+                        crate::tunnel::fragment::write_piece(body_max, &slot.bytes, piece, b)
+                    });
+                body.map(|b| (PacketType::Fragment, b))
+            } else if buf.len() >= HEADER_LEN + len + TAG_LEN {
+                buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&slot.bytes);
+                Some((PacketType::Data, len))
+            } else {
+                None
+            };
+            let Some((ty, body)) = sent else {
+                r.stats.not_available += 1;
+                continue;
+            };
+            r.stats.retransmitted += 1;
+            if r.recent_resends.len() == RECENT_RESENDS {
+                r.recent_resends.pop_front();
+            }
+            r.recent_resends.push_back((seq, now));
+            return self.control_transmit(now, path, ty, class, seq, buf, body);
+        }
+        None
+    }
+}
