@@ -52,7 +52,7 @@ pub use config::{ReleaseKind, SchedKind, TunnelConfig, QUEUE_MAX_BYTES, QUEUE_MA
 pub use control::TAIL_PROBE_NS;
 pub use output::{Carries, Seal, Transmit};
 pub use qos::FILL_MARGIN_NS;
-pub use send::STAGED_MAX_PACKETS;
+pub use send::{Burst, STAGED_MAX_PACKETS};
 mod split;
 mod status;
 
@@ -243,30 +243,6 @@ pub struct Tunnel {
     /// Per path: how late a packet may arrive after a later one (`release.rs`).
     late_ns: Vec<Option<Nanos>>,
     late_margin: crate::release::LateMargin,
-}
-
-/// A burst of sends on one path (see [`Tunnel::burst`]); ends when dropped.
-pub struct Burst<'a> {
-    tunnel: &'a mut Tunnel,
-}
-
-impl std::ops::Deref for Burst<'_> {
-    type Target = Tunnel;
-    fn deref(&self) -> &Tunnel {
-        self.tunnel
-    }
-}
-
-impl std::ops::DerefMut for Burst<'_> {
-    fn deref_mut(&mut self) -> &mut Tunnel {
-        self.tunnel
-    }
-}
-
-impl Drop for Burst<'_> {
-    fn drop(&mut self) {
-        self.tunnel.burst_path = None;
-    }
 }
 
 /// Handshake responses and cookie replies queued at most: a flood answered

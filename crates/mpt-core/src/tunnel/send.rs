@@ -31,7 +31,7 @@
 //!   wait for it (as wireguard-go stages them; older ones are dropped as
 //!   `no_session`) and then enter the send queue in the order they came.
 
-use super::{Burst, Transmit, Tunnel};
+use super::{Transmit, Tunnel};
 use crate::queue::Queued;
 use crate::sched::PathView;
 use crate::stats::DropReason;
@@ -429,5 +429,29 @@ impl Tunnel {
         self.fill_views(now, bytes);
         self.burst_path = self.sched.pick_burst(&self.views, bytes, packets);
         Burst { tunnel: self }
+    }
+}
+
+/// A burst of sends on one path (see [`Tunnel::burst`]); ends when dropped.
+pub struct Burst<'a> {
+    tunnel: &'a mut Tunnel,
+}
+
+impl std::ops::Deref for Burst<'_> {
+    type Target = Tunnel;
+    fn deref(&self) -> &Tunnel {
+        self.tunnel
+    }
+}
+
+impl std::ops::DerefMut for Burst<'_> {
+    fn deref_mut(&mut self) -> &mut Tunnel {
+        self.tunnel
+    }
+}
+
+impl Drop for Burst<'_> {
+    fn drop(&mut self) {
+        self.tunnel.burst_path = None;
     }
 }
