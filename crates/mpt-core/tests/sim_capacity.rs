@@ -117,14 +117,21 @@ fn below_the_links_sum_everything_offered_is_carried() {
 /// ms, jitter ms) for `secs`: its goodput over the last `secs - 2` s,
 /// Mbit/s.
 fn tcp_goodput(spec: &[(f64, u64, u64)], ack_ms: u64, secs: u64) -> f64 {
-    let links = capacity_links(spec);
+    tcp_goodput_over(capacity_links(spec), ack_ms, secs)
+}
+
+/// [`tcp_goodput`] over links given whole (with loss).
+fn tcp_goodput_over(links: Vec<Link>, ack_ms: u64, secs: u64) -> f64 {
     let n = links.len();
     let cfg = |side| {
         TestConfig::new(side, n)
             .ecf()
+            .recover(true)
+            .adapt_to_loss(false)
             .with(|c| {
                 c.mtu = 1500;
                 c.reorder_window = 4096;
+                c.reorder_max_delay = 100 * MS;
             })
             .tunnel()
     };
@@ -218,4 +225,83 @@ fn one_tcp_flow_over_a_clean_and_a_jittery_link() {
     let jittery = tcp_goodput(&[(50.0, 10, 0), (50.0, 20, 30)], 10, 6);
     println!("50 + 50 Mbit/s (up to 30 ms of jitter on one): TCP {jittery:.1} Mbit/s");
     assert!(jittery > 50.0, "{jittery:.1}");
+}
+
+/// Three links, two of them jittery (the sweep's case 1 of seed 1, where
+/// mpt read 61 % against MPTCP's 83 %), with loss recovery on as the
+/// daemon has it. Two timers stayed due here, and the daemon's event loop
+/// would have run them without sleeping (the simulation's harness fails
+/// on a timer that stays due at one instant): a gap the release policy
+/// gave up, held for recovery's answer, left the policy's deadline in the
+/// past until then; and recovery's own deadline stayed due when nothing
+/// else was held. The flow carries at least half the links' sum (the
+/// TCP-like model's figure swings from 58 to 97 % with the jitter's
+/// draws here; the check is the harness's).
+#[test]
+fn held_gaps_do_not_keep_the_timers_due() {
+    for (j1, j2) in [(21, 17), (20, 16)] {
+        let links = capacity_links(&[(9.0, 58, j1), (17.0, 73, j2), (20.0, 30, 0)]);
+        let got = tcp_goodput_over(links, 10, 8);
+        println!("9 + 17 + 20 Mbit/s, jitter {j1} and {j2} ms: TCP {got:.1} Mbit/s");
+        assert!(got > 0.5 * 46.0, "{got:.1}");
+    }
+}
+
+/// Link sets of the lab's sweep (`mptlab sweep --seed 1`) where mpt read
+/// below kernel MPTCP, as (rate Mbit/s, delay ms, jitter's standard
+/// deviation ms, loss): the share of the links' sum a TCP-like flow gets.
+/// The lab's jitter is normal; here it is uniform over 3.5 standard
+/// deviations (the same spread). Not a check: a bench to tune on
+/// (`cargo test --release --test sim_capacity sweep_cases -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore]
+fn sweep_cases() {
+    let cases: &[&[(f64, u64, f64, f64)]] = &[
+        &[
+            (9.0, 58, 6.1, 0.0),
+            (17.0, 73, 5.0, 0.0),
+            (20.0, 30, 0.0, 0.0),
+        ],
+        &[
+            (40.0, 18, 0.0, 0.011),
+            (44.0, 49, 6.2, 0.0),
+            (21.0, 73, 0.0, 0.0),
+        ],
+        &[(72.0, 40, 0.0, 0.0), (24.0, 56, 7.5, 0.015)],
+        &[(50.0, 10, 0.0, 0.0), (50.0, 20, 8.0, 0.0)],
+        &[
+            (67.0, 73, 2.0, 0.0),
+            (7.0, 20, 0.3, 0.0),
+            (14.0, 22, 1.2, 0.012),
+        ],
+        &[
+            (32.0, 34, 7.1, 0.0),
+            (17.0, 37, 0.0, 0.021),
+            (7.0, 35, 3.8, 0.002),
+        ],
+    ];
+    let mut shares = vec![];
+    for spec in cases {
+        let links: Vec<Link> = spec
+            .iter()
+            .map(|&(rate, d, sd, loss)| Link {
+                delay: d * MS,
+                jitter: (sd * 3.5 * MS as f64) as Nanos,
+                loss,
+                up: true,
+                rate_mbit: rate,
+                queue_ns: 50 * MS,
+            })
+            .collect();
+        let sum: f64 = spec.iter().map(|s| s.0).sum();
+        let got = tcp_goodput_over(links, 10, 8);
+        shares.push(got / sum);
+        println!(
+            "{spec:?}: TCP {got:.1} of {sum:.0} Mbit/s = {:.1} %",
+            100.0 * got / sum
+        );
+    }
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+    println!("mean share {:.1} %", 100.0 * mean);
 }

@@ -518,6 +518,13 @@ impl Tunnel {
 
     /// Earliest time at which [`Tunnel::handle_timeout`] has work.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        self.timer_deadlines().into_iter().flatten().min()
+    }
+
+    /// Each timer's deadline: the send queue, reorder buffer, release
+    /// policy, liveness, handshake, loss recovery, path validation and
+    /// path removal (diagnostics: which timer is due).
+    pub fn timer_deadlines(&mut self) -> [Option<Nanos>; 8] {
         let now = self.timers_ran_at.unwrap_or(0);
         [
             self.queue_deadline(now),
@@ -531,9 +538,6 @@ impl Tunnel {
             self.validation_deadline(),
             self.removal_deadline(),
         ]
-        .into_iter()
-        .flatten()
-        .min()
     }
 
     /// Run timers that are due at `now`.

@@ -143,6 +143,12 @@ pub struct Recovery {
     nack_out: VecDeque<u64>,
     /// Receiver: every gap below this has been considered already.
     considered_upto: u64,
+    /// Receiver: when the release last found a gap the policy gave up
+    /// still within its wait (held back for its answer); `None` when the
+    /// last release held nothing back. The policy's deadline for what was
+    /// given up by then is past, and not due again before recovery's own
+    /// ([`Tunnel::release_deadline`](super::Tunnel)).
+    pub(super) held_at: Option<Nanos>,
     scratch: Vec<u64>,
     /// Sender: what each recent path sequence number carried.
     pub(super) sent: SentByPath,
@@ -181,6 +187,7 @@ impl Recovery {
             pending: VecDeque::with_capacity(MAX_PENDING),
             nack_out: VecDeque::with_capacity(MAX_PENDING),
             considered_upto: 0,
+            held_at: None,
             scratch: Vec::with_capacity(MAX_PENDING),
             sent: SentByPath::default(),
             path_nack_out: VecDeque::new(),

@@ -110,7 +110,21 @@ impl Tunnel {
             r.pending.pop_front();
             r.stats.gave_up += 1;
         }
+        r.held_at = (hold < floor).then_some(now);
         hold
+    }
+
+    /// When the release may run again if recovery held back part of what
+    /// the policy gave up at or after `due` (the policy's deadline): at
+    /// recovery's own deadline, the wait of the first gap held. `None`:
+    /// recovery holds nothing of it, the policy's deadline stands. Without
+    /// this the policy's deadline stayed in the past until the answer or
+    /// the wait's end, and the event loop ran its timers without pause
+    /// (up to `max_delay` of a core per gap: found in the simulation).
+    pub(in crate::tunnel) fn recovery_defers(&self, due: Nanos) -> Option<Nanos> {
+        let r = self.recovery.as_ref()?;
+        r.held_at.filter(|&at| due <= at)?;
+        r.deadline()
     }
 
     /// Was data packet `seq` asked for again (recently)?
@@ -127,6 +141,7 @@ impl Tunnel {
             r.asked.clear();
             r.nack_out.clear();
             r.considered_upto = 0;
+            r.held_at = None;
         }
     }
 

@@ -75,7 +75,8 @@ impl Tunnel {
         }
         let oldest = self.reorder.oldest_arrival();
         let now = self.timers_ran_at.unwrap_or(0);
-        self.policy.deadline(&self.release_view(now, oldest))
+        let due = self.policy.deadline(&self.release_view(now, oldest))?;
+        Some(self.recovery_defers(due).map_or(due, |d| d.max(due)))
     }
 
     /// Release gaps the policy gave up, except those loss recovery still
@@ -86,6 +87,10 @@ impl Tunnel {
             let floor = self.policy.lost_below(&self.release_view(now, oldest));
             let floor = self.recovery_floor(now, floor);
             self.reorder.release_below(floor);
+        } else {
+            // Nothing held: only recovery's gaps whose wait ran out go
+            // (or its deadline would stay due: a spin of the event loop).
+            self.recovery_floor(now, self.reorder.next_seq());
         }
     }
 }

@@ -24,6 +24,9 @@ use mpt_core::wire::HEADER_LEN;
 use mpt_core::{Nanos, NANOS_PER_MS};
 
 pub const MS: Nanos = NANOS_PER_MS;
+/// Most events handled at one virtual instant (packets arriving together
+/// and the timers they arm) before the simulation calls it a spin.
+const SAME_INSTANT_MAX: u64 = 100_000;
 
 pub struct Rng(u64);
 impl Rng {
@@ -294,6 +297,9 @@ impl Sim {
     }
 
     pub fn deliver_until(&mut self, until: Nanos) {
+        // Timer runs at one virtual instant: a timer that handle_timeout
+        // does not move is a daemon whose event loop never sleeps.
+        let mut same = (0, 0u64);
         loop {
             let next_pkt = self.queue.peek().map(|Reverse(e)| e.0);
             let timers = [self.t[0].poll_timeout(), self.t[1].poll_timeout()];
@@ -307,6 +313,17 @@ impl Sim {
             if now > until {
                 break;
             }
+            same = if same.0 == now {
+                (now, same.1 + 1)
+            } else {
+                (now, 0)
+            };
+            assert!(
+                same.1 < SAME_INSTANT_MAX,
+                "the timers stay due at {now}: {:?} {:?}",
+                self.t[0].timer_deadlines(),
+                self.t[1].timer_deadlines()
+            );
             if next_pkt == Some(now) {
                 let Reverse((_, _, to, path, mut dgram)) = self.queue.pop().unwrap();
                 self.captured.push((to, path, dgram.clone()));
