@@ -231,7 +231,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("error: --count within 1..1000 and --seconds within 1..600")
         return 2
     out = Path(args.out or f"results/sweep-{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
-    s = sweep(args.seed, args.count, args.seconds, out)
+    s = sweep(args.seed, args.count, args.seconds, out, base=args.base)
     print(f"{out}/sweep.md, sweep.json")
     return 0 if s["compared"] or args.count == 0 else 1
 
@@ -340,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--count", type=int, default=30)
     sw.add_argument("--seconds", type=float, default=10.0, help="each transfer's length")
     sw.add_argument("--out", help="results directory (default results/sweep-SEED-TIME)")
+    sw.add_argument(
+        "--base",
+        action="store_true",
+        help="also run the previous build ($MPT_BASE_BIN) in each case, the order alternated",
+    )
     sw.set_defaults(func=cmd_sweep)
     args = ap.parse_args(argv)
     try:

@@ -141,13 +141,23 @@ def pct(xs: list[float], q: float) -> float | None:
 
 
 def run(
-    seed: int, count: int, seconds: float, outdir: Path, say: Callable[[str], None] = print
+    seed: int,
+    count: int,
+    seconds: float,
+    outdir: Path,
+    say: Callable[[str], None] = print,
+    base: bool = False,
 ) -> dict[str, Any]:
+    """The sweep; with `base`, the previous build ($MPT_BASE_BIN, as
+    `mpt-base`) runs in each case too, between the two others, and the
+    order of all three alternates from case to case."""
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(count):
         case = draw(seed, i, seconds, outdir / "traces")
-        order = ["mpt", "mptcp"] if i % 2 == 0 else ["mptcp", "mpt"]
+        order = ["mpt", "mpt-base", "mptcp"] if base else ["mpt", "mptcp"]
+        if i % 2 == 1:
+            order.reverse()
         say(f"case {i}: {case.describe()}" + (f" ({'; '.join(case.notes)})" if case.notes else ""))
         sc = _scenario(case, seconds, order)
         share: dict[str, float | None] = {}
@@ -160,23 +170,26 @@ def run(
                     errors[p.system] = p.error
         except Exception as e:  # noqa: BLE001 - the next case runs all the same
             errors["case"] = f"{type(e).__name__}: {e}"
-        m, c = share.get("mpt"), share.get("mptcp")
+        m, c, b = share.get("mpt"), share.get("mptcp"), share.get("mpt-base")
         ratio = m / c if m is not None and c else None
-        rows.append(
-            {
-                "case": i,
-                "links": case.describe(),
-                "notes": case.notes,
-                "order": order,
-                "mpt_share": m,
-                "mptcp_share": c,
-                "ratio": ratio,
-                "errors": errors,
-            }
-        )
+        row = {
+            "case": i,
+            "links": case.describe(),
+            "notes": case.notes,
+            "order": order,
+            "mpt_share": m,
+            "mptcp_share": c,
+            "ratio": ratio,
+            "errors": errors,
+        }
+        if base:
+            row["base_share"] = b
+            row["base_ratio"] = m / b if m is not None and b else None
+        rows.append(row)
         say(
             f"  mpt {m if m is None else f'{m:.1%}'}, MPTCP {c if c is None else f'{c:.1%}'}, "
             f"mpt/MPTCP {ratio if ratio is None else f'{ratio:.3f}'}"
+            + (f", previous build {_f(b, '.1%')}" if base else "")
             + (f"; errors {errors}" if errors else "")
         )
     shares = [r["mpt_share"] for r in rows if r["mpt_share"] is not None]
@@ -193,6 +206,16 @@ def run(
         "compared": len(ratios),
         "cases": rows,
     }
+    if base:
+        bases = [r["base_share"] for r in rows if r["base_share"] is not None]
+        vs = [r["base_ratio"] for r in rows if r["base_ratio"] is not None]
+        summary["base"] = {
+            "share_p10": pct(bases, 0.1),
+            "share_median": statistics.median(bases) if bases else None,
+            "ratio_median": statistics.median(vs) if vs else None,
+            "mpt_at_least_base": sum(1 for r in vs if r >= 1.0),
+            "compared": len(vs),
+        }
     (outdir / "sweep.json").write_text(json.dumps(summary, indent=1))
     (outdir / "sweep.md").write_text(markdown(summary))
     say(summary_line(summary))
@@ -204,25 +227,40 @@ def _f(v: float | None, spec: str) -> str:
 
 
 def summary_line(s: dict[str, Any]) -> str:
-    return (
+    line = (
         f"sweep seed {s['seed']}, {s['count']} cases: mpt's share of capacity p10 "
         f"{_f(s['mpt_share_p10'], '.1%')}, median {_f(s['mpt_share_median'], '.1%')}; "
         f"mpt/MPTCP p10 {_f(s['ratio_p10'], '.3f')}, median {_f(s['ratio_median'], '.3f')}; "
         f"mpt >= MPTCP in {s['mpt_at_least_mptcp']} of {s['compared']}"
     )
+    if b := s.get("base"):
+        line += (
+            f"; the previous build's share p10 {_f(b['share_p10'], '.1%')}, median "
+            f"{_f(b['share_median'], '.1%')}, mpt/previous median {_f(b['ratio_median'], '.3f')}, "
+            f"mpt >= previous in {b['mpt_at_least_base']} of {b['compared']}"
+        )
+    return line
 
 
 def markdown(s: dict[str, Any]) -> str:
+    base = "base" in s
     lines = [
-        f"`mptlab sweep --seed {s['seed']} --count {s['count']} --seconds {s['seconds']:g}`",
+        f"`mptlab sweep --seed {s['seed']} --count {s['count']} --seconds {s['seconds']:g}"
+        + (" --base`" if base else "`"),
         "",
-        "| case | links (rate/delay±jitter loss) | mpt | MPTCP | mpt/MPTCP |",
-        "|---|---|---|---|---|",
+        "| case | links (rate/delay±jitter loss) | mpt | MPTCP | mpt/MPTCP |"
+        + (" previous build | mpt/previous |" if base else ""),
+        "|---|---|---|---|---|" + ("---|---|" if base else ""),
     ]
     for r in s["cases"]:
         lines.append(
             f"| {r['case']} | {r['links']} | {_f(r['mpt_share'], '.1%')} | "
             f"{_f(r['mptcp_share'], '.1%')} | {_f(r['ratio'], '.3f')} |"
+            + (
+                f" {_f(r.get('base_share'), '.1%')} | {_f(r.get('base_ratio'), '.3f')} |"
+                if base
+                else ""
+            )
         )
     lines += ["", summary_line(s), ""]
     return "\n".join(lines)

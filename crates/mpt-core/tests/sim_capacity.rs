@@ -144,6 +144,7 @@ fn tcp_goodput_over(links: Vec<Link>, ack_ms: u64, secs: u64) -> f64 {
     let (mut next_seq, mut expected, mut inflight) = (0u64, 0u64, 0u64);
     let mut acks: std::collections::VecDeque<(Nanos, u64, bool)> = Default::default();
     let mut recovery_until = 0;
+    let mut losses = 0u64;
     let mut seen = 0usize;
     let mut good_at_warm = None;
     let mut good = 0u64;
@@ -166,6 +167,7 @@ fn tcp_goodput_over(links: Vec<Link>, ack_ms: u64, secs: u64) -> f64 {
             let (_, n, loss) = acks.pop_front().unwrap();
             inflight = inflight.saturating_sub(n);
             if loss && now >= recovery_until {
+                losses += 1;
                 cwnd = (cwnd * 0.7).max(2.0);
                 ssthresh = cwnd;
                 recovery_until = now + 100 * MS;
@@ -205,9 +207,11 @@ fn tcp_goodput_over(links: Vec<Link>, ack_ms: u64, secs: u64) -> f64 {
             .map(|b| b[0] * 8 / 1_000_000 / secs)
             .collect();
         println!(
-            "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}",
+            "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}, TCP loss events {losses}, cwnd {cwnd:.0}",
             sim.drops_seen.len()
         );
+        println!("  recovery at side 1: {:?}", sim.t[1].recovery_stats());
+        println!("  recovery at side 0: {:?}", sim.t[0].recovery_stats());
     }
     (good - good_at_warm.unwrap_or(0)) as f64 * 8.0 / span / 1e6
 }
