@@ -122,6 +122,11 @@ fn tcp_goodput(spec: &[(f64, u64, u64)], ack_ms: u64, secs: u64) -> f64 {
 
 /// [`tcp_goodput`] over links given whole (with loss).
 fn tcp_goodput_over(links: Vec<Link>, ack_ms: u64, secs: u64) -> f64 {
+    tcp_goodput_seeded(links, ack_ms, secs, 11)
+}
+
+/// [`tcp_goodput_over`] with the links' random draws from `seed`.
+fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -> f64 {
     let n = links.len();
     let cfg = |side| {
         TestConfig::new(side, n)
@@ -135,7 +140,7 @@ fn tcp_goodput_over(links: Vec<Link>, ack_ms: u64, secs: u64) -> f64 {
             })
             .tunnel()
     };
-    let mut sim = Sim::with_tunnels(links, [cfg(0), cfg(1)], 11);
+    let mut sim = Sim::with_tunnels(links, [cfg(0), cfg(1)], seed);
     sim.deliver_until(500 * MS);
     let start = 500 * MS;
     let warm = start + 2_000 * MS;
@@ -255,7 +260,11 @@ fn held_gaps_do_not_keep_the_timers_due() {
 /// below kernel MPTCP, as (rate Mbit/s, delay ms, jitter's standard
 /// deviation ms, loss): the share of the links' sum a TCP-like flow gets.
 /// The lab's jitter is normal; here it is uniform over 3.5 standard
-/// deviations (the same spread). Not a check: a bench to tune on
+/// deviations (the same spread). Each case runs with three seeds of the
+/// links' draws: one seed's figure swings by up to 40 points with a
+/// change that moves nothing on average (a probe of the jittery path's
+/// rate, tried: 95 -> 74 % on the first case, 68 -> 85 % on the fourth,
+/// the mean unchanged). Not a check: a bench to tune on
 /// (`cargo test --release --test sim_capacity sweep_cases -- --ignored
 /// --nocapture`).
 #[test]
@@ -299,11 +308,16 @@ fn sweep_cases() {
             })
             .collect();
         let sum: f64 = spec.iter().map(|s| s.0).sum();
-        let got = tcp_goodput_over(links, 10, 8);
-        shares.push(got / sum);
+        let got: Vec<f64> = [11, 12, 13]
+            .iter()
+            .map(|&seed| tcp_goodput_seeded(links.clone(), 10, 8, seed) / sum)
+            .collect();
+        let mean = got.iter().sum::<f64>() / got.len() as f64;
+        shares.push(mean);
         println!(
-            "{spec:?}: TCP {got:.1} of {sum:.0} Mbit/s = {:.1} %",
-            100.0 * got / sum
+            "{spec:?}: TCP share {:.1} % (seeds: {:.1?})",
+            100.0 * mean,
+            got.iter().map(|g| 100.0 * g).collect::<Vec<_>>()
         );
     }
     let mean = shares.iter().sum::<f64>() / shares.len() as f64;
