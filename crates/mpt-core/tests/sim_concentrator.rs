@@ -306,6 +306,7 @@ impl World {
     }
 
     fn run_until(&mut self, until: Nanos) {
+        let mut same = (0, 0u64);
         loop {
             let pkt = self.flight.peek().map(|Reverse(e)| e.0);
             let ct = self.client_deadline();
@@ -316,6 +317,14 @@ impl World {
             if now > until {
                 break;
             }
+            // A timer that handle_timeout does not move is an event loop
+            // that never sleeps (as in the two-tunnel harness).
+            same = if same.0 == now {
+                (now, same.1 + 1)
+            } else {
+                (now, 0)
+            };
+            assert!(same.1 < 100_000, "the timers stay due at {now}");
             if pkt == Some(now) {
                 let Reverse((_, _, to, path, from, mut d)) = self.flight.pop().unwrap();
                 match to {
