@@ -1,4 +1,4 @@
-"""`mptlab sweep`: two link sets from the seeded generator, each run
+"""`mptlab sweep`: three link sets from the seeded generator, each run
 with mpt and MPTCP; the summary and the per-case table come out (the
 figures are the lab's to report, not this test's to judge)."""
 
@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 
-def test_a_two_case_sweep_runs_and_reports(tmp_path: Path) -> None:
+def test_a_three_case_sweep_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     r = subprocess.run(
-        [sys.executable, "-m", "mptlab.cli", "sweep", "--seed", "7", "--count", "2"]
+        [sys.executable, "-m", "mptlab.cli", "sweep", "--seed", "7", "--count", "3"]
         + ["--seconds", "4", "--out", str(out)],
         capture_output=True,
         text=True,
@@ -23,9 +23,9 @@ def test_a_two_case_sweep_runs_and_reports(tmp_path: Path) -> None:
     print(r.stdout[-2000:])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     s = json.loads((out / "sweep.json").read_text())
-    assert len(s["cases"]) == 2
+    assert len(s["cases"]) == 3
     for c in s["cases"]:
         assert not c["errors"], c
         assert c["mpt_share"] > 0 and c["mptcp_share"] > 0, c
-    assert s["compared"] == 2
+    assert s["compared"] == 3
     assert "mpt >= MPTCP in" in (out / "sweep.md").read_text()
