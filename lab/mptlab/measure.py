@@ -7,8 +7,10 @@ that frames are read as they arrive and leave on time to a microsecond or
 two), measures with mpt-probe, and compares with what the link was set to:
 
 * one-way delay: the median of probes at 1,000 and 10,000 packets/s against
-  the link's delay (kernel receive stamps; user-space stamps measured in the
-  same run, for comparison);
+  the link's delay, with the kernel's stamps at both ends (the sender's
+  transmit stamps, which the next probe carries, and the receiver's
+  receive stamps); user-space stamps at both ends measured in the same
+  run, for comparison;
 * capacity by dispersion: back-to-back trains on serialised links of 100
   Mbit/s and 1 Gbit/s (mpt-netem's exact per-frame rate, no token bucket),
   the median over consecutive pairs within the trains (a train's first
@@ -127,6 +129,7 @@ def _owd(s: Settings, say: Callable[[str], None]) -> list[dict[str, Any]]:
                     "p99_ms": r["owd_p99_ms"],
                     "jitter_ms": r["jitter_ms"],
                     "lost": r["lost"],
+                    "send_stamps": r.get("send_stamps"),
                     "target": f"median within ±{s.owd_error_us_max:g} µs",
                     # The target is for the instrument's own (kernel) stamps.
                     "met": abs(err_us) <= s.owd_error_us_max if stamps == "kernel" else None,

@@ -85,6 +85,8 @@ def stream(
     ]
     if pps:
         args += ["--pps", str(pps)]
+    if user_stamps:
+        args.append("--user-stamps")
     duration = count / pps if pps else 1.0
     run(args, ns=topo.ns(src_side), timeout=duration + 30)
     out, _ = recv.communicate(timeout=duration + 30)

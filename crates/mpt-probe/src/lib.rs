@@ -1,13 +1,24 @@
 //! # mpt-probe — probe packets and the statistics of a received stream
 //!
-//! A probe payload starts with a 20-byte header (big-endian):
+//! A probe payload starts with a 28-byte header (big-endian), format 2:
 //!
 //! ```text
-//!  0  magic "MPTP"       4 bytes
+//!  0  magic "MPT2"       4 bytes (format 1: "MPTP", a 20-byte header
+//!                        without the last field; still read)
 //!  4  sequence           u64, from 0 per stream
-//! 12  send timestamp     u64, ns since the UNIX epoch (sender's real-time clock)
-//! 20  padding to the requested size
+//! 12  send timestamp     u64, ns since the UNIX epoch (sender's real-time
+//!                        clock, read in user space just before `send`)
+//! 20  previous transmit  u64, the kernel's transmit stamp of probe
+//!                        (sequence − 1), same clock; 0 if the sender has
+//!                        none
+//! 28  padding to the requested size
 //! ```
+//!
+//! The last field is a two-step stamp, as PTP's follow-up (IEEE 1588):
+//! the kernel stamps a datagram as the driver takes it, after it has left,
+//! so the stamp travels in the next probe. One-way delay from it excludes
+//! the sender's system call (a few µs, more on a cold core), as the
+//! receive side's kernel stamp excludes the receiver's ([`sendstamp`]).
 //!
 //! (The NetFPGA timestamping work used a 64-bit timestamp followed by a
 //! 32-bit sequence number; a 64-bit sequence here never wraps.)
@@ -27,29 +38,63 @@ pub mod dispersion;
 pub mod reorder;
 pub mod report;
 pub mod selftest;
+pub mod sendstamp;
 
 pub use dispersion::{Capacity, Dispersion};
 pub use reorder::{ReorderMeter, Reordering};
 pub use selftest::{StampReport, Stamps};
+pub use sendstamp::{SendStampCounts, SendStamps};
 
-pub const MAGIC: &[u8; 4] = b"MPTP";
-pub const PROBE_HEADER_LEN: usize = 20;
+/// Format 2's magic (the current format).
+pub const MAGIC: &[u8; 4] = b"MPT2";
+/// Format 1's magic (no transmit stamp); still read.
+pub const MAGIC_V1: &[u8; 4] = b"MPTP";
+pub const PROBE_HEADER_LEN: usize = 28;
+pub const PROBE_HEADER_LEN_V1: usize = 20;
 
-/// Write a probe header into `buf` (at least [`PROBE_HEADER_LEN`] bytes).
-pub fn encode(buf: &mut [u8], seq: u64, send_ns: u64) {
+/// A probe header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub seq: u64,
+    /// The user-space send stamp (ns since the UNIX epoch).
+    pub send_ns: u64,
+    /// The kernel's transmit stamp of probe `seq − 1`, if sent (format 2).
+    pub prev_tx_ns: Option<u64>,
+    /// Format 2: the sender sends transmit stamps (maybe none yet).
+    pub two_step: bool,
+}
+
+/// Write a format-2 probe header into `buf` (at least
+/// [`PROBE_HEADER_LEN`] bytes).
+pub fn encode(buf: &mut [u8], seq: u64, send_ns: u64, prev_tx_ns: Option<u64>) {
     buf[..4].copy_from_slice(MAGIC);
     buf[4..12].copy_from_slice(&seq.to_be_bytes());
     buf[12..20].copy_from_slice(&send_ns.to_be_bytes());
+    buf[20..28].copy_from_slice(&prev_tx_ns.unwrap_or(0).to_be_bytes());
 }
 
-/// (sequence, send timestamp) of a probe payload, or `None` if it is not one.
-pub fn decode(buf: &[u8]) -> Option<(u64, u64)> {
-    if buf.len() < PROBE_HEADER_LEN || &buf[..4] != MAGIC {
-        return None;
-    }
-    let seq = u64::from_be_bytes(buf[4..12].try_into().ok()?);
-    let ts = u64::from_be_bytes(buf[12..20].try_into().ok()?);
-    Some((seq, ts))
+/// The header of a probe payload (format 1 or 2), or `None` if it is not
+/// one.
+pub fn decode(buf: &[u8]) -> Option<Probe> {
+    let two_step = match buf.get(..4)? {
+        m if m == MAGIC && buf.len() >= PROBE_HEADER_LEN => true,
+        m if m == MAGIC_V1 && buf.len() >= PROBE_HEADER_LEN_V1 => false,
+        _ => return None,
+    };
+    let u64_at = |i: usize| u64::from_be_bytes(buf[i..i + 8].try_into().unwrap_or([0; 8]));
+    let prev = if two_step { u64_at(20) } else { 0 };
+    Some(Probe {
+        seq: u64_at(4),
+        send_ns: u64_at(12),
+        prev_tx_ns: (prev != 0).then_some(prev),
+        two_step,
+    })
+}
+
+/// arrival − send in ns, saturated (a sender's clock may say anything).
+fn transit_ns(arrival: u64, sent: u64) -> i64 {
+    (i128::from(arrival) - i128::from(sent)).clamp(i128::from(i64::MIN), i128::from(i64::MAX))
+        as i64
 }
 
 /// Statistics of one received stream.
@@ -72,6 +117,9 @@ pub struct StreamStats {
     bytes: u64,
     reorder: ReorderMeter,
     dispersion: Dispersion,
+    send_stamps: SendStamps,
+    /// Scratch for the probes `send_stamps` releases.
+    released: Vec<(u64, u64)>,
 }
 
 /// Summary printed as JSON.
@@ -98,6 +146,9 @@ pub struct Summary {
     pub reordering: Reordering,
     /// Bottleneck capacity from train dispersion (`--train` of 2 or more).
     pub capacity: Option<Capacity>,
+    /// How the send times were taken (the kernel's transmit stamps, or
+    /// user-space stamps).
+    pub send_stamps: SendStampCounts,
 }
 
 /// Percentiles of [`Summary::owd_cdf_ms`].
@@ -123,10 +174,11 @@ impl StreamStats {
     /// Account a datagram `payload` that arrived at `arrival_ns`
     /// (real-time clock).
     pub fn on_datagram(&mut self, payload: &[u8], arrival_ns: u64) {
-        let Some((seq, sent)) = decode(payload) else {
+        let Some(probe) = decode(payload) else {
             self.invalid += 1;
             return;
         };
+        let seq = probe.seq;
         if seq >= MAX_SEQ {
             self.invalid += 1;
             return;
@@ -148,24 +200,38 @@ impl StreamStats {
             Some(h) if seq < h => self.reordered += 1,
             _ => self.highest = Some(seq),
         }
-        let transit = arrival_ns as i64 - sent as i64;
+        let mut done = std::mem::take(&mut self.released);
+        self.send_stamps.on_probe(&probe, arrival_ns, &mut done);
+        for (arrival, sent) in done.drain(..) {
+            self.on_delay(transit_ns(arrival, sent));
+        }
+        self.released = done;
+        self.first_arrival.get_or_insert(arrival_ns);
+        self.last_arrival = arrival_ns;
+    }
+
+    /// One probe's transit time (arrival − send, ns).
+    fn on_delay(&mut self, transit: i64) {
         self.owd_sum += i128::from(transit);
         self.owd_min = Some(self.owd_min.map_or(transit, |m| m.min(transit)));
         self.owd_max = Some(self.owd_max.map_or(transit, |m| m.max(transit)));
         self.owds.push(transit);
         if let Some(prev) = self.last_transit {
             // RFC 3550 §6.4.1: J += (|D| - J) / 16.
-            let d = (transit - prev).abs() as f64;
+            let d = (i128::from(transit) - i128::from(prev)).abs() as f64;
             self.jitter += (d - self.jitter) / 16.0;
         }
         self.last_transit = Some(transit);
-        self.first_arrival.get_or_insert(arrival_ns);
-        self.last_arrival = arrival_ns;
     }
 
     /// Summary; `expected` overrides the count inferred from the highest
     /// sequence (pass the number sent when known, so tail losses count).
-    pub fn summary(&self, expected: Option<u64>) -> Summary {
+    pub fn summary(&mut self, expected: Option<u64>) -> Summary {
+        let mut done = Vec::new();
+        self.send_stamps.flush(&mut done);
+        for (arrival, sent) in done {
+            self.on_delay(transit_ns(arrival, sent));
+        }
         let expected = expected.unwrap_or(self.highest.map_or(0, |h| h + 1));
         let lost = expected.saturating_sub(self.received);
         let ms = |ns: i64| ns as f64 / 1e6;
@@ -208,6 +274,7 @@ impl StreamStats {
                 .collect(),
             reordering: self.reorder.summary(),
             capacity: self.dispersion.capacity(),
+            send_stamps: self.send_stamps.counts,
         }
     }
 }
@@ -218,17 +285,63 @@ mod tests {
 
     fn pkt(seq: u64, ts: u64) -> Vec<u8> {
         let mut b = vec![0u8; 64];
-        encode(&mut b, seq, ts);
+        encode(&mut b, seq, ts, None);
         b
     }
 
     #[test]
     fn vector_roundtrip() {
-        let b = pkt(0x0102, 0x0a0b);
-        assert_eq!(&b[..20], b"MPTP\0\0\0\0\0\0\x01\x02\0\0\0\0\0\0\x0a\x0b");
-        assert_eq!(decode(&b), Some((0x0102, 0x0a0b)));
-        assert_eq!(decode(&b[..19]), None);
+        let mut b = vec![0u8; 32];
+        encode(&mut b, 0x0102, 0x0a0b, Some(0x0c0d));
+        assert_eq!(
+            &b[..28],
+            b"MPT2\0\0\0\0\0\0\x01\x02\0\0\0\0\0\0\x0a\x0b\0\0\0\0\0\0\x0c\x0d"
+        );
+        let p = Probe {
+            seq: 0x0102,
+            send_ns: 0x0a0b,
+            prev_tx_ns: Some(0x0c0d),
+            two_step: true,
+        };
+        assert_eq!(decode(&b), Some(p));
+        assert_eq!(decode(&b[..27]), None);
+        encode(&mut b, 0, 5, None);
+        assert_eq!(decode(&b).unwrap().prev_tx_ns, None);
         assert_eq!(decode(b"XXXX0000000000000000"), None);
+        assert_eq!(decode(b"MPT"), None);
+    }
+
+    #[test]
+    fn format_1_is_still_read() {
+        let v1 = b"MPTP\0\0\0\0\0\0\x01\x02\0\0\0\0\0\0\x0a\x0b";
+        let p = decode(v1).unwrap();
+        assert_eq!(
+            (p.seq, p.send_ns, p.prev_tx_ns, p.two_step),
+            (0x0102, 0x0a0b, None, false)
+        );
+        assert_eq!(decode(&v1[..19]), None);
+    }
+
+    #[test]
+    fn delays_are_taken_from_the_transmit_stamps_the_next_probe_carries() {
+        let mut s = StreamStats::default();
+        let mut b = vec![0u8; 64];
+        // User stamps 1 µs before the kernel's; the link takes 10 µs from
+        // the kernel's stamp.
+        for seq in 0..100u64 {
+            let user = seq * 1_000_000;
+            let prev_tx = seq.checked_sub(1).map(|p| p * 1_000_000 + 1_000);
+            encode(&mut b, seq, user, prev_tx);
+            s.on_datagram(&b, user + 1_000 + 10_000);
+        }
+        let m = s.summary(None);
+        assert_eq!(m.owd_p50_ms, Some(0.01));
+        assert_eq!(
+            m.owd_max_ms,
+            Some(0.011),
+            "the last probe has only its user stamp"
+        );
+        assert_eq!((m.send_stamps.kernel, m.send_stamps.user), (99, 1));
     }
 
     #[test]

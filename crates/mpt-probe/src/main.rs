@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use mpt_probe::{encode, report, selftest, StreamStats, PROBE_HEADER_LEN};
-use mpt_sys::stamp;
+use mpt_sys::{stamp, txstamp};
 
 #[derive(Parser)]
 #[command(
@@ -43,27 +43,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    Send {
-        #[arg(long)]
-        to: SocketAddr,
-        #[arg(long)]
-        count: u64,
-        /// Packets (or trains) per second; omit for back-to-back.
-        #[arg(long)]
-        pps: Option<f64>,
-        /// UDP payload bytes (at least 20).
-        #[arg(long, default_value_t = 160)]
-        size: usize,
-        /// Packets per back-to-back train.
-        #[arg(long, default_value_t = 1)]
-        train: u64,
-        /// DSCP to mark the probes with (0-63; 46 is EF, VoIP's).
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
-        dscp: u8,
-        /// One JSON line instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Send(SendArgs),
     Recv(RecvArgs),
     /// Measure this host's packet stamping on the loopback.
     Stamp {
@@ -78,6 +58,33 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct SendArgs {
+    #[arg(long)]
+    to: SocketAddr,
+    #[arg(long)]
+    count: u64,
+    /// Packets (or trains) per second; omit for back-to-back.
+    #[arg(long)]
+    pps: Option<f64>,
+    /// UDP payload bytes (at least 20).
+    #[arg(long, default_value_t = 160)]
+    size: usize,
+    /// Packets per back-to-back train.
+    #[arg(long, default_value_t = 1)]
+    train: u64,
+    /// DSCP to mark the probes with (0-63; 46 is EF, VoIP's).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
+    dscp: u8,
+    /// Stamp departures in user space only, without the kernel's transmit
+    /// stamps (which paced streams otherwise carry, one probe later).
+    #[arg(long)]
+    user_stamps: bool,
+    /// One JSON line instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -121,15 +128,17 @@ fn wall_ns() -> u64 {
     stamp::realtime_ns()
 }
 
-fn send(
-    to: SocketAddr,
-    count: u64,
-    pps: Option<f64>,
-    size: usize,
-    train: u64,
-    dscp: u8,
-    json: bool,
-) -> std::io::Result<()> {
+fn send(a: SendArgs) -> std::io::Result<()> {
+    let SendArgs {
+        to,
+        count,
+        pps,
+        size,
+        train,
+        dscp,
+        user_stamps,
+        json,
+    } = a;
     if !(PROBE_HEADER_LEN..=65_507).contains(&size) {
         return Err(std::io::Error::other(format!(
             "--size must be {PROBE_HEADER_LEN}..=65507"
@@ -158,8 +167,33 @@ fn send(
     let gap = pps
         .filter(|p| *p > 0.0)
         .map(|p| Duration::from_secs_f64(1.0 / p));
+    // Paced streams carry the kernel's transmit stamps (two-step, see the
+    // library's header); back-to-back ones do not, to keep the error
+    // queue's reads out of their sending.
+    let mut two_step =
+        gap.is_some() && !user_stamps && txstamp::enable_tx_timestamps(&sock).is_ok();
+    // The user stamp of the last datagram sent, while its transmit stamp
+    // is awaited.
+    let mut last_user: Option<u64> = None;
     let mut errors = 0u64;
     for seq in 0..count {
+        let mut prev_tx = None;
+        if two_step && seq % train.max(1) == 0 {
+            // The newest stamp is the last datagram's, if it is not older
+            // than that datagram's own user stamp.
+            let mut newest: Option<(u32, u64)> = None;
+            let read = txstamp::read_tx_stamps(&sock, |id, ns| {
+                if newest.is_none_or(|(i, _)| id.wrapping_sub(i) < u32::MAX / 2) {
+                    newest = Some((id, ns));
+                }
+            });
+            if read.is_err() {
+                two_step = false;
+            }
+            prev_tx = newest
+                .map(|(_, ns)| ns)
+                .filter(|ns| last_user.is_some_and(|u| *ns >= u));
+        }
         if let Some(g) = gap {
             if seq % train.max(1) == 0 {
                 let due = start + g * (seq / train.max(1)) as u32;
@@ -177,9 +211,15 @@ fn send(
                 }
             }
         }
-        encode(&mut buf, seq, wall_ns());
+        let user = wall_ns();
+        // Format 2 with no stamp when the sender has none: the receiver
+        // then keeps the user stamp.
+        encode(&mut buf, seq, user, prev_tx);
         if sock.send(&buf).is_err() {
             errors += 1;
+            last_user = None;
+        } else {
+            last_user = Some(user);
         }
     }
     let secs = start.elapsed().as_secs_f64();
@@ -287,7 +327,7 @@ fn stamp_selftest(count: u64, size: usize, burst: u64, json: bool) -> std::io::R
         sent_at.clear();
         for _ in 0..n {
             let t = wall_ns();
-            encode(&mut out, seq, t);
+            encode(&mut out, seq, t, None);
             tx.send(&out)?;
             sent_at.push(t);
             seq += 1;
@@ -295,7 +335,7 @@ fn stamp_selftest(count: u64, size: usize, burst: u64, json: bool) -> std::io::R
         for _ in 0..n {
             let (len, k) = stamp::recv_stamped(&rx, &mut buf)?;
             let user = wall_ns();
-            let Some((_, sent)) = mpt_probe::decode(&buf[..len]) else {
+            let Some(sent) = mpt_probe::decode(&buf[..len]).map(|p| p.send_ns) else {
                 continue;
             };
             if let Some(kernel) = k {
@@ -321,15 +361,7 @@ fn stamp_selftest(count: u64, size: usize, burst: u64, json: bool) -> std::io::R
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Send {
-            to,
-            count,
-            pps,
-            size,
-            train,
-            dscp,
-            json,
-        } => send(to, count, pps, size, train, dscp, json),
+        Cmd::Send(a) => send(a),
         Cmd::Recv(a) => recv(a),
         Cmd::Stamp {
             count,

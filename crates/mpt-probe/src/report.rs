@@ -35,6 +35,12 @@ pub fn summary_text(s: &Summary) -> String {
         opt_ms(s.owd_p99_ms),
         opt_ms(s.owd_max_ms)
     );
+    let st = &s.send_stamps;
+    let _ = writeln!(
+        o,
+        "departures stamped by: kernel {}, user space {} ({} kernel stamps not believed)",
+        st.kernel, st.user, st.rejected
+    );
     let _ = writeln!(
         o,
         "jitter (RFC 3550) {:.3} ms; throughput {:.2} Mbit/s",

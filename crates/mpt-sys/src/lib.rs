@@ -25,3 +25,4 @@ pub mod packet;
 pub mod stamp;
 pub mod steer;
 pub mod tun;
+pub mod txstamp;
