@@ -534,7 +534,10 @@ impl Tunnel {
             self.crypto.as_ref().and_then(CryptoState::poll_timeout),
             self.recovery
                 .as_ref()
-                .and_then(recovery::Recovery::deadline),
+                .and_then(recovery::Recovery::deadline)
+                .into_iter()
+                .chain(self.resend_deadline(now))
+                .min(),
             self.validation_deadline(),
             self.removal_deadline(),
         ]

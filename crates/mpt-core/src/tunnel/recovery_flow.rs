@@ -6,7 +6,10 @@
 //! `output.rs`).
 //!
 //! Invariants: those of `recovery.rs`; nothing here holds packets of its
-//! own.
+//! own; with path-aware sending, resends leave only while the recovery
+//! path has pacing budget and are charged to it, like its data (ahead of
+//! the data waiting in its queue), and their deadline is when it next has
+//! budget.
 
 use super::*;
 
@@ -225,6 +228,16 @@ impl Tunnel {
             return self.control_transmit(now, fast, PacketType::Nack, 0, seq_now, buf, body_len);
         }
         let body_max = self.frag.body_max;
+        if self.paced && !r.retransmit.is_empty() {
+            // Resends are paced with the path's data: a burst of them at
+            // once overflowed a slow path's bottleneck, and what it lost
+            // was asked for again (see `resend_deadline`).
+            let s = &mut self.paths[usize::from(path)].sender;
+            s.refill(now);
+            if !s.has_budget() {
+                return None;
+            }
+        }
         while let Some(seq) = r.retransmit.pop_front() {
             let Some((i, piece)) = r.find(seq, body_max) else {
                 r.stats.not_available += 1;
@@ -255,8 +268,23 @@ impl Tunnel {
                 r.recent_resends.pop_front();
             }
             r.recent_resends.push_back((seq, now));
-            return self.control_transmit(now, path, ty, class, seq, buf, body);
+            let t = self.control_transmit(now, path, ty, class, seq, buf, body)?;
+            if self.paced {
+                self.paths[usize::from(path)].sender.on_send(t.len);
+            }
+            return Some(t);
         }
         None
+    }
+
+    /// When waiting resends may leave: when the recovery path next has
+    /// pacing budget (`None`: none wait, or sending is not paced).
+    pub(in crate::tunnel) fn resend_deadline(&self, now: Nanos) -> Option<Nanos> {
+        let r = self.recovery.as_ref()?;
+        if !self.paced || r.retransmit.is_empty() {
+            return None;
+        }
+        let path = self.recovery_path()?;
+        Some(self.paths[usize::from(path)].sender.budget_at(now))
     }
 }
