@@ -46,9 +46,7 @@
 //!   ours even so: the capacity fell below what we send, so it is cut);
 //! * the target grows with the path's own delay variation: by
 //!   [`JITTER_TARGET_GAIN`] times the RFC 3550 jitter the receiver reports
-//!   less one full-size datagram's serialisation at the path's rate
-//!   ([`SERIAL_BYTES`]: our own packets' spacing at the bottleneck, not
-//!   the link's variation), up to [`TARGET_MAX_NS`]. On a radio link packets held in FIFO order
+//!   (up to [`TARGET_MAX_NS`]). On a radio link packets held in FIFO order
 //!   behind a late one read, under load, as a queue of about two standard
 //!   deviations of the jitter that no rate cut can drain; the consecutive
 //!   packets' jitter is a fraction of that deviation under load, hence the
@@ -153,15 +151,6 @@ pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Most of the reported queueing delay taken for the path's own jitter
 /// (tuning knob: a radio link's).
 pub const JITTER_MAX_NS: Nanos = 5 * NANOS_PER_MS;
-/// A full-size datagram, bytes. Two packets sent back to back leave the
-/// bottleneck one serialisation (size / rate) apart, so the RFC 3550
-/// jitter of a paced path reads about that much even on a link without
-/// any delay variation of its own: 3 ms at 4 Mbit/s, where the jitter
-/// target let the queue stand at 30 ms and overflow a 50 ms buffer (11 %
-/// of packets lost, TCP at 72 % of two 4 Mbit/s links against MPTCP's
-/// 92 %). The jitter the target grows with is what exceeds it (tuning
-/// knob).
-pub const SERIAL_BYTES: u64 = 1_500;
 /// Rate before the first sample (tuning knob).
 pub const INITIAL_RATE_BPS: u64 = 50_000_000;
 /// A path starts at this window per its lowest round trip, if that is
@@ -378,13 +367,9 @@ impl TargetDelay {
         (ns > 0).then(|| (u128::from(bits) * 1_000_000_000 / u128::from(ns)) as u64)
     }
 
-    /// The target queueing delay for a path with the sample's jitter,
-    /// less what our own packets' serialisation at the bottleneck puts
-    /// in it (see [`SERIAL_BYTES`]).
-    fn target(&self, s: &RateSample) -> Nanos {
-        let serial = SERIAL_BYTES * 8 * 1_000_000_000 / self.smoothed_bps.max(MIN_RATE_BPS);
-        let own = s.jitter_ns.unwrap_or(0).saturating_sub(serial);
-        let extra = own.saturating_mul(JITTER_TARGET_GAIN);
+    /// The target queueing delay for a path with the sample's jitter.
+    fn target(s: &RateSample) -> Nanos {
+        let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);
         TARGET_NS.saturating_add(extra).min(TARGET_MAX_NS)
     }
 }
@@ -392,7 +377,7 @@ impl TargetDelay {
 impl RateControl for TargetDelay {
     fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
         let q = self.excess(now, s);
-        let target = self.target(s);
+        let target = Self::target(s);
         self.limited_seen |= s.limited;
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);

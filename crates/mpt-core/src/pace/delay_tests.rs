@@ -138,32 +138,3 @@ fn a_short_path_starts_at_the_window_its_round_trip_fits() {
     c.on_start_rtt(100_000);
     assert_eq!(c.pacing_rate_bps(0), Some(after));
 }
-
-/// The target grows with the path's own jitter, not with the spacing its
-/// packets get at the bottleneck: back to back, they leave it one
-/// serialisation apart (3 ms for 1,500 bytes at 4 Mbit/s), which the
-/// RFC 3550 jitter reads as such.
-#[test]
-fn serialisation_at_a_slow_bottleneck_is_not_jitter() {
-    let with_jitter = |jitter_ms: f64| RateSample {
-        jitter_ns: Some((jitter_ms * MS as f64) as Nanos),
-        ..sample(4, 0, 0, true)
-    };
-    let slow = TargetDelay {
-        smoothed_bps: 4 * MBIT,
-        ..TargetDelay::default()
-    };
-    assert_eq!(slow.target(&with_jitter(3.0)), TARGET_NS);
-    // Beyond the serialisation, jitter counts as before.
-    let own = slow.target(&with_jitter(4.0));
-    assert!(
-        (own - TARGET_NS).abs_diff(JITTER_TARGET_GAIN * MS) < 10_000,
-        "{own}"
-    );
-    // On a fast path the serialisation is microseconds.
-    let fast = TargetDelay::default();
-    assert_eq!(
-        fast.target(&with_jitter(2.0)),
-        TARGET_NS + JITTER_TARGET_GAIN * (2 * MS - 240_000)
-    );
-}
