@@ -35,6 +35,19 @@ fn capacity_links(spec: &[(f64, u64, u64)]) -> Vec<Link> {
         .collect()
 }
 
+/// Side 0 sends inner packet `idx` of [`PKT`] bytes now, on the path its
+/// scheduler picks (if it sends it now).
+fn offer(sim: &mut Sim, now: Nanos, idx: u64) {
+    let pkt = big_inner(idx, PKT);
+    let mut buf = vec![0u8; HEADER_LEN + PKT + 16];
+    buf[HEADER_LEN..HEADER_LEN + PKT].copy_from_slice(&pkt);
+    if let Some(tx) = sim.t[0].send(now, &mut buf, PKT) {
+        let link = sim.link(0, tx.path as usize);
+        buf.truncate(tx.len);
+        sim.emit(now, 0, link, buf, Some(idx));
+    }
+}
+
 /// Links of (rate Mbit/s, delay ms, jitter ms); side 0 offers `offer_mbit`
 /// for `secs`; the Mbit/s each link carried over the last `secs - 2` s.
 fn carried(spec: &[(f64, u64, u64)], offer_mbit: f64, secs: u64) -> Vec<f64> {
@@ -60,14 +73,7 @@ fn carried(spec: &[(f64, u64, u64)], offer_mbit: f64, secs: u64) -> Vec<f64> {
             at_warm = sim.arrived_bytes.iter().map(|b| b[0]).collect();
             warmed = true;
         }
-        let pkt = big_inner(idx, PKT);
-        let mut buf = vec![0u8; HEADER_LEN + PKT + 16];
-        buf[HEADER_LEN..HEADER_LEN + PKT].copy_from_slice(&pkt);
-        if let Some(tx) = sim.t[0].send(now, &mut buf, PKT) {
-            let link = sim.link(0, tx.path as usize);
-            buf.truncate(tx.len);
-            sim.emit(now, 0, link, buf, Some(idx));
-        }
+        offer(&mut sim, now, idx);
         idx += 1;
         sim.pump_control(now);
         now += gap;
@@ -352,14 +358,7 @@ fn resends_keep_to_the_paths_pacing() {
         // Every second the short path loses 60 ms in a row (a radio
         // fade): a train of losses, resent together.
         sim.links[0][0].up = (now - start) % (1_000 * MS) >= 60 * MS;
-        let pkt = big_inner(idx, PKT);
-        let mut buf = vec![0u8; HEADER_LEN + PKT + 16];
-        buf[HEADER_LEN..HEADER_LEN + PKT].copy_from_slice(&pkt);
-        if let Some(tx) = sim.t[0].send(now, &mut buf, PKT) {
-            let link = sim.link(0, tx.path as usize);
-            buf.truncate(tx.len);
-            sim.emit(now, 0, link, buf, Some(idx));
-        }
+        offer(&mut sim, now, idx);
         idx += 1;
         sim.pump_control(now);
         now += gap;

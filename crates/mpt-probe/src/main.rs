@@ -69,7 +69,7 @@ struct SendArgs {
     /// Packets (or trains) per second; omit for back-to-back.
     #[arg(long)]
     pps: Option<f64>,
-    /// UDP payload bytes (at least 20).
+    /// UDP payload bytes (at least 28, the probe header).
     #[arg(long, default_value_t = 160)]
     size: usize,
     /// Packets per back-to-back train.

@@ -56,9 +56,33 @@ fn recv_stamped_flags(
     buf: &mut [u8],
     flags: libc::c_int,
 ) -> io::Result<(usize, Option<u64>)> {
+    let mut stamp = None;
+    let n = recv_with_cmsgs(sock, buf, flags, |level, ty, data| {
+        if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPNS {
+            stamp = read_cmsg::<libc::timespec>(data).map(|ts| timespec_ns(&ts));
+        }
+    })?;
+    Ok((n, stamp))
+}
+
+/// A timespec as ns (negative fields, which a stamp never has, read 0).
+pub(crate) fn timespec_ns(ts: &libc::timespec) -> u64 {
+    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
+}
+
+/// One `recvmsg` into `buf` with `flags`; then `f(level, type, data)` for
+/// each control message it brought, `data` the message's payload. Returns
+/// the datagram's length.
+pub(crate) fn recv_with_cmsgs(
+    sock: &impl AsFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+    mut f: impl FnMut(libc::c_int, libc::c_int, &[u8]),
+) -> io::Result<usize> {
     let fd = sock.as_fd().as_raw_fd();
-    // Room for one SCM_TIMESTAMPNS (a timespec) with its header, 8-aligned.
-    let mut control = [0u64; 8];
+    // Room for SCM_TIMESTAMPING (three timespecs) and an extended error
+    // with their headers, 8-aligned.
+    let mut control = [0u64; 32];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -77,7 +101,6 @@ fn recv_stamped_flags(
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    let mut stamp = None;
     // SAFETY: `msg` was filled by a successful recvmsg; CMSG_FIRSTHDR and
     // CMSG_NXTHDR stay within msg_control/msg_controllen, and a header is
     // read only when they return non-null.
@@ -85,17 +108,37 @@ fn recv_stamped_flags(
     while !cmsg.is_null() {
         // SAFETY: `cmsg` is non-null and points into `control` (see above).
         let hdr = unsafe { &*cmsg };
-        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_TIMESTAMPNS {
-            // SAFETY: an SCM_TIMESTAMPNS message carries one timespec; the
-            // read is unaligned-safe.
-            let ts: libc::timespec =
-                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
-            stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-        }
+        // SAFETY: CMSG_LEN(0) is arithmetic on a constant.
+        let head = unsafe { libc::CMSG_LEN(0) } as usize;
+        let len = (hdr.cmsg_len as usize).saturating_sub(head);
+        // SAFETY: the kernel wrote `cmsg_len` bytes for this message
+        // within `control`; its payload starts at CMSG_DATA and is `len`
+        // bytes long, clamped to what `control` holds.
+        let data = unsafe {
+            let start = libc::CMSG_DATA(cmsg);
+            let end = control
+                .as_ptr()
+                .cast::<u8>()
+                .add(std::mem::size_of_val(&control));
+            let len = len.min(end.offset_from(start).max(0) as usize);
+            std::slice::from_raw_parts(start, len)
+        };
+        f(hdr.cmsg_level, hdr.cmsg_type, data);
         // SAFETY: as for CMSG_FIRSTHDR; `cmsg` is a header within `msg`.
         cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
-    Ok((n as usize, stamp))
+    Ok(n as usize)
+}
+
+/// A `T` read from the start of a control message's payload, if it holds
+/// one.
+pub(crate) fn read_cmsg<T: Copy>(data: &[u8]) -> Option<T> {
+    (data.len() >= std::mem::size_of::<T>()).then(|| {
+        // SAFETY: `data` holds at least size_of::<T>() bytes; the read is
+        // unaligned-safe, and `T` is one of the plain C structs the
+        // kernel writes there (timespec, sock_extended_err).
+        unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) }
+    })
 }
 
 /// CLOCK_REALTIME now, ns since the UNIX epoch.

@@ -18,6 +18,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
 use crate::packet::setsockopt_int;
+use crate::stamp::{read_cmsg, recv_with_cmsgs, timespec_ns};
 
 /// Ask the kernel for a software transmit stamp of every datagram sent on
 /// `sock`, numbered, on its error queue.
@@ -43,68 +44,37 @@ pub fn enable_tx_timestamps(sock: &impl AsFd) -> io::Result<()> {
 /// the order the kernel queued them (`id`: the datagram's number on the
 /// socket, from 0; `ns`: since the UNIX epoch). Returns how many.
 pub fn read_tx_stamps(sock: &impl AsFd, mut f: impl FnMut(u32, u64)) -> io::Result<usize> {
-    let fd = sock.as_fd().as_raw_fd();
     let mut n = 0;
     loop {
-        // Room for SCM_TIMESTAMPING (three timespecs) and the extended
-        // error (IP_RECVERR / IPV6_RECVERR) with their headers, 8-aligned.
-        let mut control = [0u64; 32];
         let mut data = [0u8; 64];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        };
-        // SAFETY: an all-zero msghdr is a valid value (null pointers, zero
-        // lengths); the fields that matter are set below.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control);
-        // SAFETY: `msg` points to `iov` (describing `data`, writable for its
-        // length) and to `control` (writable for msg_controllen bytes); all
-        // outlive the call, and the kernel writes only within those lengths.
-        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock => Ok(n),
-                io::ErrorKind::Interrupted => continue,
-                _ => Err(e),
-            };
-        }
         let (mut stamp, mut id) = (None, None);
-        // SAFETY: `msg` was filled by a successful recvmsg; CMSG_FIRSTHDR and
-        // CMSG_NXTHDR stay within msg_control/msg_controllen, and a header is
-        // read only when they return non-null.
-        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        while !cmsg.is_null() {
-            // SAFETY: `cmsg` is non-null and points into `control` (see above).
-            let hdr = unsafe { &*cmsg };
-            let is_err = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
-                || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
-            if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_TIMESTAMPING {
-                // SAFETY: an SCM_TIMESTAMPING message carries three
-                // timespecs, the software stamp first; the read is
-                // unaligned-safe.
-                let ts: libc::timespec =
-                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
-                if ts.tv_sec > 0 || ts.tv_nsec > 0 {
-                    stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+        let got = recv_with_cmsgs(
+            sock,
+            &mut data,
+            libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            |level, ty, payload| {
+                let is_err = (level == libc::SOL_IP && ty == libc::IP_RECVERR)
+                    || (level == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR);
+                if level == libc::SOL_SOCKET && ty == libc::SCM_TIMESTAMPING {
+                    // Three timespecs, the software stamp first.
+                    stamp = read_cmsg::<libc::timespec>(payload)
+                        .filter(|ts| ts.tv_sec > 0 || ts.tv_nsec > 0)
+                        .map(|ts| timespec_ns(&ts));
+                } else if is_err {
+                    id = read_cmsg::<libc::sock_extended_err>(payload)
+                        .filter(|ee| {
+                            ee.ee_errno == libc::ENOMSG as u32
+                                && ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                        })
+                        .map(|ee| ee.ee_data);
                 }
-            } else if is_err {
-                // SAFETY: an IP(V6)_RECVERR message starts with a
-                // sock_extended_err; the read is unaligned-safe.
-                let ee: libc::sock_extended_err =
-                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast()) };
-                if ee.ee_errno == libc::ENOMSG as u32
-                    && ee.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
-                {
-                    id = Some(ee.ee_data);
-                }
-            }
-            // SAFETY: as for CMSG_FIRSTHDR; `cmsg` is a header within `msg`.
-            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+            },
+        );
+        match got {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         }
         if let (Some(ns), Some(id)) = (stamp, id) {
             f(id, ns);
