@@ -70,6 +70,9 @@ pub fn keep_for(queue_max: Nanos, rtt_max: Nanos, max_delay: Nanos) -> Nanos {
 /// Buffers of expired copies kept for the next ones (tuning knob: the
 /// copies stored within a millisecond or so at a high rate).
 const SPARE_BUFFERS: usize = 32;
+/// The sequence number an empty ring slot holds: never a packet's (the
+/// tunnel would need 2^64 packets to reach it), and never found.
+const EMPTY_SLOT: u64 = u64::MAX;
 
 /// Tunnel-sequence NACK bodies remembered to drop their second copy
 /// (tuning knob).
@@ -174,7 +177,7 @@ impl Recovery {
         Self {
             ring: (0..RING_PACKETS)
                 .map(|_| Stored {
-                    seq: u64::MAX,
+                    seq: EMPTY_SLOT,
                     class: 0,
                     bytes: Vec::new(),
                 })
@@ -216,7 +219,7 @@ impl Recovery {
         let i = (seq % RING_PACKETS as u64) as usize;
         // The slot's own buffer is reused; its bytes leave the count.
         self.held_bytes -= self.ring[i].bytes.capacity();
-        self.ring[i].seq = u64::MAX;
+        self.ring[i].seq = EMPTY_SLOT;
         while let Some(&(old, old_seq, at)) = self.held.front() {
             let need = inner.len().max(self.ring[i].bytes.capacity());
             let full = self.held_bytes + need > RING_BYTES_MAX;
@@ -269,7 +272,7 @@ impl Recovery {
             return;
         }
         self.held_bytes -= s.bytes.capacity();
-        s.seq = u64::MAX;
+        s.seq = EMPTY_SLOT;
         let b = std::mem::take(&mut s.bytes);
         if self.spare.len() < SPARE_BUFFERS && b.capacity() <= RING_BYTES_MAX / 4 {
             self.spare.push(b);
@@ -280,6 +283,11 @@ impl Recovery {
     /// (a packet sent as fragments takes one number per piece, and is kept
     /// under its first), and the piece's index.
     fn find(&self, seq: u64, body_max: usize) -> Option<(usize, usize)> {
+        // `seq` comes from the peer's NACK and may be any number,
+        // the empty slots' mark included.
+        if seq == EMPTY_SLOT {
+            return None;
+        }
         for k in 0..(MAX_FRAGMENTS as u64).min(seq + 1) {
             let i = ((seq - k) % RING_PACKETS as u64) as usize;
             let s = &self.ring[i];
