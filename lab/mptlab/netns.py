@@ -502,6 +502,29 @@ class Topology:
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         return json.loads(lines[-1]) if lines else None
 
+    def shaper_counters(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Each link end's queueing disciplines (the rate shaper: the
+        bottleneck) and their counters so far: per device, per qdisc
+        (`kind` and handle), packets sent and dropped, `overlimits`, and
+        the backlog in bytes now. A GSO send counts as one packet there.
+        Devices that cannot be read are left out (a torn-down topology)."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        for i, side in itertools.product(range(1, self.n + 1), ("a", "b")):
+            dev = self.dev(i, side)
+            p = run(["tc", "-s", "-j", "qdisc", "show", "dev", dev], ns=self.ns(side), check=False)
+            try:
+                qdiscs = json.loads(p.stdout) if p.returncode == 0 else []
+            except json.JSONDecodeError:
+                continue
+            out[dev] = {
+                f"{q.get('kind')} {q.get('handle')}": {
+                    k: int(q.get(k, 0)) for k in ("packets", "drops", "overlimits", "backlog")
+                }
+                for q in qdiscs
+                if q.get("kind") not in ("noqueue", "pfifo_fast", "mq", "fq_codel")
+            }
+        return out
+
     @staticmethod
     def dev(i: int, side: str) -> str:
         return f"l{i}{side}"

@@ -171,6 +171,7 @@ class Runner:
             if traced:
                 topo.restart_traces()
             t_begin = time.monotonic_ns()
+            shapers_before = topo.shaper_counters()
             sides = {"a": topo.a, "b": topo.b}
             sampler = CpuSampler(target.pids, namespaces=sides).start()
             try:
@@ -281,6 +282,7 @@ class Runner:
                         d["bulk_tcp_mbps"] = bulk_mbps
             finally:
                 cpu = sampler.stop()
+            d["bottleneck"] = shaper_delta(shapers_before, topo.shaper_counters())
             results.append(mbps)
             if traced:
                 # What the links offered while this transfer ran (its last
@@ -462,6 +464,9 @@ class Runner:
                     f", owd {p.details['owd_mean_ms']:.2f} ms jitter "
                     f"{p.details['jitter_ms']:.3f} ms loss {p.details['loss']:.2%}"
                 )
+            dropped = sum(v["drops"] for v in (p.details.get("bottleneck") or {}).values())
+            if dropped:
+                extra += f", {dropped} dropped at the links' shapers"
             what = f"{p.mbps:.1f} Mbit/s{eff}{extra}"
         cpu = sum(v for k, v in p.cpu_pct.items() if k != "system_busy")
         cpu_s = f" cpu {cpu:.0f}%" if p.cpu_pct and cpu else ""
@@ -571,3 +576,24 @@ class Runner:
                     for system in sc.systems:
                         self._run_listed(topo, system, base, rates, work)
         return self.points
+
+
+def shaper_delta(
+    before: dict[str, dict[str, dict[str, int]]], after: dict[str, dict[str, dict[str, int]]]
+) -> dict[str, dict[str, int]]:
+    """What each link end's shapers sent and dropped between two readings
+    of `Topology.shaper_counters` (the most over the device's qdiscs, as a
+    parent counts its children's), and the backlog in bytes at the end.
+    Ends that sent nothing are left out."""
+    out: dict[str, dict[str, int]] = {}
+    for dev, qdiscs in after.items():
+        old = before.get(dev, {})
+        tot = {"packets": 0, "drops": 0, "backlog": 0}
+        for name, c in qdiscs.items():
+            o = old.get(name, {})
+            tot["packets"] = max(tot["packets"], c["packets"] - o.get("packets", 0))
+            tot["drops"] = max(tot["drops"], c["drops"] - o.get("drops", 0))
+            tot["backlog"] = max(tot["backlog"], c["backlog"])
+        if tot["packets"] or tot["drops"]:
+            out[dev] = tot
+    return out
