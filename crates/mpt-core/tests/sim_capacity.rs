@@ -192,14 +192,7 @@ fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -> f6
             good_at_warm = Some(good);
         }
         while (inflight as f64) < cwnd.floor() {
-            let pkt = big_inner(next_seq, PKT);
-            let mut buf = vec![0u8; HEADER_LEN + PKT + 16];
-            buf[HEADER_LEN..HEADER_LEN + PKT].copy_from_slice(&pkt);
-            if let Some(tx) = sim.t[0].send(now, &mut buf, PKT) {
-                let link = sim.link(0, tx.path as usize);
-                buf.truncate(tx.len);
-                sim.emit(now, 0, link, buf, Some(next_seq));
-            }
+            offer(&mut sim, now, next_seq);
             next_seq += 1;
             inflight += 1;
         }
