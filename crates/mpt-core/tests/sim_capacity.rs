@@ -270,6 +270,13 @@ fn held_gaps_do_not_keep_the_timers_due() {
 #[ignore]
 fn sweep_cases() {
     let cases: &[&[(f64, u64, f64, f64)]] = &[
+        &[(199.0, 54, 6.7, 0.0)],
+        &[
+            (6.4, 32, 1.0, 0.0),
+            (199.0, 54, 6.7, 0.0),
+            (37.0, 49, 0.1, 0.0),
+            (86.0, 46, 0.0, 0.0),
+        ],
         &[
             (9.0, 58, 6.1, 0.0),
             (17.0, 73, 5.0, 0.0),
@@ -382,5 +389,34 @@ fn resends_keep_to_the_paths_pacing() {
         }
         println!("link {link}: at most {most} bytes within 20 ms ({resent} resends)");
         assert!(most <= bound, "link {link}: {most} bytes within 20 ms");
+    }
+}
+
+/// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss;..."), the
+/// TCP-like flow's share with three seeds (a bench, as `sweep_cases`).
+#[test]
+#[ignore]
+fn one_case() {
+    let Ok(spec) = std::env::var("SIM_CASE") else {
+        return;
+    };
+    let links: Vec<Link> = spec
+        .split(';')
+        .map(|l| {
+            let v: Vec<f64> = l.split(',').map(|x| x.trim().parse().unwrap()).collect();
+            Link {
+                delay: (v[1] * MS as f64) as Nanos,
+                jitter: (v[2] * 3.5 * MS as f64) as Nanos,
+                loss: v[3],
+                up: true,
+                rate_mbit: v[0],
+                queue_ns: 50 * MS,
+            }
+        })
+        .collect();
+    let sum: f64 = links.iter().map(|l| l.rate_mbit).sum();
+    for seed in [11, 12, 13] {
+        let got = tcp_goodput_seeded(links.clone(), 10, 8, seed);
+        println!("seed {seed}: {got:.1} Mbit/s = {:.1} %", 100.0 * got / sum);
     }
 }
