@@ -227,11 +227,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import run as sweep
 
-    if not 1 <= args.count <= 1000 or not 1 <= args.seconds <= 600:
-        print("error: --count within 1..1000 and --seconds within 1..600")
+    if not 1 <= args.count <= 1000 or not 1 <= args.seconds <= 600 or not 1 <= args.repeats <= 50:
+        print("error: --count within 1..1000, --seconds within 1..600, --repeats within 1..50")
         return 2
     out = Path(args.out or f"results/sweep-{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
-    s = sweep(args.seed, args.count, args.seconds, out, base=args.base)
+    s = sweep(args.seed, args.count, args.seconds, out, base=args.base, repeats=args.repeats)
     print(f"{out}/sweep.md, sweep.json")
     return 0 if s["compared"] or args.count == 0 else 1
 
@@ -340,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument("--count", type=int, default=30)
     sw.add_argument("--seconds", type=float, default=10.0, help="each transfer's length")
     sw.add_argument("--out", help="results directory (default results/sweep-SEED-TIME)")
+    sw.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="transfers per system and case (fresh tunnels, order alternated); the median counts",
+    )
     sw.add_argument(
         "--base",
         action="store_true",

@@ -147,29 +147,38 @@ def run(
     outdir: Path,
     say: Callable[[str], None] = print,
     base: bool = False,
+    repeats: int = 1,
 ) -> dict[str, Any]:
     """The sweep; with `base`, the previous build ($MPT_BASE_BIN, as
     `mpt-base`) runs in each case too, between the two others, and the
-    order of all three alternates from case to case."""
+    order of all three alternates from case to case. With `repeats` > 1
+    each case runs that many times (each a fresh tunnel, the order
+    alternated from repeat to repeat) and each system's share is the
+    median of its transfers: one transfer per case moved a case by up to
+    14 points between two sweeps of the same build."""
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(count):
         case = draw(seed, i, seconds, outdir / "traces")
-        order = ["mpt", "mpt-base", "mptcp"] if base else ["mpt", "mptcp"]
-        if i % 2 == 1:
-            order.reverse()
+        first = ["mpt", "mpt-base", "mptcp"] if base else ["mpt", "mptcp"]
+        order = first[::-1] if i % 2 == 1 else first
         say(f"case {i}: {case.describe()}" + (f" ({'; '.join(case.notes)})" if case.notes else ""))
-        sc = _scenario(case, seconds, order)
-        share: dict[str, float | None] = {}
+        runs: dict[str, list[float]] = {}
         errors = {}
-        try:
-            points = Runner(sc, outdir / f"case{i}", progress=lambda m: None).run()
-            for p in points:
-                share[p.system] = None if p.mbps is None else p.mbps / capacity(case, seconds, p)
-                if p.error:
-                    errors[p.system] = p.error
-        except Exception as e:  # noqa: BLE001 - the next case runs all the same
-            errors["case"] = f"{type(e).__name__}: {e}"
+        for r in range(repeats):
+            this = order[::-1] if r % 2 == 1 else order
+            sc = _scenario(case, seconds, this)
+            work = outdir / f"case{i}" / f"r{r}" if repeats > 1 else outdir / f"case{i}"
+            try:
+                points = Runner(sc, work, progress=lambda m: None).run()
+                for p in points:
+                    if p.mbps is not None:
+                        runs.setdefault(p.system, []).append(p.mbps / capacity(case, seconds, p))
+                    if p.error:
+                        errors[p.system] = p.error
+            except Exception as e:  # noqa: BLE001 - the next case runs all the same
+                errors["case"] = f"{type(e).__name__}: {e}"
+        share = {k: statistics.median(v) for k, v in runs.items() if v}
         m, c, b = share.get("mpt"), share.get("mptcp"), share.get("mpt-base")
         ratio = m / c if m is not None and c else None
         row = {
@@ -182,6 +191,8 @@ def run(
             "ratio": ratio,
             "errors": errors,
         }
+        if repeats > 1:
+            row["runs"] = runs
         if base:
             row["base_share"] = b
             row["base_ratio"] = m / b if m is not None and b else None
@@ -198,6 +209,7 @@ def run(
         "seed": seed,
         "count": count,
         "seconds": seconds,
+        "repeats": repeats,
         "mpt_share_p10": pct(shares, 0.1),
         "mpt_share_median": statistics.median(shares) if shares else None,
         "ratio_p10": pct(ratios, 0.1),
@@ -228,7 +240,9 @@ def _f(v: float | None, spec: str) -> str:
 
 def summary_line(s: dict[str, Any]) -> str:
     line = (
-        f"sweep seed {s['seed']}, {s['count']} cases: mpt's share of capacity p10 "
+        f"sweep seed {s['seed']}, {s['count']} cases"
+        + (f" (median of {s['repeats']} each)" if s.get("repeats", 1) > 1 else "")
+        + ": mpt's share of capacity p10 "
         f"{_f(s['mpt_share_p10'], '.1%')}, median {_f(s['mpt_share_median'], '.1%')}; "
         f"mpt/MPTCP p10 {_f(s['ratio_p10'], '.3f')}, median {_f(s['ratio_median'], '.3f')}; "
         f"mpt >= MPTCP in {s['mpt_at_least_mptcp']} of {s['compared']}"
@@ -246,6 +260,7 @@ def markdown(s: dict[str, Any]) -> str:
     base = "base" in s
     lines = [
         f"`mptlab sweep --seed {s['seed']} --count {s['count']} --seconds {s['seconds']:g}"
+        + (f" --repeats {s['repeats']}" if s.get("repeats", 1) > 1 else "")
         + (" --base`" if base else "`"),
         "",
         "| case | links (rate/delay±jitter loss) | mpt | MPTCP | mpt/MPTCP |"

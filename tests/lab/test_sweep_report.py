@@ -55,3 +55,39 @@ def test_without_the_previous_build_the_report_is_as_before() -> None:
     md = markdown(_summary(False))
     assert "previous" not in md
     assert "| 0 | 20M/30ms + 10M/60±2.0ms | 90.0% | 80.0% | 1.125 |" in md
+
+
+def test_repeats_take_the_median_and_alternate_the_order(tmp_path, monkeypatch) -> None:
+    """`mptlab sweep --repeats 3`: each case runs three times, the order
+    of the systems alternates from repeat to repeat, and each system's
+    share is the median of its three transfers (no network: the runner
+    is a stand-in)."""
+    from types import SimpleNamespace
+
+    import mptlab.sweep as sweep
+
+    orders = []
+    mbps = iter([10.0, 1.0, 30.0, 5.0, 20.0, 3.0])  # mpt/MPTCP pairs per repeat
+
+    class FakeRunner:
+        def __init__(self, sc, work, progress=None) -> None:
+            orders.append(list(sc.systems))
+            work.mkdir(parents=True, exist_ok=True)
+
+        def run(self):
+            return [
+                SimpleNamespace(system=s, mbps=next(mbps), error=None, details={})
+                for s in ["mpt", "mptcp"]
+            ]
+
+    monkeypatch.setattr(sweep, "Runner", FakeRunner)
+    s = sweep.run(5, 1, 10.0, tmp_path, say=lambda m: None, repeats=3)
+    assert orders == [["mpt", "mptcp"], ["mptcp", "mpt"], ["mpt", "mptcp"]]
+    case = sweep.draw(5, 0, 10.0, tmp_path / "traces")
+    cap = sweep.capacity(case, 10.0, SimpleNamespace(details={}))
+    row = s["cases"][0]
+    assert abs(row["mpt_share"] - 20.0 / cap) < 1e-9
+    assert abs(row["mptcp_share"] - 3.0 / cap) < 1e-9
+    assert len(row["runs"]["mpt"]) == 3
+    assert "(median of 3 each)" in sweep.summary_line(s)
+    assert "--repeats 3" in (tmp_path / "sweep.md").read_text()
