@@ -304,14 +304,7 @@ fn sweep_cases() {
     for spec in cases {
         let links: Vec<Link> = spec
             .iter()
-            .map(|&(rate, d, sd, loss)| Link {
-                delay: d * MS,
-                jitter: (sd * 3.5 * MS as f64) as Nanos,
-                loss,
-                up: true,
-                rate_mbit: rate,
-                queue_ns: 50 * MS,
-            })
+            .map(|&(rate, d, sd, loss)| sweep_link(rate, d as f64, sd, loss))
             .collect();
         let sum: f64 = spec.iter().map(|s| s.0).sum();
         let got: Vec<f64> = [11, 12, 13]
@@ -392,6 +385,20 @@ fn resends_keep_to_the_paths_pacing() {
     }
 }
 
+/// A link of the lab's sweep: (rate Mbit/s, delay ms, jitter's standard
+/// deviation ms, loss), its jitter uniform over 3.5 standard deviations
+/// (the lab's is normal: the same spread), a 50 ms buffer.
+fn sweep_link(rate_mbit: f64, delay_ms: f64, sd_ms: f64, loss: f64) -> Link {
+    Link {
+        delay: (delay_ms * MS as f64) as Nanos,
+        jitter: (sd_ms * 3.5 * MS as f64) as Nanos,
+        loss,
+        up: true,
+        rate_mbit,
+        queue_ns: 50 * MS,
+    }
+}
+
 /// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss;..."), the
 /// TCP-like flow's share with three seeds (a bench, as `sweep_cases`).
 #[test]
@@ -403,15 +410,14 @@ fn one_case() {
     let links: Vec<Link> = spec
         .split(';')
         .map(|l| {
-            let v: Vec<f64> = l.split(',').map(|x| x.trim().parse().unwrap()).collect();
-            Link {
-                delay: (v[1] * MS as f64) as Nanos,
-                jitter: (v[2] * 3.5 * MS as f64) as Nanos,
-                loss: v[3],
-                up: true,
-                rate_mbit: v[0],
-                queue_ns: 50 * MS,
-            }
+            let v: Vec<f64> = l
+                .split(',')
+                .map(|x| x.trim().parse().expect("SIM_CASE: numbers only"))
+                .collect();
+            let [rate, delay_ms, sd_ms, loss] = v[..] else {
+                panic!("SIM_CASE: each link is rate,delay_ms,sd_ms,loss; got {l:?}");
+            };
+            sweep_link(rate, delay_ms, sd_ms, loss)
         })
         .collect();
     let sum: f64 = links.iter().map(|l| l.rate_mbit).sum();
