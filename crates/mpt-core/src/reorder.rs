@@ -180,6 +180,16 @@ impl ReorderBuffer {
         self.capacity
     }
 
+    /// The longest time a packet may be held from now on (loss recovery
+    /// raises it to the wait for a resend on long round trips).
+    pub fn set_max_delay(&mut self, max_delay: Nanos) {
+        self.max_delay = max_delay;
+    }
+
+    pub fn max_delay(&self) -> Nanos {
+        self.max_delay
+    }
+
     /// Hold at most `bytes` bytes of packets whatever the arrival rate
     /// (at least one packet is always held).
     pub fn set_bytes_max(&mut self, bytes: usize) {

@@ -214,6 +214,11 @@ fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -> f6
             "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}, TCP loss events {losses}, cwnd {cwnd:.0}",
             sim.drops_seen.len()
         );
+        let mut reasons = std::collections::BTreeMap::<String, usize>::new();
+        for d in &sim.drops_seen {
+            *reasons.entry(format!("{:?}", d.1)).or_default() += 1;
+        }
+        println!("  drops at side 1 by reason: {reasons:?}");
         println!("  recovery at side 1: {:?}", sim.t[1].recovery_stats());
         println!("  recovery at side 0: {:?}", sim.t[0].recovery_stats());
     }

@@ -41,3 +41,27 @@ fn losses_on_a_fast_path_beside_a_slow_one_are_filled_in_order() {
     let reorder = sim.t[1].reorder_stats();
     assert_eq!(reorder.timeout_releases, 0, "{reorder:?}");
 }
+
+#[test]
+fn losses_on_long_paths_are_filled_after_max_delay() {
+    // Two paths of 80 ms each way, one losing 2 %: a resend comes a round
+    // trip (160 ms) after the loss shows, later than the reorder buffer's
+    // `max_delay` of 100 ms. Recovery holds the gap for it (the hold is
+    // `max_delay` plus the wait for a resend), so the losses are filled;
+    // before, each such gap was given up at 100 ms and its resend came
+    // late (the sweep's long LTE-like cases: 20 of 20 lost here).
+    let mut sim = Sim::with_tunnels(links(&[(80, 0, 0.02), (80, 0, 0.0)]), [side(0), side(1)], 5);
+    sim.deliver_until(2_000 * MS);
+    let end = sim.run_traffic(2_000 * MS, 3_000, MS / 2, 0);
+    sim.deliver_until(end + 2_000 * MS);
+    let lost = sim.lost_data.len();
+    assert!(lost > 10, "the link lost data: {lost}");
+    let rx = sim.t[1].recovery_stats().cloned().unwrap_or_default();
+    let reorder = sim.t[1].reorder_stats();
+    // A resend or a request may be lost too (2 % each way): one gap of
+    // the link's losses may go.
+    assert!(rx.recovered + 1 >= lost as u64, "{lost} lost: {rx:?}");
+    assert!(reorder.lost <= 1, "{reorder:?}");
+    assert_eq!(reorder.timeout_releases, 0, "{reorder:?}");
+    assert_eq!(reorder.late_delivered, 0, "{reorder:?}");
+}

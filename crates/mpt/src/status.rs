@@ -288,7 +288,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
     let r = &t.reorder;
     let _ = writeln!(
         o,
-        "reorder: window {}, held now {} ({} of at most {}), in order {}, reordered {}, lost {} (came late and delivered {}), released by policy {} / timeout {} / overflow {} / bytes {}, max held {} ({}), margin {:.2} ms",
+        "reorder: window {}, held now {} ({} of at most {}), in order {}, reordered {}, lost {} (came late and delivered {}), released by policy {} / timeout {} / overflow {} / bytes {}, max held {} ({}), margin {:.2} ms, hold {:.0} ms",
         r.window,
         r.held_now,
         bytes(r.held_bytes as u64),
@@ -304,6 +304,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         r.stats.max_held,
         bytes(r.stats.max_held_bytes),
         r.late_margin_ms,
+        r.hold_ms,
     );
     let e = &t.ecn;
     let _ = writeln!(

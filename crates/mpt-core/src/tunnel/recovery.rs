@@ -20,8 +20,9 @@
 //! Invariants:
 //! * a gap is asked for once; it is released (as today) when its answer
 //!   has not come within the wait ([`Recovery::wait`]), so recovery can
-//!   delay a loss by at most that long and never by more than the reorder
-//!   buffer's `max_delay`;
+//!   delay a loss by at most that long, [`RECOVERY_WAIT_MAX_NS`] at most
+//!   (however short `max_delay`): the reorder buffer holds a packet for
+//!   `max_delay` plus that wait ([`Recovery::hold`]);
 //! * the ring holds the last [`RING_PACKETS`] data packets by sequence
 //!   number, and at most [`RING_BYTES_MAX`] bytes of them: storing beyond
 //!   that frees the oldest copies (with the tunnel MTU of eight datagrams,
@@ -54,6 +55,11 @@ pub const RING_BYTES_MAX: usize = 8 << 20;
 pub const MAX_PENDING: usize = 1024;
 pub const MAX_RETRANSMIT_QUEUE: usize = 1024;
 pub const WAIT_MIN: Nanos = 20 * NANOS_PER_MS;
+/// Longest wait for a resend, whatever `max_delay` (tuning knob: two
+/// round trips of a path 125 ms long each way; an LTE path of 60-80 ms
+/// each way needs 250-320 ms, and a resend that comes after the wait is
+/// a loss to the inner TCP all the same).
+pub const RECOVERY_WAIT_MAX_NS: Nanos = 500 * NANOS_PER_MS;
 pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
 /// Recent loss (a fraction) by which a recovery path may exceed the least
 /// lossy path's and still be chosen for its lower RTT (tuning knob: a
@@ -374,13 +380,25 @@ impl Recovery {
     /// path and the answer may come back on the recovery path (the least
     /// lossy fast one, [`Tunnel::recovery_path`]), so a round trip of
     /// each, which leaves a margin of half of that; at least two round
-    /// trips of the fastest and [`WAIT_MIN`], at most `max_delay`.
+    /// trips of the fastest and [`WAIT_MIN`], at most `max_delay` (the
+    /// tunnel passes its hold, [`Recovery::hold`]).
     pub fn wait(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
         best_rtt
             .map_or(WAIT_NO_RTT, |r| {
                 (2 * r).max(r + recovery_rtt.unwrap_or(r)).max(WAIT_MIN)
             })
             .min(max_delay)
+    }
+
+    /// How long the reorder buffer may hold a packet with recovery on: a
+    /// gap is asked for at most `max_delay` after the first later packet
+    /// arrived (the release policy gives it up by then), and its answer
+    /// is waited for ([`Recovery::wait`], at most
+    /// [`RECOVERY_WAIT_MAX_NS`]), so the sum. Before, the hold was
+    /// `max_delay` alone: on round trips over 50 ms every gap was given
+    /// up before its resend could come, and the inner TCP saw the loss.
+    pub fn hold(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
+        max_delay + Self::wait(best_rtt, recovery_rtt, RECOVERY_WAIT_MAX_NS)
     }
 
     /// Earliest deadline of a pending gap.

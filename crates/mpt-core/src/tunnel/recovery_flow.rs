@@ -30,10 +30,25 @@ impl Tunnel {
             .map(|i| self.paths[i].srtt().unwrap_or(WAIT_NO_RTT))
             .max()
             .unwrap_or(WAIT_NO_RTT);
-        let keep = keep_for(self.queue_max, rtt_max, self.reorder_max_delay);
+        let (best_rtt, recovery_rtt) = self.recovery_rtts();
+        let hold = Recovery::hold(best_rtt, recovery_rtt, self.reorder_max_delay);
+        self.reorder.set_max_delay(hold);
+        let keep = keep_for(self.queue_max, rtt_max, hold);
         if let Some(r) = self.recovery.as_mut() {
             r.set_keep(keep);
         }
+    }
+
+    /// The lowest round trip of the usable paths, and the recovery path's.
+    fn recovery_rtts(&self) -> (Option<Nanos>, Option<Nanos>) {
+        let best_rtt = (0..self.paths.len())
+            .filter(|i| self.paths[*i].usable)
+            .filter_map(|i| self.paths[i].srtt())
+            .min();
+        let recovery_rtt = self
+            .recovery_path()
+            .and_then(|p| self.paths[usize::from(p)].srtt());
+        (best_rtt, recovery_rtt)
     }
 
     /// The path to use for recovery traffic: the lowest RTT among the
@@ -68,14 +83,8 @@ impl Tunnel {
         let from = r.considered_upto.max(next);
         // The wait only matters for new gaps: no path scan otherwise.
         let wait = if floor > from {
-            let best_rtt = (0..self.paths.len())
-                .filter(|i| self.paths[*i].usable)
-                .filter_map(|i| self.paths[i].srtt())
-                .min();
-            let recovery_rtt = self
-                .recovery_path()
-                .and_then(|p| self.paths[usize::from(p)].srtt());
-            Recovery::wait(best_rtt, recovery_rtt, self.reorder_max_delay)
+            let (best_rtt, recovery_rtt) = self.recovery_rtts();
+            Recovery::wait(best_rtt, recovery_rtt, RECOVERY_WAIT_MAX_NS)
         } else {
             0
         };

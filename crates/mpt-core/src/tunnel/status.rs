@@ -29,6 +29,9 @@ pub struct ReorderStatus {
     /// The margin a gap is waited for beyond its paths' delays, ms
     /// (`crate::release::LateMargin`).
     pub late_margin_ms: f64,
+    /// The longest a packet is held now, ms: `max_delay`, plus with loss
+    /// recovery the wait for a resend (`Recovery::hold`).
+    pub hold_ms: f64,
     #[serde(flatten)]
     pub stats: ReorderStats,
 }
@@ -145,6 +148,7 @@ impl Tunnel {
                 bytes_max: self.reorder.bytes_max(),
                 next_seq: self.reorder.next_seq(),
                 late_margin_ms: self.late_margin_ms(),
+                hold_ms: self.reorder.max_delay() as f64 / crate::NANOS_PER_MS as f64,
                 stats: self.reorder.stats().clone(),
             },
             queue: (self.paced || self.queue.stats().staged > 0).then(|| QueueStatus {
