@@ -230,8 +230,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if not 1 <= args.count <= 1000 or not 1 <= args.seconds <= 600 or not 1 <= args.repeats <= 50:
         print("error: --count within 1..1000, --seconds within 1..600, --repeats within 1..50")
         return 2
+    cases = None
+    if args.cases:
+        try:
+            cases = [int(c) for c in args.cases.split(",")]
+        except ValueError:
+            cases = [-1]
+        if any(not 0 <= c < 10_000 for c in cases) or len(set(cases)) != len(cases):
+            print(f"error: --cases takes distinct numbers 0..9999, comma-separated: {args.cases!r}")
+            return 2
     out = Path(args.out or f"results/sweep-{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
-    s = sweep(args.seed, args.count, args.seconds, out, base=args.base, repeats=args.repeats)
+    s = sweep(
+        args.seed, args.count, args.seconds, out, base=args.base, repeats=args.repeats, cases=cases
+    )
     print(f"{out}/sweep.md, sweep.json")
     return 0 if s["compared"] or args.count == 0 else 1
 
@@ -350,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
         "--base",
         action="store_true",
         help="also run the previous build ($MPT_BASE_BIN) in each case, the order alternated",
+    )
+    sw.add_argument(
+        "--cases",
+        help="only these case numbers, comma-separated (each as in the whole sweep)",
     )
     sw.set_defaults(func=cmd_sweep)
     args = ap.parse_args(argv)

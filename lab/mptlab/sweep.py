@@ -148,6 +148,7 @@ def run(
     say: Callable[[str], None] = print,
     base: bool = False,
     repeats: int = 1,
+    cases: list[int] | None = None,
 ) -> dict[str, Any]:
     """The sweep; with `base`, the previous build ($MPT_BASE_BIN, as
     `mpt-base`) runs in each case too, between the two others, and the
@@ -155,10 +156,12 @@ def run(
     each case runs that many times (each a fresh tunnel, the order
     alternated from repeat to repeat) and each system's share is the
     median of its transfers: one transfer per case moved a case by up to
-    14 points between two sweeps of the same build."""
+    14 points between two sweeps of the same build. With `cases`, only
+    those indices run (each is the case it is in the whole sweep: to
+    rerun the ones that lost)."""
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []
-    for i in range(count):
+    for i in cases if cases else range(count):
         case = draw(seed, i, seconds, outdir / "traces")
         first = ["mpt", "mpt-base", "mptcp"] if base else ["mpt", "mptcp"]
         order = first[::-1] if i % 2 == 1 else first
@@ -207,7 +210,8 @@ def run(
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     summary = {
         "seed": seed,
-        "count": count,
+        "count": len(rows),
+        "cases_run": cases,
         "seconds": seconds,
         "repeats": repeats,
         "mpt_share_p10": pct(shares, 0.1),
@@ -259,7 +263,13 @@ def summary_line(s: dict[str, Any]) -> str:
 def markdown(s: dict[str, Any]) -> str:
     base = "base" in s
     lines = [
-        f"`mptlab sweep --seed {s['seed']} --count {s['count']} --seconds {s['seconds']:g}"
+        f"`mptlab sweep --seed {s['seed']} "
+        + (
+            f"--cases {','.join(map(str, s['cases_run']))}"
+            if s.get("cases_run")
+            else f"--count {s['count']}"
+        )
+        + f" --seconds {s['seconds']:g}"
         + (f" --repeats {s['repeats']}" if s.get("repeats", 1) > 1 else "")
         + (" --base`" if base else "`"),
         "",

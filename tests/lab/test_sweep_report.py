@@ -91,3 +91,33 @@ def test_repeats_take_the_median_and_alternate_the_order(tmp_path, monkeypatch) 
     assert len(row["runs"]["mpt"]) == 3
     assert "(median of 3 each)" in sweep.summary_line(s)
     assert "--repeats 3" in (tmp_path / "sweep.md").read_text()
+
+
+def test_cases_run_only_those_and_are_the_same_cases(tmp_path, monkeypatch) -> None:
+    """`mptlab sweep --cases 3,1`: only cases 3 and 1 run, each the link
+    set it is in the whole sweep, and the report names them."""
+    from types import SimpleNamespace
+
+    import mptlab.sweep as sweep
+
+    seen = []
+
+    class FakeRunner:
+        def __init__(self, sc, work, progress=None) -> None:
+            seen.append(work.name)
+            work.mkdir(parents=True, exist_ok=True)
+
+        def run(self):
+            return [
+                SimpleNamespace(system=s, mbps=5.0, error=None, details={})
+                for s in ["mpt", "mptcp"]
+            ]
+
+    monkeypatch.setattr(sweep, "Runner", FakeRunner)
+    s = sweep.run(7, 30, 10.0, tmp_path, say=lambda m: None, cases=[3, 1])
+    assert seen == ["case3", "case1"]
+    assert [r["case"] for r in s["cases"]] == [3, 1]
+    whole = sweep.draw(7, 3, 10.0, tmp_path / "t2")
+    assert s["cases"][0]["links"] == whole.describe()
+    assert s["count"] == 2
+    assert "--cases 3,1" in (tmp_path / "sweep.md").read_text()
