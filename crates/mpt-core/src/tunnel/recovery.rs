@@ -380,25 +380,24 @@ impl Recovery {
     /// path and the answer may come back on the recovery path (the least
     /// lossy fast one, [`Tunnel::recovery_path`]), so a round trip of
     /// each, which leaves a margin of half of that; at least two round
-    /// trips of the fastest and [`WAIT_MIN`], at most `max_delay` (the
-    /// tunnel passes its hold, [`Recovery::hold`]).
-    pub fn wait(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
+    /// trips of the fastest and [`WAIT_MIN`], at most
+    /// [`RECOVERY_WAIT_MAX_NS`].
+    pub fn wait(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>) -> Nanos {
         best_rtt
             .map_or(WAIT_NO_RTT, |r| {
                 (2 * r).max(r + recovery_rtt.unwrap_or(r)).max(WAIT_MIN)
             })
-            .min(max_delay)
+            .min(RECOVERY_WAIT_MAX_NS)
     }
 
     /// How long the reorder buffer may hold a packet with recovery on: a
     /// gap is asked for at most `max_delay` after the first later packet
     /// arrived (the release policy gives it up by then), and its answer
-    /// is waited for ([`Recovery::wait`], at most
-    /// [`RECOVERY_WAIT_MAX_NS`]), so the sum. Before, the hold was
+    /// is waited for ([`Recovery::wait`]), so the sum. Before, the hold was
     /// `max_delay` alone: on round trips over 50 ms every gap was given
     /// up before its resend could come, and the inner TCP saw the loss.
     pub fn hold(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
-        max_delay + Self::wait(best_rtt, recovery_rtt, RECOVERY_WAIT_MAX_NS)
+        max_delay + Self::wait(best_rtt, recovery_rtt)
     }
 
     /// Earliest deadline of a pending gap.

@@ -84,7 +84,7 @@ impl Tunnel {
         // The wait only matters for new gaps: no path scan otherwise.
         let wait = if floor > from {
             let (best_rtt, recovery_rtt) = self.recovery_rtts();
-            Recovery::wait(best_rtt, recovery_rtt, RECOVERY_WAIT_MAX_NS)
+            Recovery::wait(best_rtt, recovery_rtt)
         } else {
             0
         };
