@@ -431,3 +431,67 @@ fn one_case() {
         println!("seed {seed}: {got:.1} Mbit/s = {:.1} %", 100.0 * got / sum);
     }
 }
+
+/// A timeline of one path's rate control: open loop above the links'
+/// sum over `SIM_LINKS` ("rate,delay_ms,sd_ms,loss,queue_ms;...") for 10 s;
+/// path 0's pacing rate, delivery rate, queue and state every 100 ms, and
+/// what each link dropped at its bottleneck (a bench, as `sweep_cases`).
+#[test]
+#[ignore]
+fn rate_timeline() {
+    let spec = std::env::var("SIM_LINKS").unwrap_or_else(|_| "20,30,0,0,20".into());
+    let links: Vec<Link> = spec
+        .split(';')
+        .map(|l| {
+            let v: Vec<f64> = l.split(',').map(|x| x.trim().parse().unwrap()).collect();
+            let mut link = sweep_link(v[0], v[1], v[2], v[3]);
+            link.queue_ns = (v[4] * MS as f64) as Nanos;
+            link
+        })
+        .collect();
+    let n = links.len();
+    let sum: f64 = links.iter().map(|l| l.rate_mbit).sum();
+    let t = |side| {
+        TestConfig::new(side, n)
+            .ecf()
+            .with(|c| c.mtu = 1500)
+            .tunnel()
+    };
+    let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 7);
+    sim.deliver_until(500 * MS);
+    let gap = (PKT as f64 * 8_000.0 / (1.3 * sum)) as Nanos;
+    let (start, end) = (500 * MS, 10_500 * MS);
+    let mut now = start;
+    let mut idx = 0u64;
+    let mut next_print = start;
+    let mut carried_at = vec![0u64; n];
+    while now < end {
+        sim.deliver_until(now);
+        offer(&mut sim, now, idx);
+        idx += 1;
+        sim.pump_control(now);
+        if now >= next_print {
+            let st = sim.t[0].status(now);
+            let mut line = format!("{:6.1}s", now as f64 / 1e9);
+            for (i, p) in st.paths.iter().enumerate() {
+                let s = p.sending.clone().unwrap_or_default();
+                let c = sim.arrived_bytes[i][0];
+                let got = (c - carried_at[i]) as f64 * 8.0 / 0.1 / 1e6;
+                carried_at[i] = c;
+                line += &format!(
+                    " | p{i} pace {:5.1} dlv {:5.1} got {:5.1} q {:5.1} {:7} cuts {}",
+                    s.pacing_mbps.unwrap_or(0.0),
+                    s.delivered_mbps.unwrap_or(0.0),
+                    got,
+                    s.queueing_ms.unwrap_or(0.0),
+                    s.control,
+                    s.cuts
+                );
+            }
+            println!("{line} lost {}", sim.lost_data.len());
+            next_print += 100 * MS;
+        }
+        now += gap;
+    }
+    println!("lost at the bottlenecks or on the links: {}", sim.lost_data.len());
+}
