@@ -465,12 +465,28 @@ fn rate_timeline() {
     let mut idx = 0u64;
     let mut next_print = start;
     let mut carried_at = vec![0u64; n];
+    // SIM_SQUARE="period_ms,factor": link 0's rate is multiplied by
+    // `factor` in the second half of each period (a capacity that steps).
+    let square: Option<(Nanos, f64)> = std::env::var("SIM_SQUARE").ok().filter(|v| !v.is_empty()).map(|v| {
+        let v: Vec<f64> = v.split(',').map(|x| x.trim().parse().unwrap()).collect();
+        ((v[0] * MS as f64) as Nanos, v[1])
+    });
+    let base_rate = sim.links[0][0].rate_mbit;
+    let quiet = std::env::var("SIM_QUIET").is_ok();
+    let mut capacity_bits = 0.0;
+    let mut last = start;
     while now < end {
+        if let Some((period, factor)) = square {
+            let high = (now - start) % period >= period / 2;
+            sim.links[0][0].rate_mbit = if high { base_rate * factor } else { base_rate };
+        }
+        capacity_bits += sim.links.iter().map(|l| l[0].rate_mbit).sum::<f64>() * (now - last) as f64 / 1e3;
+        last = now;
         sim.deliver_until(now);
         offer(&mut sim, now, idx);
         idx += 1;
         sim.pump_control(now);
-        if now >= next_print {
+        if now >= next_print && !quiet {
             let st = sim.t[0].status(now);
             let mut line = format!("{:6.1}s", now as f64 / 1e9);
             for (i, p) in st.paths.iter().enumerate() {
@@ -493,5 +509,10 @@ fn rate_timeline() {
         }
         now += gap;
     }
-    println!("lost at the bottlenecks or on the links: {}", sim.lost_data.len());
+    let carried: u64 = sim.arrived_bytes.iter().map(|b| b[0]).sum();
+    println!(
+        "lost at the bottlenecks or on the links: {}; carried {:.1} % of the capacity",
+        sim.lost_data.len(),
+        100.0 * (carried * 8) as f64 / capacity_bits
+    );
 }
