@@ -432,10 +432,15 @@ fn one_case() {
     }
 }
 
-/// A timeline of one path's rate control: open loop above the links'
-/// sum over `SIM_LINKS` ("rate,delay_ms,sd_ms,loss,queue_ms;...") for 10 s;
-/// path 0's pacing rate, delivery rate, queue and state every 100 ms, and
-/// what each link dropped at its bottleneck (a bench, as `sweep_cases`).
+/// A timeline of the paths' rate control: open loop at 1.3 times the
+/// links' sum over `SIM_LINKS` ("rate,delay_ms,sd_ms,loss,queue_ms;...",
+/// default one clean 20 Mbit/s link of 30 ms with a 20 ms buffer) for
+/// 10 s; each path's pacing rate, delivery rate, queue, state and cuts
+/// every 100 ms (`SIM_QUIET`: not), and at the end what was lost and the
+/// share of the capacity carried. `SIM_SQUARE="period_ms,factor"` steps
+/// link 0's rate up by `factor` for the second half of each period. A
+/// bench, as `sweep_cases` (`SIM_LINKS=... cargo test --release --test
+/// sim_capacity rate_timeline -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn rate_timeline() {

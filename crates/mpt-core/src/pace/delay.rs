@@ -19,14 +19,18 @@
 //!   same way), and below the target the rate grows by at least
 //!   [`GROW_MIN`] per sample: on a radio link the FIFO's jitter holds the
 //!   measured queue near the target whatever the rate;
-//! * at or above the capacity measured with a standing queue (below), the
-//!   rate creeps: at most [`GROW_ABOVE_KNOWN`] per sample, and the step
-//!   does not double. A queue built above a known capacity shows only a
-//!   feedback delay later, and on a long path with a shallow buffer the
-//!   doubling overflowed it first (20 Mbit/s at 30 ms each way, a 20 ms
+//! * on a path that has not jittered (a wired one, [`CREEP_JITTER_MAX_NS`]
+//!   within [`QUEUE_MEMORY_NS`]),
+//!   at or above the capacity measured with a standing queue (below), the
+//!   rate creeps: at most [`GROW_ABOVE_KNOWN`] per sample, doubling every
+//!   [`CREEP_DOUBLING_NS`] while no queue shows, and the step does not
+//!   double. A queue built above a known capacity shows only a feedback
+//!   delay later, and on a long path with a shallow buffer the doubling
+//!   step overflowed it first (20 Mbit/s at 30 ms each way, a 20 ms
 //!   buffer: paced at 22 within 200 ms, a cut every 600 ms, 50 in 10 s in
 //!   the lab's sweep). A path that delivers [`KNOWN_EXCEEDED`] times that
-//!   capacity has more now, and grows as one not yet measured;
+//!   capacity has more now, and grows as one not yet measured. A radio
+//!   link's capacity moves, and its rises are followed as before;
 //! * above the target while the pacer held packets back, the bottleneck
 //!   is saturated, so the delivery rate
 //!   the receiver measured is its capacity: the rate goes to that capacity
@@ -228,6 +232,9 @@ pub struct TargetDelay {
     step: f64,
     /// When the step last doubled: at most once per round trip.
     step_doubled_at: Option<Nanos>,
+    /// When the path last reported more jitter than
+    /// [`CREEP_JITTER_MAX_NS`] (it is a radio link, whose capacity moves).
+    jittered_at: Option<Nanos>,
     /// Since when the rate has been above the known capacity with no
     /// queue (its creep accelerates).
     above_since: Option<Nanos>,
@@ -285,6 +292,7 @@ impl Default for TargetDelay {
             step: STEP_MIN,
             step_doubled_at: None,
             above_since: None,
+            jittered_at: None,
             drained_at: None,
             delivered_max: Windowed::new(BW_WINDOW_NS, true),
             queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
@@ -403,12 +411,12 @@ impl TargetDelay {
     /// its 20 ms buffer overflowed before the queue showed).
     /// The path delivered clearly more than that capacity (`sample`):
     /// it grew, and the rate grows as on a path of unknown capacity.
-    /// Only on a path that does not jitter ([`CREEP_JITTER_MAX_NS`]): a
-    /// radio link's capacity moves (the LTE traces' by a third from one
+    /// Only on a path that did not jitter ([`CREEP_JITTER_MAX_NS`]) within
+    /// [`QUEUE_MEMORY_NS`]: a radio link's capacity moves (the LTE traces' by a third from one
     /// second to the next), and its rises must be followed at once.
-    fn above_known(&self, now: Nanos, s: &RateSample, sample: u64) -> bool {
+    fn above_known(&self, now: Nanos, sample: u64) -> bool {
         let known = self.queued_smoothed as f64;
-        s.jitter_ns.unwrap_or(0) <= CREEP_JITTER_MAX_NS
+        self.jittered_at.is_none_or(|t| now >= t + QUEUE_MEMORY_NS)
             && self.queued_at.is_some_and(|t| now < t + QUEUE_MEMORY_NS)
             && known > 0.0
             && self.rate as f64 >= known
@@ -427,6 +435,9 @@ impl RateControl for TargetDelay {
         let q = self.excess(now, s);
         let target = Self::target(s);
         self.limited_seen |= s.limited;
+        if s.jitter_ns.unwrap_or(0) > CREEP_JITTER_MAX_NS {
+            self.jittered_at = Some(now);
+        }
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);
         self.prev_sample = sample;
@@ -505,7 +516,7 @@ impl RateControl for TargetDelay {
             } else {
                 self.step
             };
-            let above = self.above_known(now, s, sample);
+            let above = self.above_known(now, sample);
             let grow = if above {
                 let since = *self.above_since.get_or_insert(now);
                 let doublings = ((now - since) / CREEP_DOUBLING_NS).min(16) as i32;
