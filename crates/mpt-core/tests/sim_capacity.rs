@@ -472,10 +472,13 @@ fn rate_timeline() {
     let mut carried_at = vec![0u64; n];
     // SIM_SQUARE="period_ms,factor": link 0's rate is multiplied by
     // `factor` in the second half of each period (a capacity that steps).
-    let square: Option<(Nanos, f64)> = std::env::var("SIM_SQUARE").ok().filter(|v| !v.is_empty()).map(|v| {
-        let v: Vec<f64> = v.split(',').map(|x| x.trim().parse().unwrap()).collect();
-        ((v[0] * MS as f64) as Nanos, v[1])
-    });
+    let square: Option<(Nanos, f64)> = std::env::var("SIM_SQUARE")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v: Vec<f64> = v.split(',').map(|x| x.trim().parse().unwrap()).collect();
+            ((v[0] * MS as f64) as Nanos, v[1])
+        });
     let base_rate = sim.links[0][0].rate_mbit;
     let quiet = std::env::var("SIM_QUIET").is_ok();
     let mut capacity_bits = 0.0;
@@ -485,7 +488,8 @@ fn rate_timeline() {
             let high = (now - start) % period >= period / 2;
             sim.links[0][0].rate_mbit = if high { base_rate * factor } else { base_rate };
         }
-        capacity_bits += sim.links.iter().map(|l| l[0].rate_mbit).sum::<f64>() * (now - last) as f64 / 1e3;
+        capacity_bits +=
+            sim.links.iter().map(|l| l[0].rate_mbit).sum::<f64>() * (now - last) as f64 / 1e3;
         last = now;
         sim.deliver_until(now);
         offer(&mut sim, now, idx);

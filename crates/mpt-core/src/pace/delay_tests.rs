@@ -175,7 +175,10 @@ fn a_capacity_that_grew_is_followed() {
         c.on_sample(now, &sample(mbit, 0, 0, true), Some(RTT));
     }
     let rate = c.pacing_rate_bps(now).unwrap() as f64 / MBIT as f64;
-    assert!(rate > 30.0, "{rate:.1} Mbit/s after 900 ms on a 40 Mbit/s path");
+    assert!(
+        rate > 30.0,
+        "{rate:.1} Mbit/s after 900 ms on a 40 Mbit/s path"
+    );
 }
 
 /// A path that jitters (a radio link, whose capacity moves) does not
