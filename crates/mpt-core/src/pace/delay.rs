@@ -19,18 +19,14 @@
 //!   same way), and below the target the rate grows by at least
 //!   [`GROW_MIN`] per sample: on a radio link the FIFO's jitter holds the
 //!   measured queue near the target whatever the rate;
-//! * on a path that has not jittered (a wired one, [`CREEP_JITTER_MAX_NS`]
-//!   within [`QUEUE_MEMORY_NS`]),
-//!   at or above the capacity measured with a standing queue (below), the
-//!   rate creeps: at most [`GROW_ABOVE_KNOWN`] per sample, doubling every
-//!   [`CREEP_DOUBLING_NS`] while no queue shows, and the step does not
-//!   double. A queue built above a known capacity shows only a feedback
-//!   delay later, and on a long path with a shallow buffer the doubling
-//!   step overflowed it first (20 Mbit/s at 30 ms each way, a 20 ms
-//!   buffer: paced at 22 within 200 ms, a cut every 600 ms, 50 in 10 s in
-//!   the lab's sweep). A path that delivers [`KNOWN_EXCEEDED`] times that
-//!   capacity has more now, and grows as one not yet measured. A radio
-//!   link's capacity moves, and its rises are followed as before;
+//! * at or above the capacity measured with a standing queue (below), the
+//!   rate creeps: at most [`GROW_ABOVE_KNOWN`] per sample, and the step
+//!   does not double. A queue built above a known capacity shows only a
+//!   feedback delay later, and on a long path with a shallow buffer the
+//!   doubling step overflowed it first (20 Mbit/s at 30 ms each way, a
+//!   20 ms buffer: paced at 22 within 200 ms, a cut every 600 ms, 50 in
+//!   10 s in the lab's sweep). A path that delivers [`KNOWN_EXCEEDED`]
+//!   times that capacity has more now, and grows as one not yet measured;
 //! * above the target while the pacer held packets back, the bottleneck
 //!   is saturated, so the delivery rate
 //!   the receiver measured is its capacity: the rate goes to that capacity
@@ -109,7 +105,7 @@
 
 use super::{RateControl, RateSample};
 use crate::estimate::Windowed;
-use crate::{Nanos, NANOS_PER_MS};
+use crate::Nanos;
 #[path = "delay_knobs.rs"]
 mod knobs;
 pub use knobs::*;
@@ -134,12 +130,6 @@ pub struct TargetDelay {
     step: f64,
     /// When the step last doubled: at most once per round trip.
     step_doubled_at: Option<Nanos>,
-    /// When the path last reported more jitter than
-    /// [`CREEP_JITTER_MAX_NS`] (it is a radio link, whose capacity moves).
-    jittered_at: Option<Nanos>,
-    /// Since when the rate has been above the known capacity with no
-    /// queue (its creep accelerates).
-    above_since: Option<Nanos>,
     /// When the rate was last cut for a queue: at most once per round trip.
     drained_at: Option<Nanos>,
     delivered_max: Windowed<10>,
@@ -193,8 +183,6 @@ impl Default for TargetDelay {
             rate: INITIAL_RATE_BPS,
             step: STEP_MIN,
             step_doubled_at: None,
-            above_since: None,
-            jittered_at: None,
             drained_at: None,
             delivered_max: Windowed::new(BW_WINDOW_NS, true),
             queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
@@ -307,19 +295,15 @@ impl TargetDelay {
     }
 
     /// The rate is at or above the capacity measured with a standing
-    /// queue within [`QUEUE_MEMORY_NS`]: it probes above a known capacity,
-    /// so its step does not double (doubling once per round trip, a 20
-    /// Mbit/s path of 30 ms each way went from 19.5 to 22 in 200 ms, and
-    /// its 20 ms buffer overflowed before the queue showed).
-    /// The path delivered clearly more than that capacity (`sample`):
-    /// it grew, and the rate grows as on a path of unknown capacity.
-    /// Only on a path that did not jitter ([`CREEP_JITTER_MAX_NS`]) within
-    /// [`QUEUE_MEMORY_NS`]: a radio link's capacity moves (the LTE traces' by a third from one
-    /// second to the next), and its rises must be followed at once.
+    /// queue within [`QUEUE_MEMORY_NS`], and the path delivered less than
+    /// [`KNOWN_EXCEEDED`] times that capacity (`sample`; more: it grew,
+    /// and the rate grows as on a path not yet measured). Then it creeps:
+    /// doubling its step once per round trip, a 20 Mbit/s path of 30 ms
+    /// each way went from 19.5 to 22 in 200 ms, and its 20 ms buffer
+    /// overflowed before the queue showed.
     fn above_known(&self, now: Nanos, sample: u64) -> bool {
         let known = self.queued_smoothed as f64;
-        self.jittered_at.is_none_or(|t| now >= t + QUEUE_MEMORY_NS)
-            && self.queued_at.is_some_and(|t| now < t + QUEUE_MEMORY_NS)
+        self.queued_at.is_some_and(|t| now < t + KNOWN_FOR_NS)
             && known > 0.0
             && self.rate as f64 >= known
             && (sample as f64) < known * KNOWN_EXCEEDED
@@ -337,9 +321,6 @@ impl RateControl for TargetDelay {
         let q = self.excess(now, s);
         let target = Self::target(s);
         self.limited_seen |= s.limited;
-        if s.jitter_ns.unwrap_or(0) > CREEP_JITTER_MAX_NS {
-            self.jittered_at = Some(now);
-        }
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);
         self.prev_sample = sample;
@@ -355,7 +336,6 @@ impl RateControl for TargetDelay {
         }
         if q > target || s.congestion_lost > 0 {
             self.starting = false;
-            self.above_since = None;
         }
         if s.congestion_lost > 0
             && q >= target / 2
@@ -420,9 +400,7 @@ impl RateControl for TargetDelay {
             };
             let above = self.above_known(now, sample);
             let grow = if above {
-                let since = *self.above_since.get_or_insert(now);
-                let doublings = ((now - since) / CREEP_DOUBLING_NS).min(16) as i32;
-                (step * off).min(GROW_ABOVE_KNOWN * 2f64.powi(doublings))
+                (step * off).min(GROW_ABOVE_KNOWN)
             } else {
                 (step * off).max(GROW_MIN)
             };
@@ -432,9 +410,6 @@ impl RateControl for TargetDelay {
             // sample before that overshoots a long path (an LTE-like 40 ms
             // each way: 30 Mbit/s paced into 20, then a drain to 9).
             let rtt = rtt_min.unwrap_or(0);
-            if !above || q >= target / 2 {
-                self.above_since = None;
-            }
             if q >= target / 2 || above {
                 self.step = STEP_MIN;
             } else if self.step_doubled_at.is_none_or(|t| now >= t + rtt) {

@@ -31,17 +31,11 @@ pub const GROW_MIN: f64 = 0.005;
 /// second; growing faster, a 20 Mbit/s path of 30 ms each way reached 22
 /// within 200 ms and overflowed its 20 ms buffer before the queue showed).
 pub const GROW_ABOVE_KNOWN: f64 = 0.002;
-pub const KNOWN_EXCEEDED: f64 = 1.02;
-/// The largest reported jitter of a path whose rate creeps above a known
-/// capacity (tuning knob: the lab's wired links report under 0.1 ms,
-/// its LTE traces 1.5-5 ms; crept on every path, `two-lte` fell from 69
-/// to 66 % and the sweep's jittery cases lost up to 17 points).
-pub const CREEP_JITTER_MAX_NS: Nanos = NANOS_PER_MS / 2;
-/// The most growth above a known capacity doubles each time this passes
-/// with no queue (tuning knob: a capacity that rose is followed within
-/// about a second, +25 %, while one that did not shows a queue at +2-3 %
-/// long before).
-pub const CREEP_DOUBLING_NS: Nanos = 250 * NANOS_PER_MS;
+pub const KNOWN_EXCEEDED: f64 = 1.05;
+/// How long after the queue last stood above the target its capacity
+/// counts as known (tuning knob: a radio link's capacity moves from one
+/// second to the next; kept for 10 s, `two-lte` read 2-3 points lower).
+pub const KNOWN_FOR_NS: Nanos = 1_000 * NANOS_PER_MS;
 /// Least step before the path first showed a queue or a loss (tuning
 /// knob: at 1 % doubling per 30 ms sample, eight 100 Mbit/s paths took
 /// 250 ms from the initial rate to their capacity, a quarter of a second

@@ -2,6 +2,7 @@
 //! path's capacity when it cuts to drain a queue.
 
 use super::*;
+use crate::NANOS_PER_MS;
 
 const MS: Nanos = NANOS_PER_MS;
 const RTT: Nanos = 80 * MS;
@@ -179,25 +180,4 @@ fn a_capacity_that_grew_is_followed() {
         rate > 30.0,
         "{rate:.1} Mbit/s after 900 ms on a 40 Mbit/s path"
     );
-}
-
-/// A path that jitters (a radio link, whose capacity moves) does not
-/// creep above the capacity it showed: it grows as before, to the bound
-/// of 1.1 times that capacity.
-#[test]
-fn a_path_that_jitters_does_not_creep() {
-    let (mut c, mut now) = settled();
-    let jittery = |mbit, q_ms, growth_ms| RateSample {
-        jitter_ns: Some(2 * MS),
-        ..sample(mbit, q_ms, growth_ms, true)
-    };
-    now += 30 * MS;
-    c.on_sample(now, &jittery(20, 40, 3), Some(RTT));
-    assert_eq!(c.state(), "drain");
-    for _ in 0..20 {
-        now += 30 * MS;
-        c.on_sample(now, &jittery(20, 0, 0), Some(RTT));
-    }
-    let rate = c.pacing_rate_bps(now).unwrap() as f64 / MBIT as f64;
-    assert!(rate > 21.5, "{rate:.2} Mbit/s");
 }
