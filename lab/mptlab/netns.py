@@ -95,6 +95,9 @@ def teardown(procs: list[subprocess.Popen[Any]], namespaces: list[str]) -> None:
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    # A second SIGTERM during the cleanup (`timeout` and a shell both
+    # passing one on) once ended the process halfway, its namespaces left.
+    signal.signal(signum, signal.SIG_IGN)
     _cleanup_all()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)

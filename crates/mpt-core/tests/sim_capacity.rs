@@ -431,3 +431,97 @@ fn one_case() {
         println!("seed {seed}: {got:.1} Mbit/s = {:.1} %", 100.0 * got / sum);
     }
 }
+
+/// A timeline of the paths' rate control: open loop at 1.3 times the
+/// links' sum over `SIM_LINKS` ("rate,delay_ms,sd_ms,loss,queue_ms;...",
+/// default one clean 20 Mbit/s link of 30 ms with a 20 ms buffer) for
+/// 10 s; each path's pacing rate, delivery rate, queue, state and cuts
+/// every 100 ms (`SIM_QUIET`: not), and at the end what was lost and the
+/// share of the capacity carried. `SIM_SQUARE="period_ms,factor"` steps
+/// link 0's rate up by `factor` for the second half of each period. A
+/// bench, as `sweep_cases` (`SIM_LINKS=... cargo test --release --test
+/// sim_capacity rate_timeline -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn rate_timeline() {
+    let spec = std::env::var("SIM_LINKS").unwrap_or_else(|_| "20,30,0,0,20".into());
+    let links: Vec<Link> = spec
+        .split(';')
+        .map(|l| {
+            let v: Vec<f64> = l.split(',').map(|x| x.trim().parse().unwrap()).collect();
+            let mut link = sweep_link(v[0], v[1], v[2], v[3]);
+            link.queue_ns = (v[4] * MS as f64) as Nanos;
+            link
+        })
+        .collect();
+    let n = links.len();
+    let sum: f64 = links.iter().map(|l| l.rate_mbit).sum();
+    let t = |side| {
+        TestConfig::new(side, n)
+            .ecf()
+            .with(|c| c.mtu = 1500)
+            .tunnel()
+    };
+    let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 7);
+    sim.deliver_until(500 * MS);
+    let gap = (PKT as f64 * 8_000.0 / (1.3 * sum)) as Nanos;
+    let (start, end) = (500 * MS, 10_500 * MS);
+    let mut now = start;
+    let mut idx = 0u64;
+    let mut next_print = start;
+    let mut carried_at = vec![0u64; n];
+    // SIM_SQUARE="period_ms,factor": link 0's rate is multiplied by
+    // `factor` in the second half of each period (a capacity that steps).
+    let square: Option<(Nanos, f64)> = std::env::var("SIM_SQUARE")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            let v: Vec<f64> = v.split(',').map(|x| x.trim().parse().unwrap()).collect();
+            ((v[0] * MS as f64) as Nanos, v[1])
+        });
+    let base_rate = sim.links[0][0].rate_mbit;
+    let quiet = std::env::var("SIM_QUIET").is_ok();
+    let mut capacity_bits = 0.0;
+    let mut last = start;
+    while now < end {
+        if let Some((period, factor)) = square {
+            let high = (now - start) % period >= period / 2;
+            sim.links[0][0].rate_mbit = if high { base_rate * factor } else { base_rate };
+        }
+        capacity_bits +=
+            sim.links.iter().map(|l| l[0].rate_mbit).sum::<f64>() * (now - last) as f64 / 1e3;
+        last = now;
+        sim.deliver_until(now);
+        offer(&mut sim, now, idx);
+        idx += 1;
+        sim.pump_control(now);
+        if now >= next_print && !quiet {
+            let st = sim.t[0].status(now);
+            let mut line = format!("{:6.1}s", now as f64 / 1e9);
+            for (i, p) in st.paths.iter().enumerate() {
+                let s = p.sending.clone().unwrap_or_default();
+                let c = sim.arrived_bytes[i][0];
+                let got = (c - carried_at[i]) as f64 * 8.0 / 0.1 / 1e6;
+                carried_at[i] = c;
+                line += &format!(
+                    " | p{i} pace {:5.1} dlv {:5.1} got {:5.1} q {:5.1} {:7} cuts {}",
+                    s.pacing_mbps.unwrap_or(0.0),
+                    s.delivered_mbps.unwrap_or(0.0),
+                    got,
+                    s.queueing_ms.unwrap_or(0.0),
+                    s.control,
+                    s.cuts
+                );
+            }
+            println!("{line} lost {}", sim.lost_data.len());
+            next_print += 100 * MS;
+        }
+        now += gap;
+    }
+    let carried: u64 = sim.arrived_bytes.iter().map(|b| b[0]).sum();
+    println!(
+        "lost at the bottlenecks or on the links: {}; carried {:.1} % of the capacity",
+        sim.lost_data.len(),
+        100.0 * (carried * 8) as f64 / capacity_bits
+    );
+}

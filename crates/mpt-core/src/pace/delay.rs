@@ -19,6 +19,14 @@
 //!   same way), and below the target the rate grows by at least
 //!   [`GROW_MIN`] per sample: on a radio link the FIFO's jitter holds the
 //!   measured queue near the target whatever the rate;
+//! * at or above the capacity measured with a standing queue (below), the
+//!   rate creeps: at most [`GROW_ABOVE_KNOWN`] per sample, and the step
+//!   does not double. A queue built above a known capacity shows only a
+//!   feedback delay later, and on a long path with a shallow buffer the
+//!   doubling step overflowed it first (20 Mbit/s at 30 ms each way, a
+//!   20 ms buffer: paced at 22 within 200 ms, a cut every 600 ms, 50 in
+//!   10 s in the lab's sweep). A path that delivers [`KNOWN_EXCEEDED`]
+//!   times that capacity has more now, and grows as one not yet measured;
 //! * above the target while the pacer held packets back, the bottleneck
 //!   is saturated, so the delivery rate
 //!   the receiver measured is its capacity: the rate goes to that capacity
@@ -97,94 +105,13 @@
 
 use super::{RateControl, RateSample};
 use crate::estimate::Windowed;
-use crate::{Nanos, NANOS_PER_MS};
-
-/// Target queueing delay at the bottleneck (tuning knob; RFC 6817 allows
-/// up to 100 ms, a multipath tunnel wants a few ms: the reorder buffer
-/// waits for the slowest path's queue).
-pub const TARGET_NS: Nanos = 5 * NANOS_PER_MS;
-/// Target added per nanosecond of reported jitter, and the largest target
-/// (tuning knobs).
-pub const JITTER_TARGET_GAIN: u64 = 8;
-pub const TARGET_MAX_NS: Nanos = 30 * NANOS_PER_MS;
-/// Smallest and largest growth step per sample (tuning knobs).
-pub const STEP_MIN: f64 = 0.01;
-pub const STEP_MAX: f64 = 0.5;
-/// Least growth per sample below the target (tuning knob: on a radio
-/// link the FIFO's jitter reads as a queue near the target, `off` is
-/// small whatever the rate, and the rate crept back after a cut at 0.2 %
-/// per sample, an LTE-like path paced at 11 of its 20 Mbit/s for
-/// seconds).
-pub const GROW_MIN: f64 = 0.005;
-/// Least step before the path first showed a queue or a loss (tuning
-/// knob: at 1 % doubling per 30 ms sample, eight 100 Mbit/s paths took
-/// 250 ms from the initial rate to their capacity, a quarter of a second
-/// of a transfer at half its rate; the bound at twice the delivered rate
-/// still holds the overshoot).
-pub const STARTUP_STEP: f64 = 0.25;
-/// The share of its capacity (measured with a standing queue before or
-/// while real-time packets flow) a path's rate may reach while it carries
-/// real-time packets (tuning knob: a real-time packet waits at the
-/// bottleneck behind the queue there, where mpt cannot put it first, so
-/// the bottleneck must drain, at some cost to bulk traffic on the path).
-pub const REALTIME_HEADROOM: f64 = 0.95;
-/// Share of the capacity measured with a standing queue that the rate
-/// returns to once a drain brought the queue back under the target
-/// (tuning knob: that measurement reads bursts as a few percent more than
-/// the link carries).
-pub const RESUME_SHARE: f64 = 0.95;
-/// Time over which a queue above the target is drained (tuning knob).
-pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
-/// Share of the rate kept after a congestion loss (tuning knob; BBRv2's
-/// beta, draft-cardwell-iccrg-bbr-congestion-control-02).
-pub const LOSS_BETA: f64 = 0.7;
-/// The rate may exceed the highest recent delivery rate by this factor.
-pub const HEADROOM: f64 = 2.0;
-/// The same bound on a path that showed a queue within [`QUEUE_MEMORY_NS`]
-/// (tuning knobs).
-pub const HEADROOM_QUEUED: f64 = 1.1;
-pub const QUEUE_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
-/// Window of the delivery-rate maximum and of the queueing floor's
-/// refresh (tuning knobs).
-pub const BW_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;
-pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
-/// Most of the reported queueing delay taken for the path's own jitter
-/// (tuning knob: a radio link's).
-pub const JITTER_MAX_NS: Nanos = 5 * NANOS_PER_MS;
-/// Rate before the first sample (tuning knob).
-pub const INITIAL_RATE_BPS: u64 = 50_000_000;
-/// A path starts at this window per its lowest round trip, if that is
-/// faster than [`INITIAL_RATE_BPS`], up to [`START_RATE_MAX_BPS`], until
-/// its pacer first holds packets back (tuning knobs: the window is RFC
-/// 6928's initial ten segments, so only a LAN-like path of under 2.4 ms
-/// starts faster; waiting for its first samples at the initial rate held
-/// eight 100 Mbit/s paths of 0.1 ms at half their capacity for 100 ms,
-/// 0.7 % of a 4 s transfer, while 64 KiB started a 30 Mbit/s path of
-/// 7 ms at 75 and cost Wi-Fi + LTE and three unequal links about 1 %).
-/// The cap is one startup doubling: started unpaced (1 Gbit/s), those
-/// eight paths fell to a third of their capacity for a second, as the
-/// scheduler, which reads the rate as what a path carries, sent
-/// everything to the first one.
-pub const START_WINDOW_BYTES: u64 = 10 * 1500;
-pub const START_RATE_MAX_BPS: u64 = 2 * INITIAL_RATE_BPS;
-/// Lowest rate (tuning knob: a path must still carry a probe's worth).
-pub const MIN_RATE_BPS: u64 = 1_000_000;
-/// Smoothing of the capacity estimate: gain 1 / this per sample (as RFC
-/// 6298's SRTT).
-const SMOOTHING_DIV: i64 = 8;
-/// The capacity a drain cuts to is the delivery rate over at least this
-/// long (or a round trip), ending with the sample, when the queue grows
-/// fast (the capacity fell: follow it), and over the longer span when it
-/// grows slowly (we send a little above a capacity that has not moved);
-/// at most [`RECENT_SAMPLES`] samples (tuning knobs: a radio link's jitter
-/// moves what one 30 ms sample delivers between a quarter and more than
-/// the whole of its rate; over consecutive samples only the jitter at the
-/// ends counts, ±15 % over 100 ms on the lab's LTE-like link).
-const CAPACITY_SPAN_NS: Nanos = 100 * NANOS_PER_MS;
-const CAPACITY_SPAN_SLOW_NS: Nanos = 300 * NANOS_PER_MS;
-const RECENT_SAMPLES: usize = 12;
-/// Shortest interval between two loss cuts (tuning knob, with the RTT).
-const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
+use crate::Nanos;
+#[path = "delay_knobs.rs"]
+mod knobs;
+pub use knobs::*;
+use knobs::{
+    CAPACITY_SPAN_NS, CAPACITY_SPAN_SLOW_NS, LOSS_CUT_MIN_NS, RECENT_SAMPLES, SMOOTHING_DIV,
+};
 
 /// What one sample says of the path ([`TargetDelay::judge`]).
 struct Judgement {
@@ -367,6 +294,21 @@ impl TargetDelay {
         (ns > 0).then(|| (u128::from(bits) * 1_000_000_000 / u128::from(ns)) as u64)
     }
 
+    /// The rate is at or above the capacity measured with a standing
+    /// queue within [`QUEUE_MEMORY_NS`], and the path delivered less than
+    /// [`KNOWN_EXCEEDED`] times that capacity (`sample`; more: it grew,
+    /// and the rate grows as on a path not yet measured). Then it creeps:
+    /// doubling its step once per round trip, a 20 Mbit/s path of 30 ms
+    /// each way went from 19.5 to 22 in 200 ms, and its 20 ms buffer
+    /// overflowed before the queue showed.
+    fn above_known(&self, now: Nanos, sample: u64) -> bool {
+        let known = self.queued_smoothed as f64;
+        self.queued_at.is_some_and(|t| now < t + KNOWN_FOR_NS)
+            && known > 0.0
+            && self.rate as f64 >= known
+            && (sample as f64) < known * KNOWN_EXCEEDED
+    }
+
     /// The target queueing delay for a path with the sample's jitter.
     fn target(s: &RateSample) -> Nanos {
         let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);
@@ -456,14 +398,19 @@ impl RateControl for TargetDelay {
             } else {
                 self.step
             };
-            let grow = (step * off).max(GROW_MIN);
+            let above = self.above_known(now, sample);
+            let grow = if above {
+                (step * off).min(GROW_ABOVE_KNOWN)
+            } else {
+                (step * off).max(GROW_MIN)
+            };
             self.rate += (self.rate as f64 * grow) as u64;
             // The step doubles at most once per round trip: a rise shows
             // in the queue one feedback delay later, and doubling on every
             // sample before that overshoots a long path (an LTE-like 40 ms
             // each way: 30 Mbit/s paced into 20, then a drain to 9).
             let rtt = rtt_min.unwrap_or(0);
-            if q >= target / 2 {
+            if q >= target / 2 || above {
                 self.step = STEP_MIN;
             } else if self.step_doubled_at.is_none_or(|t| now >= t + rtt) {
                 self.step = (self.step * 2.0).min(STEP_MAX);

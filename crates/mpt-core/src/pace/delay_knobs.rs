@@ -1,0 +1,107 @@
+//! Tuning knobs of [`super::TargetDelay`] (all of them: this controller
+//! implements no spec constant), with their units in their names and, in
+//! each note, the measurement that set it.
+//!
+//! Invariants: `MIN_RATE_BPS <= INITIAL_RATE_BPS <= START_RATE_MAX_BPS`;
+//! `STEP_MIN <= STARTUP_STEP <= STEP_MAX`; `HEADROOM_QUEUED <= HEADROOM`;
+//! `LOSS_BETA`, `RESUME_SHARE` and `REALTIME_HEADROOM` are in (0, 1].
+
+use crate::{Nanos, NANOS_PER_MS};
+
+/// Target queueing delay at the bottleneck (tuning knob; RFC 6817 allows
+/// up to 100 ms, a multipath tunnel wants a few ms: the reorder buffer
+/// waits for the slowest path's queue).
+pub const TARGET_NS: Nanos = 5 * NANOS_PER_MS;
+/// Target added per nanosecond of reported jitter, and the largest target
+/// (tuning knobs).
+pub const JITTER_TARGET_GAIN: u64 = 8;
+pub const TARGET_MAX_NS: Nanos = 30 * NANOS_PER_MS;
+/// Smallest and largest growth step per sample (tuning knobs).
+pub const STEP_MIN: f64 = 0.01;
+pub const STEP_MAX: f64 = 0.5;
+/// Least growth per sample below the target (tuning knob: on a radio
+/// link the FIFO's jitter reads as a queue near the target, `off` is
+/// small whatever the rate, and the rate crept back after a cut at 0.2 %
+/// per sample, an LTE-like path paced at 11 of its 20 Mbit/s for
+/// seconds).
+pub const GROW_MIN: f64 = 0.005;
+/// Most growth per sample while the rate is above the capacity measured
+/// with a standing queue, and the delivery rate above which that capacity
+/// is taken as stale (tuning knobs: 0.2 % per 30 ms sample is 7 % per
+/// second; growing faster, a 20 Mbit/s path of 30 ms each way reached 22
+/// within 200 ms and overflowed its 20 ms buffer before the queue showed).
+pub const GROW_ABOVE_KNOWN: f64 = 0.002;
+pub const KNOWN_EXCEEDED: f64 = 1.05;
+/// How long after the queue last stood above the target its capacity
+/// counts as known (tuning knob: a radio link's capacity moves from one
+/// second to the next; kept for 10 s, `two-lte` read 2-3 points lower).
+pub const KNOWN_FOR_NS: Nanos = 1_000 * NANOS_PER_MS;
+/// Least step before the path first showed a queue or a loss (tuning
+/// knob: at 1 % doubling per 30 ms sample, eight 100 Mbit/s paths took
+/// 250 ms from the initial rate to their capacity, a quarter of a second
+/// of a transfer at half its rate; the bound at twice the delivered rate
+/// still holds the overshoot).
+pub const STARTUP_STEP: f64 = 0.25;
+/// The share of its capacity (measured with a standing queue before or
+/// while real-time packets flow) a path's rate may reach while it carries
+/// real-time packets (tuning knob: a real-time packet waits at the
+/// bottleneck behind the queue there, where mpt cannot put it first, so
+/// the bottleneck must drain, at some cost to bulk traffic on the path).
+pub const REALTIME_HEADROOM: f64 = 0.95;
+/// Share of the capacity measured with a standing queue that the rate
+/// returns to once a drain brought the queue back under the target
+/// (tuning knob: that measurement reads bursts as a few percent more than
+/// the link carries).
+pub const RESUME_SHARE: f64 = 0.95;
+/// Time over which a queue above the target is drained (tuning knob).
+pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
+/// Share of the rate kept after a congestion loss (tuning knob; BBRv2's
+/// beta, draft-cardwell-iccrg-bbr-congestion-control-02).
+pub const LOSS_BETA: f64 = 0.7;
+/// The rate may exceed the highest recent delivery rate by this factor.
+pub const HEADROOM: f64 = 2.0;
+/// The same bound on a path that showed a queue within [`QUEUE_MEMORY_NS`]
+/// (tuning knobs).
+pub const HEADROOM_QUEUED: f64 = 1.1;
+pub const QUEUE_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
+/// Window of the delivery-rate maximum and of the queueing floor's
+/// refresh (tuning knobs).
+pub const BW_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;
+pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
+/// Most of the reported queueing delay taken for the path's own jitter
+/// (tuning knob: a radio link's).
+pub const JITTER_MAX_NS: Nanos = 5 * NANOS_PER_MS;
+/// Rate before the first sample (tuning knob).
+pub const INITIAL_RATE_BPS: u64 = 50_000_000;
+/// A path starts at this window per its lowest round trip, if that is
+/// faster than [`INITIAL_RATE_BPS`], up to [`START_RATE_MAX_BPS`], until
+/// its pacer first holds packets back (tuning knobs: the window is RFC
+/// 6928's initial ten segments, so only a LAN-like path of under 2.4 ms
+/// starts faster; waiting for its first samples at the initial rate held
+/// eight 100 Mbit/s paths of 0.1 ms at half their capacity for 100 ms,
+/// 0.7 % of a 4 s transfer, while 64 KiB started a 30 Mbit/s path of
+/// 7 ms at 75 and cost Wi-Fi + LTE and three unequal links about 1 %).
+/// The cap is one startup doubling: started unpaced (1 Gbit/s), those
+/// eight paths fell to a third of their capacity for a second, as the
+/// scheduler, which reads the rate as what a path carries, sent
+/// everything to the first one.
+pub const START_WINDOW_BYTES: u64 = 10 * 1500;
+pub const START_RATE_MAX_BPS: u64 = 2 * INITIAL_RATE_BPS;
+/// Lowest rate (tuning knob: a path must still carry a probe's worth).
+pub const MIN_RATE_BPS: u64 = 1_000_000;
+/// Smoothing of the capacity estimate: gain 1 / this per sample (as RFC
+/// 6298's SRTT).
+pub(super) const SMOOTHING_DIV: i64 = 8;
+/// The capacity a drain cuts to is the delivery rate over at least this
+/// long (or a round trip), ending with the sample, when the queue grows
+/// fast (the capacity fell: follow it), and over the longer span when it
+/// grows slowly (we send a little above a capacity that has not moved);
+/// at most [`RECENT_SAMPLES`] samples (tuning knobs: a radio link's jitter
+/// moves what one 30 ms sample delivers between a quarter and more than
+/// the whole of its rate; over consecutive samples only the jitter at the
+/// ends counts, ±15 % over 100 ms on the lab's LTE-like link).
+pub(super) const CAPACITY_SPAN_NS: Nanos = 100 * NANOS_PER_MS;
+pub(super) const CAPACITY_SPAN_SLOW_NS: Nanos = 300 * NANOS_PER_MS;
+pub(super) const RECENT_SAMPLES: usize = 12;
+/// Shortest interval between two loss cuts (tuning knob, with the RTT).
+pub(super) const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
