@@ -19,9 +19,9 @@
 //!   same way), and below the target the rate grows by at least
 //!   [`GROW_MIN`] per sample: on a radio link the FIFO's jitter holds the
 //!   measured queue near the target whatever the rate;
-//! * at or above the capacity measured with a standing queue (below), the
-//!   rate creeps: at most [`GROW_ABOVE_KNOWN`] per sample, and the step
-//!   does not double. A queue built above a known capacity shows only a
+//! * at or above the capacity measured with a standing queue (below)
+//!   within [`KNOWN_FOR_NS`], the rate creeps: at most
+//!   [`GROW_ABOVE_KNOWN`] per sample, and the step does not double. A queue built above a known capacity shows only a
 //!   feedback delay later, and on a long path with a shallow buffer the
 //!   doubling step overflowed it first (20 Mbit/s at 30 ms each way, a
 //!   20 ms buffer: paced at 22 within 200 ms, a cut every 600 ms, 50 in
@@ -295,7 +295,7 @@ impl TargetDelay {
     }
 
     /// The rate is at or above the capacity measured with a standing
-    /// queue within [`QUEUE_MEMORY_NS`], and the path delivered less than
+    /// queue within [`KNOWN_FOR_NS`], and the path delivered less than
     /// [`KNOWN_EXCEEDED`] times that capacity (`sample`; more: it grew,
     /// and the rate grows as on a path not yet measured). Then it creeps:
     /// doubling its step once per round trip, a 20 Mbit/s path of 30 ms
