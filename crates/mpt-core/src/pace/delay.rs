@@ -76,7 +76,14 @@
 //! * a path starts at [`INITIAL_RATE_BPS`], or faster on a short path:
 //!   [`START_WINDOW_BYTES`] per its lowest round trip, up to
 //!   [`START_RATE_MAX_BPS`], until its pacer first holds packets back (as
-//!   BBR's Startup paces its initial window over the round trip);
+//!   BBR's Startup paces its initial window over the round trip). That
+//!   rate is a guess: the path's first cut (a congestion loss at a full
+//!   buffer, or a standing queue of ours) goes at once to the highest
+//!   delivery rate of the last [`BW_WINDOW_NS`], where the bottleneck
+//!   was busy (BBR's Startup ends in Drain at the bandwidth it measured),
+//!   not to [`LOSS_BETA`] or half of the guess: a 4 Mbit/s path of 30 ms
+//!   started at 50 stayed paced above 30 for 0.7 s so, overflowing its
+//!   buffer throughout;
 //! * the rate never exceeds [`HEADROOM`] × the highest delivery rate of the
 //!   last [`BW_WINDOW_NS`] or the rate it started at, whichever is higher
 //!   (nor falls below [`MIN_RATE_BPS`]): a path the scheduler barely used

@@ -22,7 +22,11 @@
 //!   has not come within the wait ([`Recovery::wait`]), so recovery can
 //!   delay a loss by at most that long, [`RECOVERY_WAIT_MAX_NS`] at most
 //!   (however short `max_delay`): the reorder buffer holds a packet for
-//!   `max_delay` plus that wait ([`Recovery::hold`]);
+//!   `max_delay` plus that wait ([`Recovery::hold`]). The wait is the
+//!   paths' round trips or, if longer, what the answers to earlier
+//!   requests took (`resend_delay.rs`); a gap asked for while others
+//!   still wait starts its wait behind their answers, one datagram each
+//!   at the rate the recovery path delivers (`recovery_flow.rs`);
 //! * the ring holds the last [`RING_PACKETS`] data packets by sequence
 //!   number, and at most [`RING_BYTES_MAX`] bytes of them: storing beyond
 //!   that frees the oldest copies (with the tunnel MTU of eight datagrams,

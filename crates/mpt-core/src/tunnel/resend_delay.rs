@@ -12,10 +12,11 @@
 //! answers arrived after that (`reorder.late_delivered`): losses to the
 //! inner TCP all the same.
 //!
-//! A sample is the time from a gap's request to the arrival of the
-//! packet it asked for, whether within the wait or after it (those are
-//! what it must learn); a packet asked for whose answer never comes gives
-//! none.
+//! A sample is the time from a gap's request (or, when answers to other
+//! gaps were still due, from when its own answer could follow theirs) to
+//! the arrival of the packet it asked for, whether within the wait or
+//! after it (those are what it must learn); a packet asked for whose
+//! answer never comes gives none.
 //!
 //! Invariants: no sample, no estimate; the timeout never exceeds
 //! [`super::recovery::RECOVERY_WAIT_MAX_NS`] (the caller's bound); no
