@@ -30,7 +30,7 @@ from typing import Any
 from .cpu import cpu_hz
 from .results import machine
 from .star import SERVER_TUNNEL, Star, server_link, start, start_tunnels
-from .util import mpt_binary, run, wait_for
+from .util import CommandError, base_binary, mpt_binary, run, wait_for
 
 IPERF_BASE_PORT = 5300
 
@@ -64,8 +64,10 @@ class Settings:
                 setattr(s, k, type(cur)(v))
         if not 1 <= s.clients <= 500 or not 1 <= s.links <= 4 or s.seconds <= 0:
             raise ValueError("[concentrator]: 1-500 clients, 1-4 links, seconds > 0")
-        if not set(s.systems) <= {"mpt", "mpt-1w", "mpt-tunnels", "mptcp"}:
-            raise ValueError("[concentrator]: systems are mpt, mpt-1w, mpt-tunnels and mptcp")
+        if not set(s.systems) <= {"mpt", "mpt-base", "mpt-1w", "mpt-tunnels", "mptcp"}:
+            raise ValueError(
+                "[concentrator]: systems are mpt, mpt-base, mpt-1w, mpt-tunnels and mptcp"
+            )
         if s.delay_ms and (len(s.delay_ms) != s.links or min(s.delay_ms) < 0):
             raise ValueError("[concentrator]: delay_ms: one delay (>= 0 ms) per link")
         if s.rate_mbit < 0:
@@ -172,11 +174,14 @@ def _mpt(
     s: Settings, outdir: Path, say: Callable[[str], None], system: str = "mpt"
 ) -> dict[str, Any]:
     """`mpt`: the concentrator as configured by default (a thread per
-    core, each a shard of the peers); `mpt-1w`: with `shards = 1`."""
+    core, each a shard of the peers); `mpt-1w`: with `shards = 1`;
+    `mpt-base`: as `mpt`, every daemon run by the earlier build in
+    $MPT_BASE_BIN (A/B in one run)."""
     shards = 1 if system == "mpt-1w" else None
+    binary = base_binary() if system == "mpt-base" else None
     with Star(s.clients, s.links, rate_mbit=_rate(s), delays_ms=s.delay_ms) as star:
         t0 = time.monotonic()
-        server, clients = start(star, outdir / system, server_shards=shards)
+        server, clients = start(star, outdir / system, server_shards=shards, binary=binary)
         assert server.proc is not None
 
         def connected() -> bool:
@@ -188,13 +193,24 @@ def _mpt(
         for c in clients:
             c.wait_ready(paths_up=s.links, timeout=30)
         rss_idle = rss_kib(server.proc.pid)
-        say(f"  mpt: {s.clients} clients connected in {connect_s:.2f} s (from their start)")
+        say(f"  {system}: {s.clients} clients connected in {connect_s:.2f} s (from their start)")
         cpu0, t0 = cpu_s(server.proc.pid), time.monotonic()
         mbps = _flows(star, SERVER_TUNNEL, s.seconds, [])
         server_cpu = (cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - t0)
         rss_loaded = rss_kib(server.proc.pid)
-        doc = json.loads(server.status_text(json_doc=True))
-        for c in clients:
+        shapers = star.client_shapers()
+        text = server.status_text(json_doc=True)
+        (outdir / system / "server.status.json").write_text(text)
+        doc = json.loads(text)
+        for i, c in enumerate(clients):
+            # Each client's own view (its paths' rate control, its
+            # losses), kept beside its log.
+            try:
+                (outdir / system / f"client{i}" / "c.status.json").write_text(
+                    c.status_text(json_doc=True)
+                )
+            except (CommandError, OSError) as e:
+                say(f"  client {i}: no status ({e})")
             c.stop()
         server.stop()
     return {
@@ -208,6 +224,7 @@ def _mpt(
         "server_cpu": server_cpu,
         "server_cycles_per_byte": cycles_per_byte(server_cpu, sum(mbps)),
         "drops": doc.get("drops", {}),
+        "client_shapers": shapers,
         "shards": doc.get("shards", []),
     }
 
@@ -230,7 +247,14 @@ def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
                 ns=star.s,
             )
         mbps = _flows(star, server_link(0), s.seconds, ["mptcpize", "run"])
-    return {"system": "mptcp", "mbps": mbps, "aggregate_mbps": sum(mbps), "jain": jain(mbps)}
+        shapers = star.client_shapers()
+    return {
+        "system": "mptcp",
+        "mbps": mbps,
+        "aggregate_mbps": sum(mbps),
+        "jain": jain(mbps),
+        "client_shapers": shapers,
+    }
 
 
 def _idle_memory(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[str, Any]:
@@ -299,6 +323,11 @@ def run_scenario(
         say(
             f"  {system}: aggregate {r['aggregate_mbps']:.1f} Mbit/s over {s.clients} clients, "
             f"Jain {r['jain']:.3f}"
+            + (
+                f", {sh['drops']} of {sh['packets']} dropped at the clients' shapers"
+                if (sh := r.get("client_shapers")) and sh["packets"]
+                else ""
+            )
         )
         results.append(r)
     idle = _idle_memory(s, outdir, say) if s.idle_peers else None

@@ -161,6 +161,25 @@ class Star:
         if not line.startswith("ready"):
             raise RuntimeError(f"mpt-netem did not start: {line}")
 
+    def client_shapers(self) -> dict[str, int]:
+        """The clients' rate shapers toward the server, summed over every
+        client and link: packets sent and dropped (a full bottleneck
+        buffer: what the senders' rate control overshot). Zeros without
+        shaping."""
+        total = {"packets": 0, "drops": 0}
+        for ns in self.c:
+            for link in range(self.links):
+                p = run(["tc", "-s", "-j", "qdisc", "show", "dev", f"e{link}"], ns=ns, check=False)
+                try:
+                    qdiscs = json.loads(p.stdout) if p.returncode == 0 else []
+                except json.JSONDecodeError:
+                    continue
+                for q in qdiscs:
+                    if q.get("kind") == "tbf":
+                        total["packets"] += int(q.get("packets", 0))
+                        total["drops"] += int(q.get("drops", 0))
+        return total
+
     def server_dev(self, link: int) -> str:
         """Server 0's interface on link `link`."""
         return f"br{link}" if self.w == self.s else f"u{link}"
@@ -273,6 +292,7 @@ def start(
     lans: dict[int, str] | None = None,
     client_routes: list[str] | None = None,
     server_extra: str = "",
+    binary: Path | None = None,
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
@@ -281,7 +301,8 @@ def start(
     `lans`: client index to the network behind it (the concentrators'
     `routes` for that peer); `client_routes`: networks every client
     reaches through the tunnel (its `[[route]]`s); `server_extra`: more
-    sections for the concentrators' files."""
+    sections for the concentrators' files; `binary` runs every daemon
+    (None: `mpt_binary()`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     n = len(star.c)
     spubs = [_key(workdir, "server" if k == 0 else f"server{k}") for k in range(len(star.servers))]
@@ -294,7 +315,7 @@ def start(
             star, workdir, k, listed, cpubs, announce_table, server_shards, lans, server_extra
         )
         side = "s" if k == 0 else "s1"
-        p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log")  # type: ignore[arg-type]
+        p = Peer(star, side, cfg, workdir / f"{tag}.sock", workdir / f"{tag}.log", binary)  # type: ignore[arg-type]
         running.append(p.start())
     server = running[0]
     star.second = running[1] if len(running) > 1 else None
@@ -314,7 +335,7 @@ def start(
         for net in client_routes or []:
             text += ["", "[[route]]", f'network = "{net}"']
         (d / "c.toml").write_text("\n".join(text) + "\n")
-        c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log")  # type: ignore[arg-type]
+        c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log", binary)  # type: ignore[arg-type]
         clients.append(c.start())
     return server, clients
 

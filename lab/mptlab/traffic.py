@@ -55,6 +55,15 @@ def steady_mbps(raw: dict | None, after_s: float) -> float | None:
     return sum(s["bytes"] for s in spans) * 8 / secs / 1e6
 
 
+def receiver_timeline_mbps(raw: dict | None) -> list[float] | None:
+    """The receiver's rate in each of its intervals (every
+    SERVER_INTERVAL_S), Mbit/s, in order: how the transfer started and
+    held. None without server intervals."""
+    spans = [i["sum"] for i in _server_spans(raw, 0.0, None)]
+    out = [s["bytes"] * 8 / s["seconds"] / 1e6 for s in spans if s.get("seconds", 0) > 0]
+    return out or None
+
+
 def window_streams_mbps(raw: dict | None, start_s: float, end_s: float) -> list[float] | None:
     """Each stream's rate at the receiver over its whole intervals within
     [`start_s`, `end_s`] of the client's run (server intervals, as for

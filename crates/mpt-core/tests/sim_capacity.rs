@@ -161,6 +161,8 @@ fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -> f6
     let mut good = 0u64;
     let mut now = start;
     let tick = 100_000; // 0.1 ms
+    let timeline = std::env::var("SIM_TIMELINE").is_ok();
+    let (mut next_print, mut good_printed) = (start, 0u64);
     while now < end {
         sim.deliver_until(now);
         // Deliveries at the receiver: in-order goodput, gaps are losses.
@@ -190,6 +192,29 @@ fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -> f6
         }
         if good_at_warm.is_none() && now >= warm {
             good_at_warm = Some(good);
+        }
+        // SIM_TIMELINE: goodput, losses at the bottlenecks, the flow's
+        // window and each path's pacing rate every 100 ms.
+        if timeline && now >= next_print {
+            let st = sim.t[0].status(now);
+            let paced: Vec<String> = st
+                .paths
+                .iter()
+                .map(|p| {
+                    let s = p.sending.clone().unwrap_or_default();
+                    format!("{:5.1}", s.pacing_mbps.unwrap_or(0.0))
+                })
+                .collect();
+            println!(
+                "{:5.2}s goodput {:6.2} Mbit/s lost {:4} cwnd {:5.0} paced {}",
+                (now - start) as f64 / 1e9,
+                (good - good_printed) as f64 * 8.0 / 0.1 / 1e6,
+                sim.lost_data.len(),
+                cwnd,
+                paced.join(" ")
+            );
+            good_printed = good;
+            next_print += 100 * MS;
         }
         while (inflight as f64) < cwnd.floor() {
             offer(&mut sim, now, next_seq);

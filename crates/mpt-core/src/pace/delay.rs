@@ -76,7 +76,14 @@
 //! * a path starts at [`INITIAL_RATE_BPS`], or faster on a short path:
 //!   [`START_WINDOW_BYTES`] per its lowest round trip, up to
 //!   [`START_RATE_MAX_BPS`], until its pacer first holds packets back (as
-//!   BBR's Startup paces its initial window over the round trip);
+//!   BBR's Startup paces its initial window over the round trip). That
+//!   rate is a guess: the path's first cut (a congestion loss at a full
+//!   buffer, or a standing queue of ours) goes at once to the highest
+//!   delivery rate of the last [`BW_WINDOW_NS`], where the bottleneck
+//!   was busy (BBR's Startup ends in Drain at the bandwidth it measured),
+//!   not to [`LOSS_BETA`] or half of the guess: a 4 Mbit/s path of 30 ms
+//!   started at 50 stayed paced above 30 for 0.7 s so, overflowing its
+//!   buffer throughout;
 //! * the rate never exceeds [`HEADROOM`] × the highest delivery rate of the
 //!   last [`BW_WINDOW_NS`] or the rate it started at, whichever is higher
 //!   (nor falls below [`MIN_RATE_BPS`]): a path the scheduler barely used
@@ -309,6 +316,15 @@ impl TargetDelay {
             && (sample as f64) < known * KNOWN_EXCEEDED
     }
 
+    /// The rate the start ends at: the highest delivery rate of the last
+    /// [`BW_WINDOW_NS`] (a bottleneck that was busy delivered its
+    /// capacity; the highest of them, as one sample of a jittery path
+    /// reads anything from a quarter of its rate up; a later drain takes
+    /// what is left of the excess).
+    fn start_exit(&self, now: Nanos) -> u64 {
+        (self.delivered_max.get(now).unwrap_or(0) as u64).max(MIN_RATE_BPS)
+    }
+
     /// The target queueing delay for a path with the sample's jitter.
     fn target(s: &RateSample) -> Nanos {
         let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);
@@ -334,6 +350,9 @@ impl RateControl for TargetDelay {
         if measures {
             self.remember(now, s);
         }
+        // No cut yet: the rate is still the guess the path started at
+        // (or grew from it), not a measurement.
+        let was_starting = self.cuts == 0;
         if q > target || s.congestion_lost > 0 {
             self.starting = false;
         }
@@ -342,6 +361,16 @@ impl RateControl for TargetDelay {
             && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
         {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
+            if was_starting {
+                // The start overflowed the buffer: the bottleneck was busy,
+                // so what it delivered is its capacity, and the rate goes
+                // there at once, less what drains the queue (BBR's Startup
+                // ends in Drain at the bandwidth it measured). Cut by
+                // LOSS_BETA per round trip instead, a 4 Mbit/s path of
+                // 30 ms started at 50 stayed paced above 30 for 0.7 s,
+                // and its buffer overflowed throughout.
+                self.rate = self.rate.min(self.start_exit(now));
+            }
             self.loss_cut_at = Some(now);
             // Losses at a full buffer: the cut drains it, and ends with it.
             if q > target {
@@ -374,7 +403,13 @@ impl RateControl for TargetDelay {
                 .max(MIN_RATE_BPS);
             let to = (capacity as f64 * (1.0 - drain)) as u64;
             if to < self.rate && self.drained_at.is_none_or(|t| now >= t + rtt) {
-                self.rate = to.max(self.rate / 2);
+                // At most half at a time, except when the start ends: the
+                // rate it began at was a guess, not a measurement.
+                self.rate = if was_starting {
+                    to.max(self.start_exit(now).min(self.rate / 2))
+                } else {
+                    to.max(self.rate / 2)
+                };
                 self.cuts += 1;
                 self.drained_at = Some(now);
                 self.start_drain();

@@ -181,3 +181,42 @@ fn a_capacity_that_grew_is_followed() {
         "{rate:.1} Mbit/s after 900 ms on a 40 Mbit/s path"
     );
 }
+
+/// The start overflows a slow path's buffer: a 4 Mbit/s path of 30 ms
+/// each way, paced at the initial 50 Mbit/s, carrying a TCP flow in slow
+/// start (the pacer never holds packets back). The first loss at the full
+/// buffer ends the start at what the path delivered, not at 0.7 of the
+/// guess it started at (cut by that once per round trip, the rate stayed
+/// above 30 Mbit/s for 0.7 s, and the buffer overflowed throughout).
+#[test]
+fn the_start_ends_at_what_the_path_delivered() {
+    let mut c = TargetDelay::default();
+    let rtt = 60 * MS;
+    let mut now = 0;
+    for q in [0, 20] {
+        now += 30 * MS;
+        c.on_sample(now, &sample(4, q, 1, false), Some(rtt));
+    }
+    assert_eq!(
+        c.pacing_rate_bps(now),
+        Some(INITIAL_RATE_BPS),
+        "a queue alone is held"
+    );
+    now += 30 * MS;
+    let mut lost = sample(4, 45, 2, false);
+    lost.congestion_lost = 3;
+    c.on_sample(now, &lost, Some(rtt));
+    let rate = c.pacing_rate_bps(now).unwrap() as f64 / MBIT as f64;
+    assert!(
+        (3.5..=4.5).contains(&rate),
+        "the start ended at {rate:.1} Mbit/s"
+    );
+    // Later losses cut by LOSS_BETA as before.
+    now += rtt;
+    c.on_sample(now, &lost, Some(rtt));
+    let after = c.pacing_rate_bps(now).unwrap() as f64 / MBIT as f64;
+    assert!(
+        (after - rate * LOSS_BETA).abs() < 0.1,
+        "{after:.2} after {rate:.2}"
+    );
+}

@@ -22,7 +22,11 @@
 //!   has not come within the wait ([`Recovery::wait`]), so recovery can
 //!   delay a loss by at most that long, [`RECOVERY_WAIT_MAX_NS`] at most
 //!   (however short `max_delay`): the reorder buffer holds a packet for
-//!   `max_delay` plus that wait ([`Recovery::hold`]);
+//!   `max_delay` plus that wait ([`Recovery::hold`]). The wait is the
+//!   paths' round trips or, if longer, what the answers to earlier
+//!   requests took (`resend_delay.rs`); a gap asked for while others
+//!   still wait starts its wait behind their answers, one datagram each
+//!   at the rate the recovery path delivers (`recovery_flow.rs`);
 //! * the ring holds the last [`RING_PACKETS`] data packets by sequence
 //!   number, and at most [`RING_BYTES_MAX`] bytes of them: storing beyond
 //!   that frees the oldest copies (with the tunnel MTU of eight datagrams,
@@ -41,6 +45,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::path_loss::SentByPath;
+use super::resend_delay::ResendDelay;
 use super::{Transmit, Tunnel};
 use crate::crypto::TAG_LEN;
 use crate::wire::{self, NackBody, NackKind, PacketType, HEADER_LEN, MAX_FRAGMENTS, NACK_MAX_SEQS};
@@ -60,6 +65,11 @@ pub const WAIT_MIN: Nanos = 20 * NANOS_PER_MS;
 /// each way needs 250-320 ms, and a resend that comes after the wait is
 /// a loss to the inner TCP all the same).
 pub const RECOVERY_WAIT_MAX_NS: Nanos = 500 * NANOS_PER_MS;
+/// The least rate at which answers to several gaps are taken to arrive
+/// one after another (tuning knob: the pacing's own floor,
+/// [`crate::pace::MIN_RATE_BPS`]; a path that delivers less is barely in
+/// use, and its answers are not what the wait is for).
+pub const ANSWER_RATE_MIN_BPS: u64 = 1_000_000;
 pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
 /// Recent loss (a fraction) by which a recovery path may exceed the least
 /// lossy path's and still be chosen for its lower RTT (tuning knob: a
@@ -124,6 +134,11 @@ pub struct RecoveryStats {
     /// requests for a packet whose resend was still on its way.
     pub nack_copies: u64,
     pub resend_in_flight: u64,
+    /// Receiver: how long the answers to its requests took, smoothed, and
+    /// the wait that timing sets (ms; 0 before the first answer:
+    /// `resend_delay.rs`).
+    pub answer_ms: u64,
+    pub answer_wait_ms: u64,
 }
 
 struct Stored {
@@ -173,8 +188,10 @@ pub struct Recovery {
     /// for one whose resend is still on its way is not answered twice.
     recent_resends: VecDeque<(u64, Nanos)>,
     /// Receiver: the last gaps asked for by tunnel sequence number,
-    /// ascending.
-    asked: VecDeque<u64>,
+    /// ascending, with when (0 once their answer was timed).
+    pub(super) asked: VecDeque<(u64, Nanos)>,
+    /// Receiver: how long answers took ([`ResendDelay`]).
+    pub(super) resend_delay: ResendDelay,
     pub stats: RecoveryStats,
 }
 
@@ -204,6 +221,7 @@ impl Recovery {
             recent_nacks: VecDeque::with_capacity(RECENT_NACKS),
             recent_resends: VecDeque::with_capacity(RECENT_RESENDS),
             asked: VecDeque::with_capacity(ASKED_REMEMBERED),
+            resend_delay: ResendDelay::default(),
             stats: RecoveryStats {
                 ring_bytes_max: RING_BYTES_MAX as u64,
                 ..RecoveryStats::default()
@@ -382,11 +400,15 @@ impl Recovery {
     /// each, which leaves a margin of half of that; at least two round
     /// trips of the fastest and [`WAIT_MIN`], at most
     /// [`RECOVERY_WAIT_MAX_NS`].
-    pub fn wait(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>) -> Nanos {
+    /// The answers' own timing raises it: the timeout of the delays they
+    /// took ([`ResendDelay`]), as a resend is paced on its path and waits
+    /// in its bottleneck queue, which no round trip shows.
+    pub fn wait(&self, best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>) -> Nanos {
         best_rtt
             .map_or(WAIT_NO_RTT, |r| {
                 (2 * r).max(r + recovery_rtt.unwrap_or(r)).max(WAIT_MIN)
             })
+            .max(self.resend_delay.timeout().unwrap_or(0))
             .min(RECOVERY_WAIT_MAX_NS)
     }
 
@@ -396,8 +418,13 @@ impl Recovery {
     /// is waited for ([`Recovery::wait`]), so the sum. Before, the hold was
     /// `max_delay` alone: on round trips over 50 ms every gap was given
     /// up before its resend could come, and the inner TCP saw the loss.
-    pub fn hold(best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>, max_delay: Nanos) -> Nanos {
-        max_delay + Self::wait(best_rtt, recovery_rtt)
+    pub fn hold(
+        &self,
+        best_rtt: Option<Nanos>,
+        recovery_rtt: Option<Nanos>,
+        max_delay: Nanos,
+    ) -> Nanos {
+        max_delay + self.wait(best_rtt, recovery_rtt)
     }
 
     /// Earliest deadline of a pending gap.

@@ -230,7 +230,7 @@ impl Tunnel {
             self.recovery_reset();
         }
         self.policy.on_data(pid, seq, now);
-        self.recovery_on_data(seq);
+        self.recovery_on_data(now, seq);
         let r = match accept {
             Accept::DeliverNow => self.deliver_now(seq, body, false),
             Accept::DeliverLate => {
