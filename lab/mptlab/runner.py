@@ -35,13 +35,7 @@ from .scenario import Scenario
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
 from .systems import MPT_VARIANTS, without_qos
 from .trace import offered_mbit, transfer_stall_s
-from .traffic import (
-    SERVER_INTERVAL_S,
-    http_download,
-    iperf3,
-    receiver_timeline_mbps,
-    steady_mbps,
-)
+from .traffic import http_download, iperf3, receiver_details
 
 MPT_HEADER = 24
 # UDP datagrams are sized for the 36-byte header of wire version 3, so that
@@ -196,14 +190,7 @@ class Runner:
                         mbps, d = r.mbps, {"retransmits": r.retransmits}
                         if traced:
                             d["raw"] = r.raw
-                        steady = steady_mbps(r.raw, STEADY_AFTER_S)
-                        if steady is not None:
-                            d["steady_mbps"] = steady
-                            d["steady_after_s"] = STEADY_AFTER_S
-                        timeline = receiver_timeline_mbps(r.raw)
-                        if timeline is not None:
-                            d["receiver_mbps"] = [round(x, 3) for x in timeline]
-                            d["receiver_interval_s"] = SERVER_INTERVAL_S
+                        d.update(receiver_details(r.raw, STEADY_AFTER_S))
                 elif point.traffic == "udp":
                     payload = (
                         # A LAN host sends what its LAN of MTU 1500 carries.

@@ -64,6 +64,23 @@ def receiver_timeline_mbps(raw: dict | None) -> list[float] | None:
     return out or None
 
 
+def receiver_details(raw: dict | None, after_s: float) -> dict:
+    """What the receiver's intervals say of a transfer, for its details:
+    `steady_mbps` from `after_s` on (with `steady_after_s`), and the rate
+    in each interval (`receiver_mbps`, every `receiver_interval_s`).
+    Empty without server intervals."""
+    d: dict = {}
+    steady = steady_mbps(raw, after_s)
+    if steady is not None:
+        d["steady_mbps"] = steady
+        d["steady_after_s"] = after_s
+    timeline = receiver_timeline_mbps(raw)
+    if timeline is not None:
+        d["receiver_mbps"] = [round(x, 3) for x in timeline]
+        d["receiver_interval_s"] = SERVER_INTERVAL_S
+    return d
+
+
 def window_streams_mbps(raw: dict | None, start_s: float, end_s: float) -> list[float] | None:
     """Each stream's rate at the receiver over its whole intervals within
     [`start_s`, `end_s`] of the client's run (server intervals, as for

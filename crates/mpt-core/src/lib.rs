@@ -49,6 +49,7 @@ pub mod rates;
 pub mod reassembly;
 pub mod release;
 pub mod reorder;
+pub mod rtt;
 pub mod sched;
 pub mod stats;
 #[cfg(feature = "testing")]

@@ -29,13 +29,10 @@ use serde::{Deserialize, Serialize};
 use crate::estimate::{Estimates, LossSplit, PathMeters};
 use crate::pace::FEEDBACK_INTERVAL_NS;
 use crate::qos::meter::{DelayHistogram, DelayPercentiles};
+use crate::rtt::SmoothedRtt;
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
-/// RFC 6298 §2.3 gain for SRTT.
-const RTT_ALPHA_SHIFT: u32 = 3;
-/// RFC 6298 §2.3 gain for RTTVAR.
-const RTT_BETA_SHIFT: u32 = 2;
 /// Packets per loss measurement interval (tuning knob).
 const LOSS_INTERVAL_PACKETS: u64 = 200;
 /// Longest loss interval when few packets flow (tuning knob).
@@ -110,8 +107,8 @@ pub struct PathState {
     rx_first_seq: Option<u64>,
     rx_highest_seq: u64,
     rx_out_of_order: u64,
-    srtt: Option<Nanos>,
-    rttvar: Nanos,
+    /// Round trips, smoothed (RFC 6298).
+    rtt: SmoothedRtt,
     rtt_min: Option<Nanos>,
     rtt_latest: Option<Nanos>,
     owd_min: Option<i64>,
@@ -165,8 +162,7 @@ impl PathState {
             rx_first_seq: None,
             rx_highest_seq: 0,
             rx_out_of_order: 0,
-            srtt: None,
-            rttvar: 0,
+            rtt: SmoothedRtt::default(),
             rtt_min: None,
             rtt_latest: None,
             owd_min: None,
@@ -291,18 +287,7 @@ impl PathState {
     pub fn on_rtt_sample(&mut self, rtt: Nanos) {
         self.rtt_latest = Some(rtt);
         self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
-        match self.srtt {
-            None => {
-                self.srtt = Some(rtt);
-                self.rttvar = rtt / 2;
-            }
-            Some(s) => {
-                let err = s.abs_diff(rtt);
-                self.rttvar =
-                    self.rttvar - (self.rttvar >> RTT_BETA_SHIFT) + (err >> RTT_BETA_SHIFT);
-                self.srtt = Some(s - (s >> RTT_ALPHA_SHIFT) + (rtt >> RTT_ALPHA_SHIFT));
-            }
-        }
+        self.rtt.on_sample(rtt);
     }
 
     /// The peer's receiver report about our packets on this path.
@@ -352,12 +337,13 @@ impl PathState {
 
     /// Smoothed round-trip time (RFC 6298), once measured.
     pub fn srtt(&self) -> Option<Nanos> {
-        self.srtt
+        self.rtt.smoothed()
     }
 
-    /// The round-trip time's variation (RFC 6298), 0 before a sample.
-    pub fn rttvar(&self) -> Nanos {
-        self.rttvar
+    /// RFC 6298's retransmission timeout of the round trips (SRTT + 4
+    /// RTTVAR), once measured.
+    pub fn rtt_timeout(&self) -> Option<Nanos> {
+        self.rtt.timeout()
     }
 
     /// Smoothed loss of our packets on this path (0..1).
@@ -405,8 +391,8 @@ impl PathState {
             tx_bytes: self.tx_bytes,
             rx_packets: self.rx_packets,
             rx_bytes: self.rx_bytes,
-            rtt_ms: self.srtt.map(ms),
-            rtt_var_ms: self.srtt.map(|_| ms(self.rttvar)),
+            rtt_ms: self.rtt.smoothed().map(ms),
+            rtt_var_ms: self.rtt.smoothed().map(|_| ms(self.rtt.var())),
             rtt_min_ms: self.rtt_min.map(ms),
             rtt_latest_ms: self.rtt_latest.map(ms),
             owd_ms: (self.meters.jitter.last_transit_ns()).map(|o| o as f64 / NANOS_PER_MS as f64),

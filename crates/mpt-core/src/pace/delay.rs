@@ -21,8 +21,8 @@
 //!   measured queue near the target whatever the rate;
 //! * at or above the capacity measured with a standing queue (below)
 //!   within [`KNOWN_FOR_NS`], the rate creeps: at most
-//!   [`GROW_ABOVE_KNOWN`] per sample, and the step does not double. A queue built above a known capacity shows only a
-//!   feedback delay later, and on a long path with a shallow buffer the
+//!   [`GROW_ABOVE_KNOWN`] per sample, and the step does not double. A
+//!   queue built above a known capacity shows only a feedback delay later, and on a long path with a shallow buffer the
 //!   doubling step overflowed it first (20 Mbit/s at 30 ms each way, a
 //!   20 ms buffer: paced at 22 within 200 ms, a cut every 600 ms, 50 in
 //!   10 s in the lab's sweep). A path that delivers [`KNOWN_EXCEEDED`]
@@ -352,7 +352,7 @@ impl RateControl for TargetDelay {
         }
         // No cut yet: the rate is still the guess the path started at
         // (or grew from it), not a measurement.
-        let was_starting = self.cuts == 0;
+        let first_cut = self.cuts == 0;
         if q > target || s.congestion_lost > 0 {
             self.starting = false;
         }
@@ -361,7 +361,7 @@ impl RateControl for TargetDelay {
             && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
         {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
-            if was_starting {
+            if first_cut {
                 // The start overflowed the buffer: the bottleneck was busy,
                 // so what it delivered is its capacity, and the rate goes
                 // there at once, less what drains the queue (BBR's Startup
@@ -405,7 +405,7 @@ impl RateControl for TargetDelay {
             if to < self.rate && self.drained_at.is_none_or(|t| now >= t + rtt) {
                 // At most half at a time, except when the start ends: the
                 // rate it began at was a guess, not a measurement.
-                self.rate = if was_starting {
+                self.rate = if first_cut {
                     to.max(self.start_exit(now).min(self.rate / 2))
                 } else {
                     to.max(self.rate / 2)

@@ -42,9 +42,8 @@ impl PathState {
     /// Silence after which the receive direction is declared dead.
     pub fn rx_dead_after(&self) -> Nanos {
         let fast = self.fast_probe_interval();
-        let rtt = self
-            .srtt()
-            .map_or(0, |s| s.saturating_add(self.rttvar.saturating_mul(4)));
+        // RFC 6298's retransmission timeout of the path's round trips.
+        let rtt = self.rtt.timeout().unwrap_or(0);
         let answer = (FAST_PROBES_UNANSWERED * fast).max(rtt.saturating_add(fast));
         self.cfg
             .dead

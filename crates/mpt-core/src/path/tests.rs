@@ -84,10 +84,10 @@ fn one_way_delay_outside_zero_to_rtt_means_the_clocks_differ() {
 fn rtt_follows_rfc6298() {
     let mut p = path();
     p.on_rtt_sample(8_000);
-    assert_eq!((p.srtt, p.rttvar), (Some(8_000), 4_000));
+    assert_eq!((p.rtt.smoothed(), p.rtt.var()), (Some(8_000), 4_000));
     p.on_rtt_sample(16_000);
     // SRTT = 7/8·8000 + 1/8·16000 = 9000; RTTVAR = 3/4·4000 + 1/4·8000 = 5000.
-    assert_eq!((p.srtt, p.rttvar), (Some(9_000), 5_000));
+    assert_eq!((p.rtt.smoothed(), p.rtt.var()), (Some(9_000), 5_000));
     assert_eq!(p.rtt_min, Some(8_000));
 }
 

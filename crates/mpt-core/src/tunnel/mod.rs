@@ -46,7 +46,6 @@ mod qos;
 mod recovery;
 mod recv;
 mod release;
-mod resend_delay;
 mod send;
 mod slot;
 pub use config::{ReleaseKind, SchedKind, TunnelConfig, QUEUE_MAX_BYTES, QUEUE_MAX_PACKETS};

@@ -24,7 +24,7 @@
 //!   (however short `max_delay`): the reorder buffer holds a packet for
 //!   `max_delay` plus that wait ([`Recovery::hold`]). The wait is the
 //!   paths' round trips or, if longer, what the answers to earlier
-//!   requests took (`resend_delay.rs`); a gap asked for while others
+//!   requests took (their RFC 6298 timeout, `rtt.rs`); a gap asked for while others
 //!   still wait starts its wait behind their answers, one datagram each
 //!   at the rate the recovery path delivers (`recovery_flow.rs`);
 //! * the ring holds the last [`RING_PACKETS`] data packets by sequence
@@ -45,9 +45,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::path_loss::SentByPath;
-use super::resend_delay::ResendDelay;
 use super::{Transmit, Tunnel};
 use crate::crypto::TAG_LEN;
+use crate::rtt::SmoothedRtt;
 use crate::wire::{self, NackBody, NackKind, PacketType, HEADER_LEN, MAX_FRAGMENTS, NACK_MAX_SEQS};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
@@ -136,7 +136,7 @@ pub struct RecoveryStats {
     pub resend_in_flight: u64,
     /// Receiver: how long the answers to its requests took, smoothed, and
     /// the wait that timing sets (ms; 0 before the first answer:
-    /// `resend_delay.rs`).
+    /// `rtt.rs`).
     pub answer_ms: u64,
     pub answer_wait_ms: u64,
 }
@@ -190,8 +190,11 @@ pub struct Recovery {
     /// Receiver: the last gaps asked for by tunnel sequence number,
     /// ascending, with when (0 once their answer was timed).
     pub(super) asked: VecDeque<(u64, Nanos)>,
-    /// Receiver: how long answers took ([`ResendDelay`]).
-    pub(super) resend_delay: ResendDelay,
+    /// Receiver: how long answers took, from a gap's request (or from
+    /// when its answer could follow those still due) to the arrival of
+    /// the packet asked for, within the wait or after it (those are what
+    /// it must learn); an answer that never comes gives no sample.
+    pub(super) resend_delay: SmoothedRtt,
     pub stats: RecoveryStats,
 }
 
@@ -221,7 +224,7 @@ impl Recovery {
             recent_nacks: VecDeque::with_capacity(RECENT_NACKS),
             recent_resends: VecDeque::with_capacity(RECENT_RESENDS),
             asked: VecDeque::with_capacity(ASKED_REMEMBERED),
-            resend_delay: ResendDelay::default(),
+            resend_delay: SmoothedRtt::default(),
             stats: RecoveryStats {
                 ring_bytes_max: RING_BYTES_MAX as u64,
                 ..RecoveryStats::default()
@@ -401,7 +404,7 @@ impl Recovery {
     /// trips of the fastest and [`WAIT_MIN`], at most
     /// [`RECOVERY_WAIT_MAX_NS`].
     /// The answers' own timing raises it: the timeout of the delays they
-    /// took ([`ResendDelay`]), as a resend is paced on its path and waits
+    /// took (their RFC 6298 timeout, [`SmoothedRtt`]), as a resend is paced on its path and waits
     /// in its bottleneck queue, which no round trip shows.
     pub fn wait(&self, best_rtt: Option<Nanos>, recovery_rtt: Option<Nanos>) -> Nanos {
         best_rtt

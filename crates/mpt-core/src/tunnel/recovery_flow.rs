@@ -191,7 +191,7 @@ impl Tunnel {
 
     /// A data packet `seq` arrived: was it a gap we asked for? Its first
     /// arrival after the request, within the wait or after it, times the
-    /// answer (`ResendDelay`).
+    /// answer (`Recovery::resend_delay`).
     pub(in crate::tunnel) fn recovery_on_data(&mut self, now: Nanos, seq: u64) {
         if let Some(r) = self.recovery.as_mut() {
             // `pending` and `asked` are ascending by sequence number.

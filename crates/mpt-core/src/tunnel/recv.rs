@@ -266,10 +266,7 @@ impl Tunnel {
         // answers go on, and its variation.
         let in_flight = self
             .recovery_path()
-            .and_then(|p| {
-                let p = &self.paths[usize::from(p)];
-                Some(p.srtt()? + 4 * p.rttvar())
-            })
+            .and_then(|p| self.paths[usize::from(p)].rtt_timeout())
             .unwrap_or(0);
         let Some(r) = self.recovery.as_mut() else {
             return self.drop_counted(DropReason::NackUnexpected);
