@@ -95,13 +95,17 @@ def cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _flows(star: Star, dst: str, seconds: float, wrap: list[str]) -> list[float]:
-    """One TCP flow per client to `dst`, all at once; Mbit/s per client."""
+def _flows(
+    star: Star, dst: str, seconds: float, wrap: list[str], timeline: list[float] | None = None
+) -> list[float]:
+    """One TCP flow per client to `dst`, all at once; Mbit/s per client.
+    `timeline` receives the Mbit/s the server received from all clients,
+    per iperf3 interval (1 s), to show where a system falls behind."""
     n = len(star.c)
     servers = [
         star.spawn(
             "s",
-            [*wrap, "iperf3", "-s", "-1", "-p", str(IPERF_BASE_PORT + i)],
+            [*wrap, "iperf3", "-s", "-1", "-J", "-p", str(IPERF_BASE_PORT + i)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -111,7 +115,18 @@ def _flows(star: Star, dst: str, seconds: float, wrap: list[str]) -> list[float]
     clients = [
         star.spawn(
             i,
-            [*wrap, "iperf3", "-c", dst, "-p", str(IPERF_BASE_PORT + i), "-J", "-t", str(seconds)],
+            [
+                *wrap,
+                "iperf3",
+                "-c",
+                dst,
+                "-p",
+                str(IPERF_BASE_PORT + i),
+                "-J",
+                "-t",
+                str(seconds),
+                "--get-server-output",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -124,6 +139,12 @@ def _flows(star: Star, dst: str, seconds: float, wrap: list[str]) -> list[float]
             text, _ = p.communicate(timeout=seconds + 30)
             doc = json.loads(text)
             out.append(doc["end"]["sum_received"]["bits_per_second"] / 1e6)
+            if timeline is not None:
+                received = doc.get("server_output_json", {}).get("intervals", [])
+                for k, iv in enumerate(received):
+                    if k >= len(timeline):
+                        timeline.append(0.0)
+                    timeline[k] += iv["sum"]["bits_per_second"] / 1e6
         except (subprocess.TimeoutExpired, json.JSONDecodeError, KeyError):
             p.kill()
             out.append(0.0)
@@ -153,7 +174,8 @@ def _mpt_tunnels(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[
             c.wait_ready(paths_up=s.links, timeout=30)
         pids = [p.proc.pid for p in servers if p.proc is not None]
         cpu0, t0 = sum(cpu_s(p) for p in pids), time.monotonic()
-        mbps = _flows(star, SERVER_TUNNEL, s.seconds, [])
+        timeline: list[float] = []
+        mbps = _flows(star, SERVER_TUNNEL, s.seconds, [], timeline)
         server_cpu = (sum(cpu_s(p) for p in pids) - cpu0) / (time.monotonic() - t0)
         rss = sum(rss_kib(p) for p in pids)
         for p in [*clients, *servers]:
@@ -163,6 +185,7 @@ def _mpt_tunnels(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[
         "system": "mpt-tunnels",
         "mbps": mbps,
         "aggregate_mbps": sum(mbps),
+        "timeline_mbps": timeline,
         "jain": jain(mbps),
         "server_rss_kib_loaded": rss,
         "server_cpu": server_cpu,
@@ -195,7 +218,8 @@ def _mpt(
         rss_idle = rss_kib(server.proc.pid)
         say(f"  {system}: {s.clients} clients connected in {connect_s:.2f} s (from their start)")
         cpu0, t0 = cpu_s(server.proc.pid), time.monotonic()
-        mbps = _flows(star, SERVER_TUNNEL, s.seconds, [])
+        timeline: list[float] = []
+        mbps = _flows(star, SERVER_TUNNEL, s.seconds, [], timeline)
         server_cpu = (cpu_s(server.proc.pid) - cpu0) / (time.monotonic() - t0)
         rss_loaded = rss_kib(server.proc.pid)
         shapers = star.client_shapers()
@@ -218,6 +242,7 @@ def _mpt(
         "connect_s": connect_s,
         "mbps": mbps,
         "aggregate_mbps": sum(mbps),
+        "timeline_mbps": timeline,
         "jain": jain(mbps),
         "server_rss_kib_connected": rss_idle,
         "server_rss_kib_loaded": rss_loaded,
@@ -246,12 +271,14 @@ def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
                 ],
                 ns=star.s,
             )
-        mbps = _flows(star, server_link(0), s.seconds, ["mptcpize", "run"])
+        timeline: list[float] = []
+        mbps = _flows(star, server_link(0), s.seconds, ["mptcpize", "run"], timeline)
         shapers = star.client_shapers()
     return {
         "system": "mptcp",
         "mbps": mbps,
         "aggregate_mbps": sum(mbps),
+        "timeline_mbps": timeline,
         "jain": jain(mbps),
         "client_shapers": shapers,
     }

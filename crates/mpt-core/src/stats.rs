@@ -96,7 +96,9 @@ pub enum DropReason {
     BadFragment,
     /// An inner packet that was cut into fragments and lost a piece: what
     /// arrived of it is dropped, counted once per packet (and once per
-    /// piece that arrives after its packet was given up).
+    /// piece that arrives after its packet was given up). At the sender:
+    /// a packet whose later pieces could not leave because the recovery
+    /// ring they are cut from let its copy go first.
     FragmentIncomplete,
     /// A data packet whose outer header arrived Congestion Experienced
     /// while the inner packet is not ECN-capable (RFC 6040 §4.2: only a

@@ -89,6 +89,25 @@ fn large_packets_cross_as_fragments_and_arrive_whole_in_order() {
 }
 
 #[test]
+fn with_recovery_on_the_pieces_come_from_the_rings_copy_whole() {
+    // With recovery on, a packet's later pieces are cut from the copy the
+    // recovery ring keeps (not a second copy of their own): every packet
+    // still arrives whole, byte for byte, on paths that reorder.
+    let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
+    let mut sim = Sim::with_tunnels(paths, [side(0, true), side(1, true)], 11);
+    run(&mut sim, 0, 600, MS);
+    assert_in_order_exactly_once(&sim.delivered[1], 600, &[]);
+    assert_eq!(sim.corrupt, 0, "every packet whole, byte for byte");
+    assert_eq!(
+        datagrams_of(&sim, PacketType::Fragment),
+        100 * (2 + 3 + 3 + 5)
+    );
+    assert_eq!(sim.t[1].status(0).fragments.reassembled, 400);
+    assert_eq!(sim.t[0].drops().get(DropReason::FragmentIncomplete), 0);
+    assert_eq!(sim.t[1].drops().get(DropReason::FragmentIncomplete), 0);
+}
+
+#[test]
 fn a_lost_piece_loses_its_packet_only_and_is_counted() {
     let lossy = links(&[(5, 0, 0.03), (20, 0, 0.0)]);
     let mut sim = Sim::with_tunnels(lossy, [side(0, false), side(1, false)], 5);

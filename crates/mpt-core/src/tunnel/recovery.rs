@@ -291,6 +291,13 @@ impl Recovery {
         self.stats.ring_bytes = self.held_bytes as u64;
     }
 
+    /// The inner bytes of data packet `seq` (a fragmented packet's first
+    /// sequence number), while the ring holds them.
+    pub fn stored(&self, seq: u64) -> Option<&[u8]> {
+        let s = &self.ring[(seq % RING_PACKETS as u64) as usize];
+        (s.seq == seq).then_some(s.bytes.as_slice())
+    }
+
     /// Free the copy in `slot` if it still holds `seq` (its buffer goes
     /// to the spares).
     fn evict(&mut self, slot: usize, seq: u64) {
