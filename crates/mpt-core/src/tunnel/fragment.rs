@@ -18,8 +18,9 @@
 //! and resends single pieces; while it holds that copy, `FragOut` keeps
 //! no bytes of its own and the later pieces are cut from the copy (one
 //! copy of the packet per send instead of two: 3.7 % of the sender's
-//! cycles on one unshaped path). Should the ring let the copy go before
-//! the last piece left, the rest of the packet is dropped and counted
+//! cycles on one unshaped path), unless the path holds its pieces (for a
+//! real-time packet). Should the ring still let the copy go before the
+//! last piece left, the rest of the packet is dropped and counted
 //! (`fragment_incomplete`), as the receiver would count it.
 //!
 //! Receive side: pieces go through the reorder buffer like any data and
@@ -155,12 +156,16 @@ impl Tunnel {
         let count = wire::pieces(len, body_max)?;
         let r = wire::piece_range(len, body_max, 0);
         // Keep what follows piece 0 (the shift below and the tag overwrite
-        // its start in `buf`), unless the recovery ring holds the packet.
-        let in_ring = self
-            .recovery
-            .as_ref()
-            .and_then(|rc| rc.stored(seq))
-            .is_some_and(|b| b.len() == len);
+        // its start in `buf`), unless the recovery ring holds the packet
+        // and its pieces leave at the caller's next drain (a path that
+        // holds them, for a real-time packet, keeps its own copy: the
+        // ring may let its copy go meanwhile).
+        let in_ring = self.pieces_release_at(now, path) <= now
+            && self
+                .recovery
+                .as_ref()
+                .and_then(|rc| rc.stored(seq))
+                .is_some_and(|b| b.len() == len);
         let mut bytes = self.frag.pool.pop().unwrap_or_default();
         bytes.clear();
         if !in_ring {
