@@ -60,6 +60,21 @@ fn datagrams_of(sim: &Sim, ty: PacketType) -> usize {
         .count()
 }
 
+/// The 600 packets of [`run`] arrived in order, each once and whole; the
+/// 400 of them larger than one datagram (1401, 2800, 4000 and 6000
+/// bytes: 2, 3, 3 and 5 pieces of at most 1398 bytes, per six packets)
+/// as fragments, reassembled, none incomplete.
+fn assert_all_600_whole(sim: &Sim) {
+    assert_in_order_exactly_once(&sim.delivered[1], 600, &[]);
+    assert_eq!(sim.corrupt, 0, "every packet whole, byte for byte");
+    assert_eq!(
+        datagrams_of(sim, PacketType::Fragment),
+        100 * (2 + 3 + 3 + 5)
+    );
+    assert_eq!(sim.t[1].status(0).fragments.reassembled, 400);
+    assert_eq!(sim.t[1].drops().get(DropReason::FragmentIncomplete), 0);
+}
+
 #[test]
 fn large_packets_cross_as_fragments_and_arrive_whole_in_order() {
     // A 5 ms and a 30 ms path with jitter: packets (and so their pieces)
@@ -67,19 +82,9 @@ fn large_packets_cross_as_fragments_and_arrive_whole_in_order() {
     let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
     let mut sim = Sim::with_tunnels(paths, [side(0, false), side(1, false)], 11);
     run(&mut sim, 0, 600, MS);
-    assert_in_order_exactly_once(&sim.delivered[1], 600, &[]);
-    assert_eq!(sim.corrupt, 0, "every packet whole, byte for byte");
-    // 1401, 2800, 4000 and 6000 bytes: 2, 3, 3 and 5 pieces of at most
-    // 1398 bytes, per six packets.
-    assert_eq!(
-        datagrams_of(&sim, PacketType::Fragment),
-        100 * (2 + 3 + 3 + 5)
-    );
+    assert_all_600_whole(&sim);
     assert_eq!(datagrams_of(&sim, PacketType::Data), 200);
-    let st = sim.t[1].status(0);
-    assert_eq!(st.fragments.reassembled, 400);
-    assert_eq!(st.fragments.datagram_body, BODY);
-    assert_eq!(sim.t[1].drops().get(DropReason::FragmentIncomplete), 0);
+    assert_eq!(sim.t[1].status(0).fragments.datagram_body, BODY);
     // Both paths carried traffic.
     assert!(
         sim.sent_on_path.iter().all(|n| *n > 0),
@@ -96,15 +101,8 @@ fn with_recovery_on_the_pieces_come_from_the_rings_copy_whole() {
     let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
     let mut sim = Sim::with_tunnels(paths, [side(0, true), side(1, true)], 11);
     run(&mut sim, 0, 600, MS);
-    assert_in_order_exactly_once(&sim.delivered[1], 600, &[]);
-    assert_eq!(sim.corrupt, 0, "every packet whole, byte for byte");
-    assert_eq!(
-        datagrams_of(&sim, PacketType::Fragment),
-        100 * (2 + 3 + 3 + 5)
-    );
-    assert_eq!(sim.t[1].status(0).fragments.reassembled, 400);
+    assert_all_600_whole(&sim);
     assert_eq!(sim.t[0].drops().get(DropReason::FragmentIncomplete), 0);
-    assert_eq!(sim.t[1].drops().get(DropReason::FragmentIncomplete), 0);
 }
 
 #[test]

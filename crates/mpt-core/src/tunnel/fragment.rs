@@ -58,11 +58,10 @@ struct FragOut {
     count: usize,
     /// Next piece to send.
     next: usize,
-    /// The inner packet's bytes after piece 0 (from `skip` on), or empty
-    /// when the pieces are read from the recovery ring's copy of the
-    /// packet (`in_ring`), which saves copying it twice.
+    /// The inner packet's bytes after piece 0, or empty when the pieces
+    /// are read from the recovery ring's copy of the packet (`in_ring`),
+    /// which saves copying it twice.
     bytes: Vec<u8>,
-    skip: usize,
     /// The whole inner packet's length.
     len: usize,
     in_ring: bool,
@@ -190,7 +189,6 @@ impl Tunnel {
             count,
             next: 1,
             bytes,
-            skip: r.end,
             len,
             in_ring,
         });
@@ -293,7 +291,9 @@ impl Tunnel {
                 let held = self.recovery.as_ref().and_then(|rc| rc.stored(first));
                 held.filter(|b| b.len() == f.len).map(|b| &b[r])
             } else {
-                f.bytes.get(r.start - f.skip..r.end - f.skip)
+                // `bytes` starts where piece 0 ends.
+                let skip = wire::piece_range(f.len, self.frag.body_max, 0).end;
+                f.bytes.get(r.start - skip..r.end - skip)
             };
             let room = buf.get_mut(HEADER_LEN..HEADER_LEN + body);
             let sent = match (room, src, self.paths[path as usize].remote) {
@@ -320,9 +320,9 @@ impl Tunnel {
             let dst = match sent {
                 Ok(dst) => dst,
                 Err(reason) => {
-                    // The path lost its peer's address meanwhile: the
-                    // packet cannot complete (the receiver counts it
-                    // incomplete).
+                    // The path lost its peer's address meanwhile, or the
+                    // ring its copy: the packet cannot complete (the
+                    // receiver counts it incomplete too).
                     self.drops.add(reason);
                     continue;
                 }
