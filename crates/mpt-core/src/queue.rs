@@ -198,9 +198,36 @@ impl SendQueue {
         self.stats.staged += 1;
     }
 
-    /// Count a packet moved to another path.
-    pub fn count_reroute(&mut self) {
+    /// Move the packet [`Self::pop`] would take next from `from` to
+    /// `to`'s lane of the same kind, where it waits for `to`'s budget like
+    /// `to`'s own packets. In the ordinary lane it goes before the packets
+    /// with later tunnel sequence numbers, so that `to` still sends them
+    /// in order. Counted as rerouted; `false` if `from` has none.
+    pub fn move_next(&mut self, from: PathId, to: PathId) -> bool {
+        let (f, t) = (from as usize, to as usize);
+        if t >= self.fifos.len() || f == t {
+            return false;
+        }
+        let Some(fifo) = self.fifos.get_mut(f) else {
+            return false;
+        };
+        if let Some(q) = self.rt[f].pop_front() {
+            self.rt_bytes[f] -= q.len;
+            self.rt_bytes[t] += q.len;
+            self.bytes[f] -= q.len;
+            self.bytes[t] += q.len;
+            self.rt[t].push_back(q);
+        } else if let Some(q) = fifo.pop_front() {
+            self.bytes[f] -= q.len;
+            self.bytes[t] += q.len;
+            let lane = &mut self.fifos[t];
+            let at = lane.partition_point(|o| o.seq < q.seq);
+            lane.insert(at, q);
+        } else {
+            return false;
+        }
         self.stats.rerouted += 1;
+        true
     }
 
     pub fn bytes(&self, path: PathId) -> usize {
@@ -268,6 +295,25 @@ impl SendQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_moved_packet_keeps_the_new_paths_lane_in_sequence_order() {
+        let mut q = SendQueue::new(2, 16, 1 << 20);
+        assert!(q.push(1, 5, 0, 0, &[0; 100]));
+        assert!(q.push(1, 9, 0, 0, &[0; 100]));
+        assert!(q.push(0, 7, 0, 0, &[0; 300]));
+        assert!(q.push_rt(0, 1, 0, 0, &[0; 50]));
+        // The real-time packet first, to the real-time lane.
+        assert!(q.move_next(0, 1));
+        assert_eq!((q.rt_len(1), q.rt_bytes(1), q.bytes(0)), (1, 50, 300));
+        assert!(q.move_next(0, 1));
+        assert!(!q.move_next(0, 1));
+        assert_eq!((q.len(0), q.bytes(0), q.len(1), q.bytes(1)), (0, 0, 4, 550));
+        assert_eq!(q.stats().rerouted, 2);
+        let order: Vec<u64> = std::iter::from_fn(|| q.pop(1, 0).map(|p| p.seq)).collect();
+        assert_eq!(order, vec![1, 5, 7, 9]);
+        assert_eq!((q.packets(), q.total_bytes()), (0, 0));
+    }
 
     #[test]
     fn the_byte_cap_refuses_what_does_not_fit() {

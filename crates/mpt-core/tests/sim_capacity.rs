@@ -14,8 +14,8 @@
 
 mod common;
 
+use common::tcp::{offer_packet, tcp_flow};
 use common::*;
-use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
 
 const PKT: usize = 1400;
@@ -35,17 +35,8 @@ fn capacity_links(spec: &[(f64, u64, u64)]) -> Vec<Link> {
         .collect()
 }
 
-/// Side 0 sends inner packet `idx` of [`PKT`] bytes now, on the path its
-/// scheduler picks (if it sends it now).
 fn offer(sim: &mut Sim, now: Nanos, idx: u64) {
-    let pkt = big_inner(idx, PKT);
-    let mut buf = vec![0u8; HEADER_LEN + PKT + 16];
-    buf[HEADER_LEN..HEADER_LEN + PKT].copy_from_slice(&pkt);
-    if let Some(tx) = sim.t[0].send(now, &mut buf, PKT) {
-        let link = sim.link(0, tx.path as usize);
-        buf.truncate(tx.len);
-        sim.emit(now, 0, link, buf, Some(idx));
-    }
+    offer_packet(sim, now, idx, PKT);
 }
 
 /// Links of (rate Mbit/s, delay ms, jitter ms); side 0 offers `offer_mbit`
@@ -147,107 +138,7 @@ fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -> f6
             .tunnel()
     };
     let mut sim = Sim::with_tunnels(links, [cfg(0), cfg(1)], seed);
-    sim.deliver_until(500 * MS);
-    let start = 500 * MS;
-    let warm = start + 2_000 * MS;
-    let end = start + secs * 1_000 * MS;
-    let (mut cwnd, mut ssthresh) = (10.0f64, f64::MAX);
-    let (mut next_seq, mut expected, mut inflight) = (0u64, 0u64, 0u64);
-    let mut acks: std::collections::VecDeque<(Nanos, u64, bool)> = Default::default();
-    let mut recovery_until = 0;
-    let mut losses = 0u64;
-    let mut seen = 0usize;
-    let mut good_at_warm = None;
-    let mut good = 0u64;
-    let mut now = start;
-    let tick = 100_000; // 0.1 ms
-    let timeline = std::env::var("SIM_TIMELINE").is_ok();
-    let (mut next_print, mut good_printed) = (start, 0u64);
-    while now < end {
-        sim.deliver_until(now);
-        // Deliveries at the receiver: in-order goodput, gaps are losses.
-        while seen < sim.delivered[1].len() {
-            let s = sim.delivered[1][seen];
-            seen += 1;
-            let lost = s.saturating_sub(expected);
-            if s >= expected {
-                expected = s + 1;
-                good += PKT as u64;
-            }
-            acks.push_back((now + ack_ms * MS, 1 + lost, lost > 0));
-        }
-        while acks.front().is_some_and(|a| a.0 <= now) {
-            let (_, n, loss) = acks.pop_front().unwrap();
-            inflight = inflight.saturating_sub(n);
-            if loss && now >= recovery_until {
-                losses += 1;
-                cwnd = (cwnd * 0.7).max(2.0);
-                ssthresh = cwnd;
-                recovery_until = now + 100 * MS;
-            } else if cwnd < ssthresh {
-                cwnd += 1.0;
-            } else {
-                cwnd += 1.0 / cwnd;
-            }
-        }
-        if good_at_warm.is_none() && now >= warm {
-            good_at_warm = Some(good);
-        }
-        // SIM_TIMELINE: goodput, losses at the bottlenecks, the flow's
-        // window and each path's pacing rate every 100 ms.
-        if timeline && now >= next_print {
-            let st = sim.t[0].status(now);
-            let paced: Vec<String> = st
-                .paths
-                .iter()
-                .map(|p| {
-                    let s = p.sending.clone().unwrap_or_default();
-                    format!("{:5.1}", s.pacing_mbps.unwrap_or(0.0))
-                })
-                .collect();
-            println!(
-                "{:5.2}s goodput {:6.2} Mbit/s lost {:4} cwnd {:5.0} paced {}",
-                (now - start) as f64 / 1e9,
-                (good - good_printed) as f64 * 8.0 / 0.1 / 1e6,
-                sim.lost_data.len(),
-                cwnd,
-                paced.join(" ")
-            );
-            good_printed = good;
-            next_print += 100 * MS;
-        }
-        while (inflight as f64) < cwnd.floor() {
-            offer(&mut sim, now, next_seq);
-            next_seq += 1;
-            inflight += 1;
-        }
-        sim.pump_control(now);
-        now += tick;
-    }
-    let span = (end - warm) as f64 / 1e9;
-    if std::env::var("SIM_DEBUG").is_ok() {
-        let st = sim.t[0].status(now);
-        for p in &st.paths {
-            println!("  path {}: {:?}", p.id, p.sending);
-        }
-        let carried: Vec<u64> = sim
-            .arrived_bytes
-            .iter()
-            .map(|b| b[0] * 8 / 1_000_000 / secs)
-            .collect();
-        println!(
-            "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}, TCP loss events {losses}, cwnd {cwnd:.0}",
-            sim.drops_seen.len()
-        );
-        let mut reasons = std::collections::BTreeMap::<String, usize>::new();
-        for d in &sim.drops_seen {
-            *reasons.entry(format!("{:?}", d.1)).or_default() += 1;
-        }
-        println!("  drops at side 1 by reason: {reasons:?}");
-        println!("  recovery at side 1: {:?}", sim.t[1].recovery_stats());
-        println!("  recovery at side 0: {:?}", sim.t[0].recovery_stats());
-    }
-    (good - good_at_warm.unwrap_or(0)) as f64 * 8.0 / span / 1e6
+    tcp_flow(&mut sim, PKT, ack_ms, secs)
 }
 
 #[test]
@@ -392,27 +283,74 @@ fn resends_keep_to_the_paths_pacing() {
     // the pacing bucket's depth (16 KiB here) and 20 ms at the path's
     // rate (4 Mbit/s and the rate control's headroom: 12.5 kB), and a
     // datagram of slack.
-    let window = 20 * MS;
     let bound = 16 * 1024 + 12_500 + 1_500;
     for link in 0..2 {
-        let sent: Vec<(Nanos, usize)> = sim
-            .departures
-            .iter()
-            .filter(|d| d.1 == 0 && d.2 == link && d.0 >= start + 2_000 * MS)
-            .map(|d| (d.0, d.3))
-            .collect();
-        let (mut j, mut sum, mut most) = (0, 0, 0);
-        for &(at, len) in &sent {
-            sum += len;
-            while sent[j].0 + window <= at {
-                sum -= sent[j].1;
-                j += 1;
-            }
-            most = most.max(sum);
-        }
+        let most = most_within(&sim, link, start + 2_000 * MS, 20 * MS);
         println!("link {link}: at most {most} bytes within 20 ms ({resent} resends)");
         assert!(most <= bound, "link {link}: {most} bytes within 20 ms");
     }
+}
+
+/// The most bytes side 0 put on `link` within any `window`, from `from`
+/// on.
+fn most_within(sim: &Sim, link: usize, from: Nanos, window: Nanos) -> usize {
+    let sent: Vec<(Nanos, usize)> = sim
+        .departures
+        .iter()
+        .filter(|d| d.1 == 0 && d.2 == link && d.0 >= from)
+        .map(|d| (d.0, d.3))
+        .collect();
+    let (mut j, mut sum, mut most) = (0, 0, 0);
+    for &(at, len) in &sent {
+        sum += len;
+        while sent[j].0 + window <= at {
+            sum -= sent[j].1;
+            j += 1;
+        }
+        most = most.max(sum);
+    }
+    most
+}
+
+#[test]
+fn a_dead_paths_queue_moves_to_the_other_paced() {
+    // Two 4 Mbit/s paths, side 0 offering 12: both queues fill. Then the
+    // first link dies. Its queue once left at once on the other path:
+    // hundreds of ms of data into a 50 ms bottleneck, and that path then
+    // owed its pacer as long, and sent nothing. Now the queue moves to
+    // the other path's queue and leaves at its pace; what would wait
+    // there beyond the queue's bound is dropped.
+    let links = capacity_links(&[(4.0, 10, 0), (4.0, 30, 0)]);
+    let t = |side| TestConfig::new(side, 2).ecf().with(|c| c.mtu = 1500).tunnel();
+    let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
+    sim.deliver_until(500 * MS);
+    let gap = (PKT as f64 * 8_000.0 / 12.0) as Nanos;
+    let (start, cut, end) = (500 * MS, 3_500 * MS, 6_500 * MS);
+    let (mut now, mut idx) = (start, 0u64);
+    let mut at_cut = 0;
+    while now < end {
+        sim.deliver_until(now);
+        if now >= cut && sim.links[0][0].up {
+            sim.links[0] = [Link { up: false, ..sim.links[0][0] }; 2];
+            at_cut = sim.arrived_bytes[1][0];
+        }
+        offer(&mut sim, now, idx);
+        idx += 1;
+        sim.pump_control(now);
+        now += gap;
+    }
+    let st = sim.t[0].status(now);
+    assert_eq!(st.paths[0].state, "down", "the dead path is down");
+    let rerouted = st.queue.as_ref().map_or(0, |q| q.stats.rerouted);
+    assert!(rerouted > 0, "its queue moved: {rerouted}");
+    // The living path keeps its pace (bucket, 20 ms at its rate with the
+    // rate control's headroom, a datagram) and carries its rate after the
+    // cut.
+    let most = most_within(&sim, 1, cut, 20 * MS);
+    assert!(most <= 16 * 1024 + 12_500 + 1_500, "{most} bytes within 20 ms");
+    let mbit = (sim.arrived_bytes[1][0] - at_cut) as f64 * 8.0 / 3.0 / 1e6;
+    println!("after the cut: {mbit:.2} Mbit/s on the living path, {rerouted} rerouted, at most {most} bytes in 20 ms");
+    assert!(mbit > 3.4, "{mbit:.2} Mbit/s");
 }
 
 /// A link of the lab's sweep: (rate Mbit/s, delay ms, jitter's standard

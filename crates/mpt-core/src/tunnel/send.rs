@@ -260,9 +260,7 @@ impl Tunnel {
                 continue;
             }
             if !self.paths[p].usable {
-                if let Some(t) = self.reroute(now, path, buf) {
-                    return Some(t);
-                }
+                self.reroute(now, path);
                 continue;
             }
             let s = &mut self.paths[p].sender;
@@ -290,24 +288,37 @@ impl Tunnel {
         None
     }
 
-    /// Move the oldest packet of a path that went down to the path the
-    /// scheduler picks now, and send it there at once. With no path up it
-    /// waits until its bound, then is dropped (`no_path`).
-    fn reroute(&mut self, now: Nanos, from: PathId, buf: &mut [u8]) -> Option<Transmit> {
-        let (at, len) = self.queue.oldest(from)?;
-        let Some(to) = self.pick(now, len) else {
-            if now.saturating_sub(at) > self.queue_max {
-                let q = self.queue.pop(from, now)?;
-                self.queue.recycle(q);
-                self.drops.add(DropReason::NoPath);
+    /// Move the packets waiting on a path that went down to the paths the
+    /// scheduler picks now, where they wait for those paths' budget like
+    /// their own packets; what would wait there longer than the queue's
+    /// bound is dropped (`queue_full`), as a new packet would be. With no
+    /// path up they wait until their bound, then are dropped (`no_path`).
+    /// (Sent at once instead, the queue of an LTE path in an outage, a
+    /// second or more at its rate, overflowed the other path's bottleneck
+    /// and left it no budget for as long: its pacing debt.)
+    fn reroute(&mut self, now: Nanos, from: PathId) {
+        while let Some((at, len)) = self.queue.oldest(from) {
+            let Some(to) = self.pick(now, len) else {
+                if now.saturating_sub(at) > self.queue_max {
+                    if let Some(q) = self.queue.pop(from, now) {
+                        self.queue.recycle(q);
+                    }
+                    self.drops.add(DropReason::NoPath);
+                    continue;
+                }
+                return;
+            };
+            let s = &mut self.paths[to as usize].sender;
+            s.refill(now);
+            if s.wait_ns(self.queue.bytes(to) + len) > self.queue_max {
+                if let Some(q) = self.queue.pop(from, now) {
+                    self.queue.recycle(q);
+                }
+                self.drops.add(DropReason::QueueFull);
+                continue;
             }
-            return None;
-        };
-        let q = self.queue.pop(from, now)?;
-        self.queue.count_reroute();
-        let t = self.emit_queued(now, to, &q, buf);
-        self.queue.recycle(q);
-        t
+            self.queue.move_next(from, to);
+        }
     }
 
     fn emit_queued(

@@ -13,6 +13,9 @@
 //! delivered exactly once and in order; paths die and return as their links
 //! do; traffic moves to the surviving paths.
 
+pub mod tcp;
+pub mod trace;
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
@@ -146,6 +149,9 @@ pub struct Sim {
     /// Delivered packets whose bytes are not [`big_inner`]'s for their
     /// index and length (checked only for packets longer than 60 bytes).
     pub corrupt: u64,
+    /// Per link direction: a capacity trace replacing its rate
+    /// ([`Sim::set_trace`]).
+    pub traces: Vec<[Option<trace::TraceLink>; 2]>,
 }
 
 impl Sim {
@@ -196,7 +202,16 @@ impl Sim {
             link_of: [(0..n).collect(), (0..n).collect()],
             queued_tos: vec![],
             corrupt: 0,
+            traces: (0..n).map(|_| [None, None]).collect(),
         }
+    }
+
+    /// Link `link`'s direction from side `from` follows a capacity trace.
+    pub fn set_trace(&mut self, link: usize, from: usize, t: trace::TraceLink) {
+        if self.traces.len() <= link {
+            self.traces.resize_with(link + 1, || [None, None]);
+        }
+        self.traces[link][from] = Some(t);
     }
 
     /// The link a packet of `side` on its path `path` travels on.
@@ -231,9 +246,18 @@ impl Sim {
             self.busy_until.resize(self.links.len(), [0, 0]);
             self.arrived_bytes.resize(self.links.len(), [0, 0]);
         }
-        // The bottleneck: a drop-tail FIFO served at the link's rate.
+        // The bottleneck: a drop-tail FIFO served at the link's rate, or
+        // at its trace's delivery opportunities.
         let mut leaves = now;
-        if link.rate_mbit > 0.0 {
+        if let Some(t) = self.traces.get_mut(path).and_then(|t| t[from].as_mut()) {
+            let Some(at) = t.enqueue(now, dgram.len()) else {
+                if let Some(i) = data_idx {
+                    self.lost_data.push(i);
+                }
+                return;
+            };
+            leaves = at;
+        } else if link.rate_mbit > 0.0 {
             let start = now.max(self.busy_until[path][from]);
             if start - now > link.queue_ns {
                 if let Some(i) = data_idx {

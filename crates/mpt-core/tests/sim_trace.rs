@@ -1,0 +1,228 @@
+//! Path-aware sending over trace-driven links in virtual time: each
+//! link's bottleneck replays an LTE-like capacity trace (mahimahi's
+//! format, `common/trace.rs`), as the lab's `two-lte` and `lte-trace`
+//! scenarios have them. A radio link's capacity moves by a factor of
+//! several within a second; what the sender's rate control leaves unused
+//! is lost for good.
+//!
+//! What it checks: a TCP-like flow through the tunnel carries most of
+//! what two such links offered; the trace model itself.
+
+mod common;
+
+use common::tcp::{offer_packet, tcp_flow};
+use common::trace::TraceLink;
+use common::*;
+use mpt_core::Nanos;
+
+const PKT: usize = 1400;
+
+/// A trace file of the lab's (`lab/traces/`).
+fn lab_trace(name: &str) -> String {
+    let p = format!("{}/../../lab/traces/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+/// Links of (down trace, up trace, delay ms, queue ms, start s): the
+/// share of what the down traces offered over the measured window that
+/// a TCP-like flow from side 0 got in `secs`, and its goodput.
+fn tcp_share(links: &[(&str, &str, u64, u64, u64)], secs: u64, seed: u64) -> (f64, f64) {
+    let mut sim = trace_sim(links, seed);
+    let mbit = tcp_flow(&mut sim, PKT, 10, secs);
+    // tcp_flow measures from 2.5 s to its end.
+    let (from, to) = (2_500 * MS, (500 + secs * 1_000) * MS);
+    let offered_mbit = offered(&sim, from, to) as f64 * 8.0 / ((to - from) as f64 / 1e9) / 1e6;
+    (mbit / offered_mbit, mbit)
+}
+
+/// A tunnel pair (path-aware sending, recovery on) over trace links of
+/// (down, up, delay ms, queue ms, start s).
+fn trace_sim(links: &[(&str, &str, u64, u64, u64)], seed: u64) -> Sim {
+    let n = links.len();
+    let sim_links: Vec<Link> = links
+        .iter()
+        .map(|l| Link {
+            delay: l.2 * MS,
+            jitter: 0,
+            loss: 0.0,
+            up: true,
+            rate_mbit: 0.0,
+            queue_ns: 0,
+        })
+        .collect();
+    let cfg = |side| TestConfig::new(side, n).ecf().recover(true).tunnel();
+    let mut sim = Sim::with_tunnels(sim_links, [cfg(0), cfg(1)], seed);
+    for (i, l) in links.iter().enumerate() {
+        let start: Nanos = l.4 * 1_000 * MS;
+        sim.set_trace(i, 0, TraceLink::new(l.0, start, l.3));
+        sim.set_trace(i, 1, TraceLink::new(l.1, start, l.3));
+    }
+    sim
+}
+
+/// Open loop: side 0 offers `offer_mbit` over trace links of (down, up,
+/// delay ms, queue ms, start s) for `secs`: the share of what the links
+/// offered after the first 2 s that arrived.
+fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64) -> f64 {
+    let mut sim = trace_sim(links, 7);
+    let gap = (PKT as f64 * 8_000.0 / offer_mbit) as Nanos;
+    let (start, warm, end) = (500 * MS, 2_500 * MS, (500 + secs * 1_000) * MS);
+    sim.deliver_until(start);
+    let mut at_warm = 0;
+    let (mut now, mut idx) = (start, 0u64);
+    let timeline = std::env::var("SIM_OPEN_TIMELINE").is_ok();
+    let (mut next_print, mut printed) = (start, vec![0u64; links.len()]);
+    while now < end {
+        sim.deliver_until(now);
+        if at_warm == 0 && now >= warm {
+            at_warm = sim.arrived_bytes.iter().map(|b| b[0]).sum::<u64>().max(1);
+        }
+        offer_packet(&mut sim, now, idx, PKT);
+        idx += 1;
+        sim.pump_control(now);
+        if timeline && now >= next_print {
+            let st = sim.t[0].status(now);
+            let mut line = format!("{:5.2}s", (now - start) as f64 / 1e9);
+            for (i, p) in st.paths.iter().enumerate() {
+                let s = p.sending.clone().unwrap_or_default();
+                let c = sim.arrived_bytes[i][0];
+                let o = sim.traces[i][0].as_ref().map_or(0, |t| t.offered_bytes(now - 100 * MS, now));
+                line += &format!(
+                    " | {:4} rtt {:5.0} paced {:5.1} q {:5.1} {:8} carried {:5.1} offered {:5.1}",
+                    p.state,
+                    p.rtt_ms.unwrap_or(-1.0),
+                    s.pacing_mbps.unwrap_or(0.0),
+                    s.queueing_ms.unwrap_or(-1.0),
+                    s.control,
+                    (c - printed[i]) as f64 * 8.0 / 0.1 / 1e6,
+                    o as f64 * 8.0 / 0.1 / 1e6
+                );
+                printed[i] = c;
+            }
+            if std::env::var("SIM_OPEN_DROPS").is_ok() {
+                let q = st.queue.as_ref().map(|q| (q.packets_now, q.stats.rerouted));
+                line += &format!(" | queue {q:?} drops {:?}", st.drops);
+            }
+            println!("{line}");
+            next_print += 100 * MS;
+        }
+        now += gap;
+    }
+    let carried = sim.arrived_bytes.iter().map(|b| b[0]).sum::<u64>() - at_warm;
+    carried as f64 / offered(&sim, warm, end) as f64
+}
+
+/// Bytes the down traces offered in `[from, to)`.
+fn offered(sim: &Sim, from: Nanos, to: Nanos) -> u64 {
+    sim.traces
+        .iter()
+        .filter_map(|t| t[0].as_ref())
+        .map(|t| t.offered_bytes(from, to))
+        .sum()
+}
+
+#[test]
+fn the_trace_model_serves_opportunities_and_loops() {
+    // Opportunities at 1, 1, 3 and 4 ms; period 4 ms.
+    let mut t = TraceLink::new("1\n1\n3\n4\n", 0, 1000);
+    assert_eq!(t.enqueue(0, 1500), Some(MS));
+    assert_eq!(t.enqueue(0, 1000), Some(MS));
+    // 500 bytes of the second opportunity are left: a 1000-byte packet
+    // takes them and 500 of the next.
+    assert_eq!(t.enqueue(0, 1000), Some(3 * MS));
+    // Idle after 4 ms: the next loop starts at 5 ms.
+    assert_eq!(t.enqueue(4 * MS + 1, 100), Some(5 * MS));
+    assert_eq!(t.offered_bytes(0, 4 * MS + 1), 4 * 1500);
+    // The queue's limit (2 packets at least) drops the rest.
+    let mut t = TraceLink::new("1000\n", 0, 1);
+    assert!(t.enqueue(0, 1500).is_some());
+    assert!(t.enqueue(0, 1500).is_some());
+    assert_eq!(t.enqueue(0, 1500), None);
+}
+
+/// The lab's `two-lte` in virtual time (bench: `cargo test --release
+/// --test sim_trace two_lte -- --ignored --nocapture`; `SIM_TIMELINE=1`
+/// for the flow every 100 ms).
+#[test]
+#[ignore]
+fn two_lte() {
+    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
+    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
+    let mut shares = vec![];
+    for start in [0, 15, 30, 45, 60, 75, 90, 105] {
+        let runs: Vec<(f64, f64)> = (11..15)
+            .map(|seed| {
+                tcp_share(
+                    &[
+                        (&a_down, &a_up, 30, 100, start),
+                        (&b_down, &b_up, 40, 100, start),
+                    ],
+                    30,
+                    seed,
+                )
+            })
+            .collect();
+        let share = runs.iter().map(|r| r.0).sum::<f64>() / runs.len() as f64;
+        let mbit = runs.iter().map(|r| r.1).sum::<f64>() / runs.len() as f64;
+        let open = open_share(
+            &[
+                (&a_down, &a_up, 30, 100, start),
+                (&b_down, &b_up, 40, 100, start),
+            ],
+            40.0,
+            30,
+        );
+        println!(
+            "two-lte from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %",
+            100.0 * share,
+            100.0 * open
+        );
+        shares.push((share, open));
+    }
+    let n = shares.len() as f64;
+    let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
+    let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
+    println!("mean share: TCP {:.1} %, open loop {:.1} %", 100.0 * tcp, 100.0 * open);
+}
+
+/// Two recorded LTE traces (`../shared/traces/`, Saturator's AT&T and
+/// Verizon; skipped where the folder is missing): the check that what
+/// was tuned on the lab's synthetic traces holds on real ones (bench:
+/// `cargo test --release --test sim_trace recorded -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore]
+fn recorded_lte() {
+    let dir = format!("{}/../../../shared/traces", env!("CARGO_MANIFEST_DIR"));
+    let read = |n: &str| std::fs::read_to_string(format!("{dir}/{n}")).ok();
+    let (Some(a_down), Some(a_up), Some(b_down), Some(b_up)) = (
+        read("ATT-LTE-driving-2016.down"),
+        read("ATT-LTE-driving-2016.up"),
+        read("Verizon-LTE-short.down"),
+        read("Verizon-LTE-short.up"),
+    ) else {
+        println!("no recorded traces in {dir}: skipped");
+        return;
+    };
+    let mut shares = vec![];
+    for start in [0, 10, 20, 30, 40, 50, 60, 70, 80, 90] {
+        let links = [
+            (a_down.as_str(), a_up.as_str(), 30, 100, start),
+            (b_down.as_str(), b_up.as_str(), 40, 100, start),
+        ];
+        let runs: Vec<(f64, f64)> = (11..15).map(|seed| tcp_share(&links, 20, seed)).collect();
+        let share = runs.iter().map(|r| r.0).sum::<f64>() / runs.len() as f64;
+        let mbit = runs.iter().map(|r| r.1).sum::<f64>() / runs.len() as f64;
+        let open = open_share(&links, 60.0, 20);
+        println!(
+            "AT&T + Verizon from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %",
+            100.0 * share,
+            100.0 * open
+        );
+        shares.push((share, open));
+    }
+    let n = shares.len() as f64;
+    let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
+    let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
+    println!("mean share: TCP {:.1} %, open loop {:.1} %", 100.0 * tcp, 100.0 * open);
+}
