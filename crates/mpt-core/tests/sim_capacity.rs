@@ -321,7 +321,12 @@ fn a_dead_paths_queue_moves_to_the_other_paced() {
     // the other path's queue and leaves at its pace; what would wait
     // there beyond the queue's bound is dropped.
     let links = capacity_links(&[(4.0, 10, 0), (4.0, 30, 0)]);
-    let t = |side| TestConfig::new(side, 2).ecf().with(|c| c.mtu = 1500).tunnel();
+    let t = |side| {
+        TestConfig::new(side, 2)
+            .ecf()
+            .with(|c| c.mtu = 1500)
+            .tunnel()
+    };
     let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
     sim.deliver_until(500 * MS);
     let gap = (PKT as f64 * 8_000.0 / 12.0) as Nanos;
@@ -331,7 +336,10 @@ fn a_dead_paths_queue_moves_to_the_other_paced() {
     while now < end {
         sim.deliver_until(now);
         if now >= cut && sim.links[0][0].up {
-            sim.links[0] = [Link { up: false, ..sim.links[0][0] }; 2];
+            sim.links[0] = [Link {
+                up: false,
+                ..sim.links[0][0]
+            }; 2];
             at_cut = sim.arrived_bytes[1][0];
         }
         offer(&mut sim, now, idx);
@@ -347,7 +355,10 @@ fn a_dead_paths_queue_moves_to_the_other_paced() {
     // rate control's headroom, a datagram) and carries its rate after the
     // cut.
     let most = most_within(&sim, 1, cut, 20 * MS);
-    assert!(most <= 16 * 1024 + 12_500 + 1_500, "{most} bytes within 20 ms");
+    assert!(
+        most <= 16 * 1024 + 12_500 + 1_500,
+        "{most} bytes within 20 ms"
+    );
     let mbit = (sim.arrived_bytes[1][0] - at_cut) as f64 * 8.0 / 3.0 / 1e6;
     println!("after the cut: {mbit:.2} Mbit/s on the living path, {rerouted} rerouted, at most {most} bytes in 20 ms");
     assert!(mbit > 3.4, "{mbit:.2} Mbit/s");

@@ -86,7 +86,9 @@ fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64)
             for (i, p) in st.paths.iter().enumerate() {
                 let s = p.sending.clone().unwrap_or_default();
                 let c = sim.arrived_bytes[i][0];
-                let o = sim.traces[i][0].as_ref().map_or(0, |t| t.offered_bytes(now - 100 * MS, now));
+                let o = sim.traces[i][0]
+                    .as_ref()
+                    .map_or(0, |t| t.offered_bytes(now - 100 * MS, now));
                 line += &format!(
                     " | {:4} rtt {:5.0} paced {:5.1} q {:5.1} {:8} carried {:5.1} offered {:5.1}",
                     p.state,
@@ -182,7 +184,11 @@ fn two_lte() {
     let n = shares.len() as f64;
     let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
     let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
-    println!("mean share: TCP {:.1} %, open loop {:.1} %", 100.0 * tcp, 100.0 * open);
+    println!(
+        "mean share: TCP {:.1} %, open loop {:.1} %",
+        100.0 * tcp,
+        100.0 * open
+    );
 }
 
 /// Two recorded LTE traces (`../shared/traces/`, Saturator's AT&T and
@@ -224,5 +230,9 @@ fn recorded_lte() {
     let n = shares.len() as f64;
     let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
     let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
-    println!("mean share: TCP {:.1} %, open loop {:.1} %", 100.0 * tcp, 100.0 * open);
+    println!(
+        "mean share: TCP {:.1} %, open loop {:.1} %",
+        100.0 * tcp,
+        100.0 * open
+    );
 }

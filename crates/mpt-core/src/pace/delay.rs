@@ -318,7 +318,8 @@ impl TargetDelay {
     fn above_known(&self, now: Nanos, sample: u64) -> bool {
         let known = self.queued_smoothed as f64;
         let (hi, lo) = (self.measured_max.get(now), self.measured_min.get(now));
-        let volatile = matches!((hi, lo), (Some(h), Some(l)) if h as f64 > l as f64 * VOLATILE_RATIO);
+        let volatile =
+            matches!((hi, lo), (Some(h), Some(l)) if h as f64 > l as f64 * VOLATILE_RATIO);
         !volatile
             && self.queued_at.is_some_and(|t| now < t + KNOWN_FOR_NS)
             && known > 0.0

@@ -159,4 +159,3 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
     }
     (good - good_at_warm.unwrap_or(0)) as f64 * 8.0 / span / 1e6
 }
-
