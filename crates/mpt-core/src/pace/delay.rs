@@ -140,11 +140,6 @@ pub struct TargetDelay {
     /// When the rate was last cut for a queue: at most once per round trip.
     drained_at: Option<Nanos>,
     delivered_max: Windowed<10>,
-    /// The highest and lowest capacity measured with a standing queue
-    /// over [`VOLATILE_WINDOW_NS`]: a path whose measurements differ by
-    /// more than [`VOLATILE_RATIO`] has no capacity to creep above.
-    measured_max: Windowed<10>,
-    measured_min: Windowed<10>,
     queue_floor: Windowed<10>,
     prev_sample: u64,
     loss_cut_at: Option<Nanos>,
@@ -197,8 +192,6 @@ impl Default for TargetDelay {
             step_doubled_at: None,
             drained_at: None,
             delivered_max: Windowed::new(BW_WINDOW_NS, true),
-            measured_max: Windowed::new(VOLATILE_WINDOW_NS, true),
-            measured_min: Windowed::new(VOLATILE_WINDOW_NS, false),
             queue_floor: Windowed::new(QUEUE_FLOOR_WINDOW_NS, false),
             prev_sample: 0,
             loss_cut_at: None,
@@ -317,11 +310,7 @@ impl TargetDelay {
     /// overflowed before the queue showed.
     fn above_known(&self, now: Nanos, sample: u64) -> bool {
         let known = self.queued_smoothed as f64;
-        let (hi, lo) = (self.measured_max.get(now), self.measured_min.get(now));
-        let volatile =
-            matches!((hi, lo), (Some(h), Some(l)) if h as f64 > l as f64 * VOLATILE_RATIO);
-        !volatile
-            && self.queued_at.is_some_and(|t| now < t + KNOWN_FOR_NS)
+        self.queued_at.is_some_and(|t| now < t + KNOWN_FOR_NS)
             && known > 0.0
             && self.rate as f64 >= known
             && (sample as f64) < known * KNOWN_EXCEEDED
@@ -474,8 +463,6 @@ impl RateControl for TargetDelay {
             // out of use, delivers little whatever its capacity).
             if measures {
                 self.queued_capacity = capacity;
-                self.measured_max.update(now, sample as i64);
-                self.measured_min.update(now, sample as i64);
                 if self.draining {
                     self.drain_sum_bps = self.drain_sum_bps.saturating_add(sample);
                     self.drain_samples += 1;

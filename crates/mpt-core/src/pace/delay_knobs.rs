@@ -32,12 +32,6 @@ pub const GROW_MIN: f64 = 0.005;
 /// within 200 ms and overflowed its 20 ms buffer before the queue showed).
 pub const GROW_ABOVE_KNOWN: f64 = 0.002;
 pub const KNOWN_EXCEEDED: f64 = 1.05;
-/// A path whose capacity measured with a standing queue moved by more
-/// than this factor within [`VOLATILE_WINDOW_NS`] (a radio link's) grows
-/// as one not yet measured, not creeping above its last measurement
-/// (tuning knobs).
-pub const VOLATILE_RATIO: f64 = 1.5;
-pub const VOLATILE_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;
 /// How long after the queue last stood above the target its capacity
 /// counts as known (tuning knob: a radio link's capacity moves from one
 /// second to the next; kept for 10 s, `two-lte` read 2-3 points lower).
