@@ -64,6 +64,13 @@ fn trace_sim(links: &[(&str, &str, u64, u64, u64)], seed: u64) -> Sim {
 /// delay ms, queue ms, start s) for `secs`: the share of what the links
 /// offered after the first 2 s that arrived.
 fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64) -> f64 {
+    open_loop(links, offer_mbit, secs).0
+}
+
+/// [`open_share`], and the longest time (ns) a path that was up sent less
+/// than a tenth of what its trace offered, when that was at least
+/// 1 Mbit/s (in 100 ms steps).
+fn open_loop(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64) -> (f64, Nanos) {
     let mut sim = trace_sim(links, 7);
     let gap = (PKT as f64 * 8_000.0 / offer_mbit) as Nanos;
     let (start, warm, end) = (500 * MS, 2_500 * MS, (500 + secs * 1_000) * MS);
@@ -72,6 +79,9 @@ fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64)
     let (mut now, mut idx) = (start, 0u64);
     let timeline = std::env::var("SIM_OPEN_TIMELINE").is_ok();
     let (mut next_print, mut printed) = (start, vec![0u64; links.len()]);
+    let (mut next_step, mut stepped) = (start, vec![0usize; links.len()]);
+    let mut seen = 0;
+    let (mut idle, mut idle_max) = (vec![0 as Nanos; links.len()], 0 as Nanos);
     while now < end {
         sim.deliver_until(now);
         if at_warm == 0 && now >= warm {
@@ -80,6 +90,31 @@ fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64)
         offer_packet(&mut sim, now, idx, PKT);
         idx += 1;
         sim.pump_control(now);
+        if now >= next_step + 100 * MS {
+            let st = sim.t[0].status(now);
+            // Every datagram side 0 sent counts (resends and control too).
+            for d in &sim.departures[seen..] {
+                if d.1 == 0 {
+                    stepped[d.2] += d.3;
+                }
+            }
+            seen = sim.departures.len();
+            for (i, p) in st.paths.iter().enumerate() {
+                let c = stepped[i];
+                let o = sim.traces[i][0]
+                    .as_ref()
+                    .map_or(0, |t| t.offered_bytes(next_step, now));
+                let offers = o as f64 * 8.0 / ((now - next_step) as f64 / 1e9) >= 1e6;
+                if (c as u64) * 10 < o && offers && p.state == "up" {
+                    idle[i] += now - next_step;
+                    idle_max = idle_max.max(idle[i]);
+                } else {
+                    idle[i] = 0;
+                }
+                stepped[i] = 0;
+            }
+            next_step = now;
+        }
         if timeline && now >= next_print {
             let st = sim.t[0].status(now);
             let mut line = format!("{:5.2}s", (now - start) as f64 / 1e9);
@@ -110,8 +145,21 @@ fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64)
         }
         now += gap;
     }
+    if std::env::var("SIM_DEBUG").is_ok() {
+        for (i, t) in sim.traces.iter().enumerate() {
+            if let Some(t) = &t[0] {
+                let st = sim.t[0].status(end);
+                println!(
+                    "  path {i}: offered {:.1} Mbit/s, carried {:.1} (whole run), {}",
+                    t.offered_bytes(start, end) as f64 * 8.0 / ((end - start) as f64 / 1e9) / 1e6,
+                    sim.arrived_bytes[i][0] as f64 * 8.0 / ((end - start) as f64 / 1e9) / 1e6,
+                    st.paths[i].state
+                );
+            }
+        }
+    }
     let carried = sim.arrived_bytes.iter().map(|b| b[0]).sum::<u64>() - at_warm;
-    carried as f64 / offered(&sim, warm, end) as f64
+    (carried as f64 / offered(&sim, warm, end) as f64, idle_max)
 }
 
 /// Bytes the down traces offered in `[from, to)`.
@@ -121,6 +169,32 @@ fn offered(sim: &Sim, from: Nanos, to: Nanos) -> u64 {
         .filter_map(|t| t[0].as_ref())
         .map(|t| t.offered_bytes(from, to))
         .sum()
+}
+
+/// Over the lab's LTE traces (one with outages of 2-8 s), a path that is
+/// up and whose trace offers capacity is never left idle for a second
+/// while the sender has data: once, a path that went down handed its
+/// whole queue to the other at once, whose pacer then owed it for seconds
+/// (`a_dead_paths_queue_moves_to_the_other_paced` in `sim_capacity.rs`).
+/// The open loop also carries most of what the traces offer.
+#[test]
+fn trace_links_are_not_left_idle() {
+    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
+    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
+    for start in [0, 40, 80] {
+        let links = [
+            (a_down.as_str(), a_up.as_str(), 30, 100, start),
+            (b_down.as_str(), b_up.as_str(), 40, 100, start),
+        ];
+        let (share, idle) = open_loop(&links, 40.0, 20);
+        println!(
+            "from {start} s: {:.1} % of the offered, longest idle {} ms",
+            100.0 * share,
+            idle / MS
+        );
+        assert!(idle < 1_000 * MS, "from {start} s: idle {} ms", idle / MS);
+        assert!(share > 0.6, "from {start} s: {:.1} %", 100.0 * share);
+    }
 }
 
 #[test]
@@ -219,11 +293,12 @@ fn recorded_lte() {
         let runs: Vec<(f64, f64)> = (11..15).map(|seed| tcp_share(&links, 20, seed)).collect();
         let share = runs.iter().map(|r| r.0).sum::<f64>() / runs.len() as f64;
         let mbit = runs.iter().map(|r| r.1).sum::<f64>() / runs.len() as f64;
-        let open = open_share(&links, 60.0, 20);
+        let (open, idle) = open_loop(&links, 60.0, 20);
         println!(
-            "AT&T + Verizon from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %",
+            "AT&T + Verizon from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %, longest idle {} ms",
             100.0 * share,
-            100.0 * open
+            100.0 * open,
+            idle / MS
         );
         shares.push((share, open));
     }
