@@ -311,3 +311,31 @@ fn recorded_lte() {
         100.0 * open
     );
 }
+
+/// Each of `two_lte`'s traces alone (bench, as `two_lte`): what the rate
+/// control leaves unused without a second path.
+#[test]
+#[ignore]
+fn one_lte() {
+    for (down, up, delay) in [
+        ("lte-a.down", "lte-a.up", 30),
+        ("lte-b.down", "lte-b.up", 40),
+    ] {
+        let (a_down, a_up) = (lab_trace(down), lab_trace(up));
+        let mut shares = vec![];
+        for start in [0, 15, 30, 45, 60, 75, 90, 105] {
+            let links = [(a_down.as_str(), a_up.as_str(), delay, 100, start)];
+            let (tcp, _) = tcp_share(&links, 30, 11);
+            let open = open_share(&links, 40.0, 30);
+            shares.push((tcp, open));
+        }
+        let n = shares.len() as f64;
+        let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
+        let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
+        println!(
+            "{down} alone, mean share: TCP {:.1} %, open loop {:.1} %",
+            100.0 * tcp,
+            100.0 * open
+        );
+    }
+}
