@@ -19,7 +19,9 @@
 //! * a packet keeps the tunnel sequence number it got when it entered,
 //!   so the receiver restores the inner order whatever path it takes;
 //! * per path and lane, packets leave in the order they entered; the
-//!   real-time lane first;
+//!   real-time lane first. A packet moved off a path that went down
+//!   ([`SendQueue::move_next`]) takes its place in the ordinary lane by
+//!   its tunnel sequence number, so that lane stays in sequence order;
 //! * buffers are recycled: after warm-up no allocation per packet;
 //! * `bytes(p)` is always the sum of the lengths queued on path `p` (both
 //!   lanes), `rt_bytes(p)` that of its real-time lane.
