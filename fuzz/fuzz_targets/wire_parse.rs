@@ -1,4 +1,5 @@
-//! Fuzz the header, probe-body, receiver-report, NACK-body, fragment and
+//! Fuzz the header, probe-body, receiver-report (for its own path or
+//! another), NACK-body, fragment and
 //! cookie-reply parsers and the MAC checks: no input may panic, every
 //! accepted header, report and fragment header re-encodes to the same
 //! bytes, every accepted NACK body re-encodes to the bytes it was parsed
@@ -10,7 +11,7 @@ use mpt_core::crypto::cookie::{self, MacKeys};
 use mpt_core::crypto::keys::PrivateKey;
 use mpt_core::wire::{
     write_fragment_header, write_header, Fragment, Header, NackBody, ProbeBody, ReportBody,
-    FRAGMENT_HEADER_LEN, HEADER_LEN, REPORT_BODY_LEN,
+    ReportForBody, FRAGMENT_HEADER_LEN, HEADER_LEN, REPORT_BODY_LEN, REPORT_FOR_BODY_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -24,6 +25,11 @@ fuzz_target!(|data: &[u8]| {
         let mut out = [0u8; REPORT_BODY_LEN];
         r.write(&mut out);
         assert_eq!(&out[..], &data[..REPORT_BODY_LEN]);
+    }
+    if let Ok(r) = ReportForBody::parse(data) {
+        let mut out = [0u8; REPORT_FOR_BODY_LEN];
+        r.write(&mut out);
+        assert_eq!(&out[..], &data[..REPORT_FOR_BODY_LEN]);
     }
     if let Ok(n) = NackBody::parse(data) {
         let seqs: Vec<u64> = n.seqs().collect();

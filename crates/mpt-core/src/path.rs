@@ -129,6 +129,11 @@ pub struct PathState {
     pub weight_factor: f64,
     /// A receiver report is due on this path (data arrived on it).
     pub report_due: bool,
+    /// Receiver reports about this path sent on another path (the peer did
+    /// not hear us here), and reports about it that came on another path
+    /// (we did not hear the peer here): `PacketType::ReportFor`.
+    pub reports_carried_out: u64,
+    pub reports_carried_in: u64,
     /// When the last receiver report left on this path.
     report_sent_at: Option<Nanos>,
     pub ups: u64,
@@ -175,6 +180,8 @@ impl PathState {
             tx_loss_ewma: 0.0,
             weight_factor: 1.0,
             report_due: false,
+            reports_carried_out: 0,
+            reports_carried_in: 0,
             report_sent_at: None,
             ups: 0,
             downs: 0,
@@ -435,6 +442,8 @@ impl PathState {
             validating: self.challenge.map(|c| c.addr.to_string()),
             ups: self.ups,
             downs: self.downs,
+            reports_carried_out: self.reports_carried_out,
+            reports_carried_in: self.reports_carried_in,
             sending: None,
             rates: None,
         }
@@ -523,6 +532,12 @@ pub struct PathStatus {
     pub validating: Option<String>,
     pub ups: u64,
     pub downs: u64,
+    /// Receiver reports about this path sent on another path, because the
+    /// peer did not hear us on it, and reports about it received on
+    /// another path, because we did not hear the peer on it (its reverse
+    /// direction out: the working direction keeps its rate control).
+    pub reports_carried_out: u64,
+    pub reports_carried_in: u64,
     /// The sender's model of the path (path-aware scheduling only).
     pub sending: Option<crate::pace::SenderStatus>,
     /// Bits and packets per second over the last second (the daemon's

@@ -499,3 +499,57 @@ fn rate_timeline() {
         100.0 * (carried * 8) as f64 / capacity_bits
     );
 }
+
+#[test]
+fn a_path_whose_reverse_is_out_keeps_its_rate_control() {
+    // Two 4 Mbit/s paths, side 0 offering 20. Then the second path's
+    // reverse direction fails (an LTE uplink fade) and its forward
+    // capacity doubles. Its reports no longer come on it; the peer sends
+    // them on the first path, so the forward direction stays in use and
+    // its rate follows the new capacity (frozen at 4 Mbit/s, it once
+    // left half of it unused for as long as the fade lasted).
+    let links = capacity_links(&[(4.0, 10, 0), (4.0, 30, 0)]);
+    let t = |side| {
+        TestConfig::new(side, 2)
+            .ecf()
+            .with(|c| c.mtu = 1500)
+            .tunnel()
+    };
+    let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
+    sim.deliver_until(500 * MS);
+    let gap = (PKT as f64 * 8_000.0 / 20.0) as Nanos;
+    let (start, fade, measure, end) = (500 * MS, 3_000 * MS, 5_000 * MS, 8_000 * MS);
+    let (mut now, mut idx) = (start, 0u64);
+    let mut at_measure = 0;
+    while now < end {
+        sim.deliver_until(now);
+        if now >= fade && sim.links[1][1].up {
+            sim.links[1][1].up = false;
+            sim.links[1][0].rate_mbit = 8.0;
+        }
+        if at_measure == 0 && now >= measure {
+            at_measure = sim.arrived_bytes[1][0].max(1);
+        }
+        offer(&mut sim, now, idx);
+        idx += 1;
+        sim.pump_control(now);
+        now += gap;
+    }
+    let mbit = (sim.arrived_bytes[1][0] - at_measure) as f64 * 8.0 / 3.0 / 1e6;
+    let (ours, peer) = (sim.t[0].status(now), sim.t[1].status(now));
+    println!(
+        "second path, reverse out: {mbit:.2} Mbit/s forward; {} reports came on the first path ({} sent so)",
+        ours.paths[1].reports_carried_in, peer.paths[1].reports_carried_out
+    );
+    assert!(!ours.paths[1].receiving, "we do not hear the peer there");
+    assert_eq!(
+        ours.paths[1].state, "up",
+        "but it hears us: the path carries data"
+    );
+    assert!(ours.paths[1].reports_carried_in > 50);
+    assert!(peer.paths[1].reports_carried_out >= ours.paths[1].reports_carried_in);
+    assert!(
+        mbit > 6.5,
+        "the forward rate follows its capacity: {mbit:.2} Mbit/s"
+    );
+}

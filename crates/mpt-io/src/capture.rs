@@ -436,6 +436,7 @@ fn type_name(t: PacketType) -> &'static str {
         PacketType::PathChallenge => "path_challenge",
         PacketType::PathResponse => "path_response",
         PacketType::Report => "report",
+        PacketType::ReportFor => "report_for",
         PacketType::Fragment => "fragment",
     }
 }

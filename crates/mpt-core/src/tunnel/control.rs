@@ -22,7 +22,9 @@ use std::net::SocketAddr;
 
 use super::slot;
 use super::{Event, Transmit, Tunnel};
-use crate::wire::{PacketType, ProbeBody, HEADER_LEN, REPORT_BODY_LEN};
+use crate::wire::{
+    PacketType, ProbeBody, ReportForBody, HEADER_LEN, REPORT_BODY_LEN, REPORT_FOR_BODY_LEN,
+};
 use crate::{Nanos, PathId, NANOS_PER_MS};
 
 /// Silence after a path's last data packet (with nothing more waiting for
@@ -274,6 +276,23 @@ impl Tunnel {
                 continue;
             };
             let report = p.report_body(now, mask);
+            let reverse_out = !p.up;
+            if ty == PacketType::Report && reverse_out {
+                // The peer does not hear us on this path: its reports
+                // would be lost. Another path carries them, so that the
+                // direction that works keeps its rate control.
+                if let Some(carrier) = self.report_carrier(pid) {
+                    let body = ReportForBody { about: pid, report };
+                    body.write(&mut buf[HEADER_LEN..]);
+                    self.paths[i].reports_carried_out += 1;
+                    let (ty, len) = (PacketType::ReportFor, REPORT_FOR_BODY_LEN);
+                    let seq = self.next_tunnel_seq;
+                    if let Some(t) = self.control_transmit(now, carrier, ty, 0, seq, buf, len) {
+                        return Some(t);
+                    }
+                    continue;
+                }
+            }
             let body_len = if ty == PacketType::Report {
                 report.write(&mut buf[HEADER_LEN..]);
                 REPORT_BODY_LEN
@@ -292,6 +311,16 @@ impl Tunnel {
             }
         }
         None
+    }
+
+    /// The path that carries `pid`'s reports while the peer does not hear
+    /// us on `pid`: the usable path of the lowest round trip.
+    fn report_carrier(&self, pid: PathId) -> Option<PathId> {
+        (0..self.paths.len())
+            .filter(|&j| j != pid as usize)
+            .filter(|&j| self.paths[j].usable && self.paths[j].remote.is_some())
+            .min_by_key(|&j| (self.paths[j].srtt().unwrap_or(Nanos::MAX), j))
+            .map(|j| j as PathId)
     }
 
     /// Write header (and seal) a packet whose body is at `buf[HEADER_LEN..]`

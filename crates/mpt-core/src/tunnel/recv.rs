@@ -15,7 +15,8 @@ use super::{Event, OpenTicket, Received, RecvStart, Tunnel};
 use crate::reorder::Accept;
 use crate::stats::DropReason;
 use crate::wire::{
-    self, Header, HeaderFields, NackBody, PacketType, ProbeBody, ReportBody, WireError, HEADER_LEN,
+    self, Header, HeaderFields, NackBody, PacketType, ProbeBody, ReportBody, ReportForBody,
+    WireError, HEADER_LEN,
 };
 use crate::{Nanos, PathId};
 
@@ -199,6 +200,7 @@ impl Tunnel {
                 self.recv_data(now, pid, w.tunnel_seq, body)
             }
             PacketType::Report => self.recv_report(now, pid, &w, body),
+            PacketType::ReportFor => self.recv_report_for(now, pid, &w, body),
             PacketType::Nack => self.recv_nack(now, pid, w.tunnel_seq, body),
             PacketType::PathChallenge => self.recv_path_challenge(pid, body),
             _ => match probe {
@@ -291,9 +293,42 @@ impl Tunnel {
         Received::Consumed
     }
 
+    /// A receiver report about another of our paths than the one it came
+    /// on (its own reports do not reach us: our side of it does not hear
+    /// the peer). The peer names the path by its own id.
+    fn recv_report_for(&mut self, now: Nanos, pid: PathId, w: &Widened, body: &[u8]) -> Received {
+        let Ok(b) = ReportForBody::parse(body) else {
+            return self.drop_counted(DropReason::Truncated);
+        };
+        let about = match self.pairing.local(b.about) {
+            Some(Ok(l)) if usize::from(l) < self.paths.len() => l,
+            _ => return self.drop_counted(DropReason::UnknownPath),
+        };
+        self.paths[usize::from(about)].reports_carried_in += 1;
+        self.apply_report(now, about, pid, w, &b.report, false);
+        Received::Consumed
+    }
+
     /// The peer's report about our sending on `pid`: loss (for weights),
     /// the rate model's sample, the hearing mask, the path's frontier.
     fn on_report(&mut self, now: Nanos, pid: PathId, w: &Widened, r: &ReportBody, echo: bool) {
+        self.apply_report(now, pid, pid, w, r, echo);
+    }
+
+    /// A report about our sending on `about` that came on `carrier`: the
+    /// sample and loss are `about`'s, the hearing mask is news for every
+    /// path, the frontier is `carrier`'s (the sequence in the header is
+    /// the peer's next on the path it was sent on).
+    fn apply_report(
+        &mut self,
+        now: Nanos,
+        about: PathId,
+        carrier: PathId,
+        w: &Widened,
+        r: &ReportBody,
+        echo: bool,
+    ) {
+        let pid = about;
         let p = &mut self.paths[pid as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
         let rtt_min = p.rtt_min();
@@ -304,8 +339,8 @@ impl Tunnel {
         if adapt {
             self.adapt_weights();
         }
-        self.on_hearing_mask(now, pid, w.sent_ns, r.hearing_mask, echo);
-        self.policy.on_frontier(pid, w.tunnel_seq);
+        self.on_hearing_mask(now, carrier, w.sent_ns, r.hearing_mask, echo);
+        self.policy.on_frontier(carrier, w.tunnel_seq);
         self.apply_policy(now);
     }
 

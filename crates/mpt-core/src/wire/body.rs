@@ -86,6 +86,45 @@ impl ReportBody {
     }
 }
 
+/// Body of a [`super::PacketType::ReportFor`]: a receiver report about
+/// another of the sender's paths than the one it travels on (version 9).
+///
+/// ```text
+///  0  about: the sender's own id of the path reported on (u8)
+///  1  receiver report (40 bytes, [`ReportBody`])
+/// ```
+///
+/// A receiver whose reports on a path no longer arrive (the peer's hearing
+/// mask says it does not hear us there: that path's reverse direction is
+/// out) sends them on another path, so that the path's forward direction
+/// keeps its rate control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReportForBody {
+    pub about: u8,
+    pub report: ReportBody,
+}
+
+/// Length of a [`ReportForBody`] (spec constant).
+pub const REPORT_FOR_BODY_LEN: usize = 1 + REPORT_BODY_LEN;
+
+impl ReportForBody {
+    pub fn parse(body: &[u8]) -> Result<Self, WireError> {
+        let b = body
+            .get(..REPORT_FOR_BODY_LEN)
+            .ok_or(WireError::Truncated)?;
+        Ok(Self {
+            about: b[0],
+            report: ReportBody::parse(&b[1..])?,
+        })
+    }
+
+    /// Write into `out[..REPORT_FOR_BODY_LEN]`.
+    pub fn write(&self, out: &mut [u8]) {
+        out[0] = self.about;
+        self.report.write(&mut out[1..REPORT_FOR_BODY_LEN]);
+    }
+}
+
 /// The sender's name of the path a probe or echo travels on: how two
 /// peers pair their paths (by name, not by their order in the files).
 /// At most [`PATH_NAME_MAX`] bytes, kept inline (no allocation).
@@ -315,6 +354,26 @@ mod tests {
         assert_eq!(ReportBody::parse(&REPORT_VECTOR).unwrap(), report());
         assert_eq!(
             ReportBody::parse(&REPORT_VECTOR[..REPORT_BODY_LEN - 1]).unwrap_err(),
+            WireError::Truncated
+        );
+    }
+
+    #[test]
+    fn report_for_vector_roundtrip() {
+        // About the sender's path 3: its id, then the report's vector.
+        let mut v = [0u8; REPORT_FOR_BODY_LEN];
+        v[0] = 0x03;
+        v[1..].copy_from_slice(&REPORT_VECTOR);
+        let body = ReportForBody {
+            about: 3,
+            report: report(),
+        };
+        let mut out = [0u8; REPORT_FOR_BODY_LEN];
+        body.write(&mut out);
+        assert_eq!(out, v);
+        assert_eq!(ReportForBody::parse(&v).unwrap(), body);
+        assert_eq!(
+            ReportForBody::parse(&v[..REPORT_FOR_BODY_LEN - 1]).unwrap_err(),
             WireError::Truncated
         );
     }

@@ -46,8 +46,8 @@ mod body;
 mod fragment;
 
 pub use body::{
-    NackBody, NackKind, PathName, ProbeBody, ReportBody, NACK_MAX_SEQS, PATH_NAME_MAX,
-    PROBE_BODY_LEN, QUEUEING_UNKNOWN, REPORT_BODY_LEN,
+    NackBody, NackKind, PathName, ProbeBody, ReportBody, ReportForBody, NACK_MAX_SEQS,
+    PATH_NAME_MAX, PROBE_BODY_LEN, QUEUEING_UNKNOWN, REPORT_BODY_LEN, REPORT_FOR_BODY_LEN,
 };
 pub use fragment::{
     piece_range, pieces, write_fragment_header, Fragment, FRAGMENT_HEADER_LEN, MAX_FRAGMENTS,
@@ -68,8 +68,10 @@ use crate::PathId;
 /// pair paths by name (`tunnel/pairing.rs`). Version 7: fragments (type
 /// 11), so that the tunnel's MTU may exceed what one datagram carries.
 /// Version 8: path NACKs ([`NackKind::Path`]), which name packets lost on
-/// one path by their path sequence numbers.
-pub const VERSION: u8 = 8;
+/// one path by their path sequence numbers. Version 9: reports about one
+/// path carried on another ([`PacketType::ReportFor`]), for a path whose
+/// reverse direction is out.
+pub const VERSION: u8 = 9;
 /// Class-byte flag of a real-time data packet: its tunnel sequence counts
 /// real-time packets only, and the receiver delivers it on arrival
 /// without reordering, dropping duplicates (spec constant).
@@ -141,6 +143,10 @@ pub enum PacketType {
     /// One piece of an inner packet too large for one datagram
     /// ([`Fragment`]); the pieces carry consecutive tunnel sequence numbers.
     Fragment = 11,
+    /// A receiver report about another of the sender's paths
+    /// ([`ReportForBody`]): sent while that path's own reports do not
+    /// arrive (its reverse direction is out), not answered.
+    ReportFor = 12,
 }
 
 impl PacketType {
@@ -157,6 +163,7 @@ impl PacketType {
             9 => Some(Self::PathResponse),
             10 => Some(Self::Report),
             11 => Some(Self::Fragment),
+            12 => Some(Self::ReportFor),
             _ => None,
         }
     }
@@ -262,6 +269,7 @@ impl<'a> Header<'a> {
         let min_body = match ty {
             PacketType::Probe | PacketType::Echo => PROBE_BODY_LEN,
             PacketType::Report => REPORT_BODY_LEN,
+            PacketType::ReportFor => REPORT_FOR_BODY_LEN,
             PacketType::PathChallenge | PacketType::PathResponse => PATH_TOKEN_LEN,
             PacketType::CookieReply => crate::crypto::cookie::COOKIE_REPLY_BODY_LEN,
             PacketType::Fragment => FRAGMENT_HEADER_LEN + 1,
@@ -353,7 +361,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x08, 0x01, 0x05, 0x83, // version 8, data, path 5, class 3, real-time
+        0x09, 0x01, 0x05, 0x83, // version 9, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -390,7 +398,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x08, 0x03, 0x00, 0x00, // version 8, echo, path 0, class 0
+        0x09, 0x03, 0x00, 0x00, // version 9, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3
@@ -421,6 +429,12 @@ mod tests {
             Header::new_checked(&out[..out.len() - 1]).unwrap_err(),
             WireError::Truncated
         );
+        out[1] = PacketType::ReportFor as u8;
+        assert!(Header::new_checked(&out[..HEADER_LEN + REPORT_FOR_BODY_LEN]).is_ok());
+        assert_eq!(
+            Header::new_checked(&out[..HEADER_LEN + REPORT_FOR_BODY_LEN - 1]).unwrap_err(),
+            WireError::Truncated
+        );
         out[1] = PacketType::Report as u8;
         assert!(Header::new_checked(&out[..HEADER_LEN + REPORT_BODY_LEN]).is_ok());
         assert_eq!(
@@ -445,10 +459,12 @@ mod tests {
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         v[0] = 6; // version 6: no fragments
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        v[0] = 8; // version 8: no reports carried for another path
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 12;
+        v[1] = 13;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
         // A fragment needs its two-byte header and a piece.
         let mut d = [0u8; HEADER_LEN + FRAGMENT_HEADER_LEN + 1];
