@@ -220,6 +220,13 @@ pub fn render_doc(d: &TunnelDoc) -> String {
             p.downs,
         );
         let _ = writeln!(o, "    rates: {}", rates(p.rates.as_ref()));
+        if p.reports_carried_out + p.reports_carried_in > 0 {
+            let _ = writeln!(
+                o,
+                "    reports carried on another path (one direction out): {} sent, {} received",
+                p.reports_carried_out, p.reports_carried_in,
+            );
+        }
         if let Some(a) = &p.owd_above_min {
             let q = &a.percentiles;
             let _ = writeln!(

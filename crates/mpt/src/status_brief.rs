@@ -57,6 +57,10 @@ fn path_warnings(p: &PathStatus, w: &mut Vec<String>) {
         w.push(format!("path {name} is {} ({heard})", p.state));
     } else if !p.peer_hears_us {
         w.push(format!("path {name}: the peer does not hear us on it"));
+    } else if !p.receiving {
+        w.push(format!(
+            "path {name}: we do not hear the peer on it (its reports come on another path)"
+        ));
     }
     if p.validating.is_some() {
         w.push(format!("path {name}: validating a new peer address"));
@@ -172,10 +176,10 @@ mod tests {
             "paths": [
                 {"name": "wifi", "state": "up", "rtt_ms": 12.34, "tx_loss": 0.001,
                  "rx_loss": 0.0, "rates": {"tx_bps": 60e6, "rx_bps": 0.8e6},
-                 "peer_hears_us": true},
+                 "peer_hears_us": true, "receiving": true},
                 {"name": "lte", "state": "up", "rtt_ms": 48.0, "tx_loss": 0.0,
                  "rx_loss": 0.02, "rates": {"tx_bps": 38.5e6, "rx_bps": 0.4e6},
-                 "peer_hears_us": true},
+                 "peer_hears_us": true, "receiving": true},
                 {"name": "dsl", "state": "down", "last_heard_ms": 9000.0}
             ],
             "drops": {"aqm": 9, "replay": 0},
@@ -219,6 +223,25 @@ mod tests {
             "{bare}"
         );
         assert!(bare.contains("warning: no encryption"));
+    }
+
+    #[test]
+    fn a_path_heard_one_way_only_is_named() {
+        let mut d = doc();
+        d["paths"][1]["receiving"] = json!(false);
+        let out = render(&d);
+        assert!(
+            out.contains(
+                "warning: path lte: we do not hear the peer on it (its reports come on another path)"
+            ),
+            "{out}"
+        );
+        d["paths"][1]["peer_hears_us"] = json!(false);
+        let out = render(&d);
+        assert!(
+            out.contains("warning: path lte: the peer does not hear us on it"),
+            "{out}"
+        );
     }
 
     #[test]
