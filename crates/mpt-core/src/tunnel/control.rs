@@ -16,7 +16,11 @@
 //!   a burst is proven by the frontier, not by the reorder timeout;
 //! * a path's `up` (usable for sending) follows the peer's reports only,
 //!   its `rx_up` (we hear the peer) follows what arrives only
-//!   (`path/liveness.rs`).
+//!   (`path/liveness.rs`);
+//! * a receiver report due on a path the peer does not hear us on goes on
+//!   our usable path of the lowest round trip instead, as a
+//!   [`PacketType::ReportFor`] naming it, so the direction that works
+//!   keeps its rate control; with no such path it goes on its own path.
 
 use std::net::SocketAddr;
 
