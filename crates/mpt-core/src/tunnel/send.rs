@@ -317,7 +317,11 @@ impl Tunnel {
                 self.drops.add(DropReason::QueueFull);
                 continue;
             }
-            self.queue.move_next(from, to);
+            if !self.queue.move_next(from, to) {
+                // Not a path of the queue's (cannot happen: the scheduler
+                // picks among the tunnel's paths); never loop on it.
+                return;
+            }
         }
     }
 
