@@ -312,14 +312,14 @@ fn most_within(sim: &Sim, link: usize, from: Nanos, window: Nanos) -> usize {
     most
 }
 
-#[test]
-fn a_dead_paths_queue_moves_to_the_other_paced() {
-    // Two 4 Mbit/s paths, side 0 offering 12: both queues fill. Then the
-    // first link dies. Its queue once left at once on the other path:
-    // hundreds of ms of data into a 50 ms bottleneck, and that path then
-    // owed its pacer as long, and sent nothing. Now the queue moves to
-    // the other path's queue and leaves at its pace; what would wait
-    // there beyond the queue's bound is dropped.
+/// Two paths of 4 Mbit/s (10 and 30 ms), path-aware sending, one-datagram
+/// MTU; side 0 offers `offer_mbit` open loop from 0.5 s to `end`, and
+/// `each(sim, now)` runs before each offer (to change the links).
+fn two_slow_paths_open_loop(
+    offer_mbit: f64,
+    end: Nanos,
+    mut each: impl FnMut(&mut Sim, Nanos),
+) -> Sim {
     let links = capacity_links(&[(4.0, 10, 0), (4.0, 30, 0)]);
     let t = |side| {
         TestConfig::new(side, 2)
@@ -329,12 +329,30 @@ fn a_dead_paths_queue_moves_to_the_other_paced() {
     };
     let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
     sim.deliver_until(500 * MS);
-    let gap = (PKT as f64 * 8_000.0 / 12.0) as Nanos;
-    let (start, cut, end) = (500 * MS, 3_500 * MS, 6_500 * MS);
-    let (mut now, mut idx) = (start, 0u64);
-    let mut at_cut = 0;
+    let gap = (PKT as f64 * 8_000.0 / offer_mbit) as Nanos;
+    let (mut now, mut idx) = (500 * MS, 0u64);
     while now < end {
         sim.deliver_until(now);
+        each(&mut sim, now);
+        offer(&mut sim, now, idx);
+        idx += 1;
+        sim.pump_control(now);
+        now += gap;
+    }
+    sim
+}
+
+#[test]
+fn a_dead_paths_queue_moves_to_the_other_paced() {
+    // Two 4 Mbit/s paths, side 0 offering 12: both queues fill. Then the
+    // first link dies. Its queue once left at once on the other path:
+    // hundreds of ms of data into a 50 ms bottleneck, and that path then
+    // owed its pacer as long, and sent nothing. Now the queue moves to
+    // the other path's queue and leaves at its pace; what would wait
+    // there beyond the queue's bound is dropped.
+    let (cut, end) = (3_500 * MS, 6_500 * MS);
+    let mut at_cut = 0;
+    let sim = two_slow_paths_open_loop(12.0, end, |sim, now| {
         if now >= cut && sim.links[0][0].up {
             sim.links[0] = [Link {
                 up: false,
@@ -342,11 +360,8 @@ fn a_dead_paths_queue_moves_to_the_other_paced() {
             }; 2];
             at_cut = sim.arrived_bytes[1][0];
         }
-        offer(&mut sim, now, idx);
-        idx += 1;
-        sim.pump_control(now);
-        now += gap;
-    }
+    });
+    let now = end;
     let st = sim.t[0].status(now);
     assert_eq!(st.paths[0].state, "down", "the dead path is down");
     let rerouted = st.queue.as_ref().map_or(0, |q| q.stats.rerouted);
@@ -508,21 +523,9 @@ fn a_path_whose_reverse_is_out_keeps_its_rate_control() {
     // them on the first path, so the forward direction stays in use and
     // its rate follows the new capacity (frozen at 4 Mbit/s, it once
     // left half of it unused for as long as the fade lasted).
-    let links = capacity_links(&[(4.0, 10, 0), (4.0, 30, 0)]);
-    let t = |side| {
-        TestConfig::new(side, 2)
-            .ecf()
-            .with(|c| c.mtu = 1500)
-            .tunnel()
-    };
-    let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
-    sim.deliver_until(500 * MS);
-    let gap = (PKT as f64 * 8_000.0 / 20.0) as Nanos;
-    let (start, fade, measure, end) = (500 * MS, 3_000 * MS, 5_000 * MS, 8_000 * MS);
-    let (mut now, mut idx) = (start, 0u64);
+    let (fade, measure, end) = (3_000 * MS, 5_000 * MS, 8_000 * MS);
     let mut at_measure = 0;
-    while now < end {
-        sim.deliver_until(now);
+    let sim = two_slow_paths_open_loop(20.0, end, |sim, now| {
         if now >= fade && sim.links[1][1].up {
             sim.links[1][1].up = false;
             sim.links[1][0].rate_mbit = 8.0;
@@ -530,11 +533,8 @@ fn a_path_whose_reverse_is_out_keeps_its_rate_control() {
         if at_measure == 0 && now >= measure {
             at_measure = sim.arrived_bytes[1][0].max(1);
         }
-        offer(&mut sim, now, idx);
-        idx += 1;
-        sim.pump_control(now);
-        now += gap;
-    }
+    });
+    let now = end;
     let mbit = (sim.arrived_bytes[1][0] - at_measure) as f64 * 8.0 / 3.0 / 1e6;
     let (ours, peer) = (sim.t[0].status(now), sim.t[1].status(now));
     println!(

@@ -17,6 +17,9 @@ use mpt_core::Nanos;
 
 const PKT: usize = 1400;
 
+/// A trace link: (A-to-B trace, B-to-A trace, delay ms, queue ms, start s).
+type TraceSpec<'a> = (&'a str, &'a str, u64, u64, u64);
+
 /// A trace file of the lab's (`lab/traces/`).
 fn lab_trace(name: &str) -> String {
     let p = format!("{}/../../lab/traces/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -26,7 +29,7 @@ fn lab_trace(name: &str) -> String {
 /// Links of (down trace, up trace, delay ms, queue ms, start s): the
 /// share of what the down traces offered over the measured window that
 /// a TCP-like flow from side 0 got in `secs`, and its goodput.
-fn tcp_share(links: &[(&str, &str, u64, u64, u64)], secs: u64, seed: u64) -> (f64, f64) {
+fn tcp_share(links: &[TraceSpec], secs: u64, seed: u64) -> (f64, f64) {
     let mut sim = trace_sim(links, seed);
     let mbit = tcp_flow(&mut sim, PKT, 10, secs);
     // tcp_flow measures from 2.5 s to its end.
@@ -37,7 +40,7 @@ fn tcp_share(links: &[(&str, &str, u64, u64, u64)], secs: u64, seed: u64) -> (f6
 
 /// A tunnel pair (path-aware sending, recovery on) over trace links of
 /// (down, up, delay ms, queue ms, start s).
-fn trace_sim(links: &[(&str, &str, u64, u64, u64)], seed: u64) -> Sim {
+fn trace_sim(links: &[TraceSpec], seed: u64) -> Sim {
     let n = links.len();
     let sim_links: Vec<Link> = links
         .iter()
@@ -60,17 +63,12 @@ fn trace_sim(links: &[(&str, &str, u64, u64, u64)], seed: u64) -> Sim {
     sim
 }
 
-/// Open loop: side 0 offers `offer_mbit` over trace links of (down, up,
-/// delay ms, queue ms, start s) for `secs`: the share of what the links
-/// offered after the first 2 s that arrived.
-fn open_share(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64) -> f64 {
-    open_loop(links, offer_mbit, secs).0
-}
-
-/// [`open_share`], and the longest time (ns) a path that was up sent less
+/// Open loop: side 0 offers `offer_mbit` over the trace links for
+/// `secs`: the share of what the links offered after the first 2 s that
+/// arrived, and the longest time (ns) a path that was up sent less
 /// than a tenth of what its trace offered, when that was at least
 /// 1 Mbit/s (in 100 ms steps).
-fn open_loop(links: &[(&str, &str, u64, u64, u64)], offer_mbit: f64, secs: u64) -> (f64, Nanos) {
+fn open_loop(links: &[TraceSpec], offer_mbit: f64, secs: u64) -> (f64, Nanos) {
     let mut sim = trace_sim(links, 7);
     let gap = (PKT as f64 * 8_000.0 / offer_mbit) as Nanos;
     let (start, warm, end) = (500 * MS, 2_500 * MS, (500 + secs * 1_000) * MS);
@@ -216,42 +214,26 @@ fn the_trace_model_serves_opportunities_and_loops() {
     assert_eq!(t.enqueue(0, 1500), None);
 }
 
-/// The lab's `two-lte` in virtual time (bench: `cargo test --release
-/// --test sim_trace two_lte -- --ignored --nocapture`; `SIM_TIMELINE=1`
-/// for the flow every 100 ms).
-#[test]
-#[ignore]
-fn two_lte() {
-    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
-    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
+/// The TCP-like flow and the open loop over the links `at(start)` gives,
+/// one window of `secs` from each of `starts` (seconds into the
+/// traces): each window and the means, printed.
+fn bench<'a>(
+    label: &str,
+    starts: &[u64],
+    secs: u64,
+    offer_mbit: f64,
+    at: impl Fn(u64) -> Vec<TraceSpec<'a>>,
+) {
     let mut shares = vec![];
-    for start in [0, 15, 30, 45, 60, 75, 90, 105] {
-        let runs: Vec<(f64, f64)> = (11..15)
-            .map(|seed| {
-                tcp_share(
-                    &[
-                        (&a_down, &a_up, 30, 100, start),
-                        (&b_down, &b_up, 40, 100, start),
-                    ],
-                    30,
-                    seed,
-                )
-            })
-            .collect();
-        let share = runs.iter().map(|r| r.0).sum::<f64>() / runs.len() as f64;
-        let mbit = runs.iter().map(|r| r.1).sum::<f64>() / runs.len() as f64;
-        let open = open_share(
-            &[
-                (&a_down, &a_up, 30, 100, start),
-                (&b_down, &b_up, 40, 100, start),
-            ],
-            40.0,
-            30,
-        );
+    for &start in starts {
+        let links = at(start);
+        let (share, mbit) = tcp_share(&links, secs, 11);
+        let (open, idle) = open_loop(&links, offer_mbit, secs);
         println!(
-            "two-lte from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %",
+            "{label} from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %, longest idle {} ms",
             100.0 * share,
-            100.0 * open
+            100.0 * open,
+            idle / MS
         );
         shares.push((share, open));
     }
@@ -259,9 +241,31 @@ fn two_lte() {
     let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
     let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
     println!(
-        "mean share: TCP {:.1} %, open loop {:.1} %",
+        "{label}, mean share: TCP {:.1} %, open loop {:.1} %",
         100.0 * tcp,
         100.0 * open
+    );
+}
+
+/// The lab's `two-lte` in virtual time (bench: `cargo test --release
+/// --test sim_trace two_lte -- --ignored --nocapture`; `SIM_TIMELINE=1`
+/// for the flow every 100 ms, `SIM_OPEN_TIMELINE=1` for the open loop).
+#[test]
+#[ignore]
+fn two_lte() {
+    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
+    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
+    bench(
+        "two-lte",
+        &[0, 15, 30, 45, 60, 75, 90, 105],
+        30,
+        40.0,
+        |start| {
+            vec![
+                (&a_down, &a_up, 30, 100, start),
+                (&b_down, &b_up, 40, 100, start),
+            ]
+        },
     );
 }
 
@@ -284,32 +288,13 @@ fn recorded_lte() {
         println!("no recorded traces in {dir}: skipped");
         return;
     };
-    let mut shares = vec![];
-    for start in [0, 10, 20, 30, 40, 50, 60, 70, 80, 90] {
-        let links = [
-            (a_down.as_str(), a_up.as_str(), 30, 100, start),
-            (b_down.as_str(), b_up.as_str(), 40, 100, start),
-        ];
-        let runs: Vec<(f64, f64)> = (11..15).map(|seed| tcp_share(&links, 20, seed)).collect();
-        let share = runs.iter().map(|r| r.0).sum::<f64>() / runs.len() as f64;
-        let mbit = runs.iter().map(|r| r.1).sum::<f64>() / runs.len() as f64;
-        let (open, idle) = open_loop(&links, 60.0, 20);
-        println!(
-            "AT&T + Verizon from {start} s: TCP {mbit:.2} Mbit/s, {:.1} % of the offered; open loop {:.1} %, longest idle {} ms",
-            100.0 * share,
-            100.0 * open,
-            idle / MS
-        );
-        shares.push((share, open));
-    }
-    let n = shares.len() as f64;
-    let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
-    let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
-    println!(
-        "mean share: TCP {:.1} %, open loop {:.1} %",
-        100.0 * tcp,
-        100.0 * open
-    );
+    let starts = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90];
+    bench("AT&T + Verizon", &starts, 20, 60.0, |start| {
+        vec![
+            (&a_down, &a_up, 30, 100, start),
+            (&b_down, &b_up, 40, 100, start),
+        ]
+    });
 }
 
 /// Each of `two_lte`'s traces alone (bench, as `two_lte`): what the rate
@@ -321,21 +306,10 @@ fn one_lte() {
         ("lte-a.down", "lte-a.up", 30),
         ("lte-b.down", "lte-b.up", 40),
     ] {
-        let (a_down, a_up) = (lab_trace(down), lab_trace(up));
-        let mut shares = vec![];
-        for start in [0, 15, 30, 45, 60, 75, 90, 105] {
-            let links = [(a_down.as_str(), a_up.as_str(), delay, 100, start)];
-            let (tcp, _) = tcp_share(&links, 30, 11);
-            let open = open_share(&links, 40.0, 30);
-            shares.push((tcp, open));
-        }
-        let n = shares.len() as f64;
-        let tcp = shares.iter().map(|s| s.0).sum::<f64>() / n;
-        let open = shares.iter().map(|s| s.1).sum::<f64>() / n;
-        println!(
-            "{down} alone, mean share: TCP {:.1} %, open loop {:.1} %",
-            100.0 * tcp,
-            100.0 * open
-        );
+        let (d, u) = (lab_trace(down), lab_trace(up));
+        let starts = [0, 15, 30, 45, 60, 75, 90, 105];
+        bench(&format!("{down} alone"), &starts, 30, 40.0, |start| {
+            vec![(&d, &u, delay, 100, start)]
+        });
     }
 }
