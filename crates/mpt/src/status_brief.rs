@@ -43,6 +43,11 @@ pub(crate) fn age(s: f64) -> String {
     }
 }
 
+/// Silence on a path the peer still hears us on after which the one-screen
+/// view warns that one direction is out (tuning knob: past the dead
+/// interval's default, a second).
+const ONE_WAY_WARN_MS: f64 = 1_000.0;
+
 /// The warnings a path's fields raise.
 fn path_warnings(p: &PathStatus, w: &mut Vec<String>) {
     let name = &p.name;
@@ -57,7 +62,9 @@ fn path_warnings(p: &PathStatus, w: &mut Vec<String>) {
         w.push(format!("path {name} is {} ({heard})", p.state));
     } else if !p.peer_hears_us {
         w.push(format!("path {name}: the peer does not hear us on it"));
-    } else if !p.receiving {
+    } else if !p.receiving && p.last_heard_ms.is_some_and(|ms| ms >= ONE_WAY_WARN_MS) {
+        // Heard before, silent now, and the peer still hears us: one
+        // direction is out (not a path that just came up).
         w.push(format!(
             "path {name}: we do not hear the peer on it (its reports come on another path)"
         ));
@@ -229,6 +236,9 @@ mod tests {
     fn a_path_heard_one_way_only_is_named() {
         let mut d = doc();
         d["paths"][1]["receiving"] = json!(false);
+        // Never heard yet: a path coming up, no warning.
+        assert!(!render(&d).contains("we do not hear"));
+        d["paths"][1]["last_heard_ms"] = json!(4_000.0);
         let out = render(&d);
         assert!(
             out.contains(
