@@ -295,13 +295,18 @@ impl Tunnel {
 
     /// A receiver report about another of our paths than the one it came
     /// on (its own reports do not reach us: our side of it does not hear
-    /// the peer). The peer names the path by its own id.
+    /// the peer). The peer names the path by its own id; a path of the
+    /// peer's we have none of is a counted drop (`unknown_path`), one not
+    /// paired yet is ignored.
     fn recv_report_for(&mut self, now: Nanos, pid: PathId, w: &Widened, body: &[u8]) -> Received {
         let Ok(b) = ReportForBody::parse(body) else {
             return self.drop_counted(DropReason::Truncated);
         };
         let about = match self.pairing.local(b.about) {
             Some(Ok(l)) if usize::from(l) < self.paths.len() => l,
+            // Not paired yet (its probes have not reached us): an early
+            // report, not a bad one; the next ones will do.
+            None => return Received::Consumed,
             _ => return self.drop_counted(DropReason::UnknownPath),
         };
         self.paths[usize::from(about)].reports_carried_in += 1;
