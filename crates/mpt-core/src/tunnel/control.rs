@@ -280,8 +280,7 @@ impl Tunnel {
                 continue;
             };
             let report = p.report_body(now, mask);
-            let reverse_out = !p.up;
-            if ty == PacketType::Report && reverse_out {
+            if ty == PacketType::Report && !p.up {
                 // The peer does not hear us on this path: its reports
                 // would be lost. Another path carries them, so that the
                 // direction that works keeps its rate control.

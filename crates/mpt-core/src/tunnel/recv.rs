@@ -333,11 +333,10 @@ impl Tunnel {
         r: &ReportBody,
         echo: bool,
     ) {
-        let pid = about;
-        let p = &mut self.paths[pid as usize];
+        let p = &mut self.paths[about as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
         let rtt_min = p.rtt_min();
-        self.paths[pid as usize]
+        self.paths[about as usize]
             .sender
             .on_report(now, w.sent_ns, r, rtt_min);
         self.size_recovery_ring();

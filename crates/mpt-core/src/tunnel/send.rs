@@ -300,21 +300,14 @@ impl Tunnel {
         while let Some((at, len)) = self.queue.oldest(from) {
             let Some(to) = self.pick(now, len) else {
                 if now.saturating_sub(at) > self.queue_max {
-                    if let Some(q) = self.queue.pop(from, now) {
-                        self.queue.recycle(q);
-                    }
-                    self.drops.add(DropReason::NoPath);
+                    self.drop_oldest(now, from, DropReason::NoPath);
                     continue;
                 }
                 return;
             };
-            let s = &mut self.paths[to as usize].sender;
-            s.refill(now);
-            if s.wait_ns(self.queue.bytes(to) + len) > self.queue_max {
-                if let Some(q) = self.queue.pop(from, now) {
-                    self.queue.recycle(q);
-                }
-                self.drops.add(DropReason::QueueFull);
+            // `pick` filled the views: the wait behind `to`'s queue.
+            if self.views[to as usize].wait_ns > self.queue_max {
+                self.drop_oldest(now, from, DropReason::QueueFull);
                 continue;
             }
             if !self.queue.move_next(from, to) {
@@ -323,6 +316,14 @@ impl Tunnel {
                 return;
             }
         }
+    }
+
+    /// Drop the packet `path`'s queue would release next, counted.
+    fn drop_oldest(&mut self, now: Nanos, path: PathId, reason: DropReason) {
+        if let Some(q) = self.queue.pop(path, now) {
+            self.queue.recycle(q);
+        }
+        self.drops.add(reason);
     }
 
     fn emit_queued(
