@@ -291,6 +291,50 @@ fn resends_keep_to_the_paths_pacing() {
     }
 }
 
+#[test]
+fn resends_older_than_any_wait_do_not_starve_the_data() {
+    // One 2 Mbit/s path of 40 ms: the start's 50 Mbit/s overflows its
+    // buffer, and the receiver asks for hundreds of packets at once.
+    // Resends go ahead of the path's data; once they waited for its budget
+    // without bound, seconds of them, all too late for a receiver that
+    // waits half a second at most, and the data queue starved meanwhile.
+    let links = capacity_links(&[(2.0, 40, 0)]);
+    let t = |side| {
+        TestConfig::new(side, 1)
+            .ecf()
+            .recover(true)
+            .with(|c| c.mtu = 1500)
+            .tunnel()
+    };
+    let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
+    sim.deliver_until(500 * MS);
+    let gap = (PKT as f64 * 8_000.0 / 10.0) as Nanos;
+    let (start, end) = (500 * MS, 4_500 * MS);
+    let (mut now, mut idx) = (start, 0u64);
+    while now < end {
+        sim.deliver_until(now);
+        offer(&mut sim, now, idx);
+        idx += 1;
+        sim.pump_control(now);
+        now += gap;
+    }
+    let r = sim.t[0].recovery_stats().cloned().unwrap_or_default();
+    // New data (an index's first departure) side 0 sent from 1.5 s on.
+    let mut seen = std::collections::HashSet::new();
+    let new_bytes: usize = sim
+        .departures
+        .iter()
+        .filter(|d| d.1 == 0)
+        .filter_map(|d| d.4.filter(|i| seen.insert(*i)).map(|_| (d.0, d.3)))
+        .filter(|(at, _)| *at >= start + 1_000 * MS)
+        .map(|(_, len)| len)
+        .sum();
+    let mbit = new_bytes as f64 * 8.0 / 3.0 / 1e6;
+    println!("new data {mbit:.2} Mbit/s; {r:?}");
+    assert!(r.resends_expired > 0, "{r:?}");
+    assert!(mbit > 1.85, "new data at {mbit:.2} Mbit/s of 2");
+}
+
 /// The most bytes side 0 put on `link` within any `window`, from `from`
 /// on.
 fn most_within(sim: &Sim, link: usize, from: Nanos, window: Nanos) -> usize {

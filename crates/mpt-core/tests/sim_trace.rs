@@ -225,7 +225,11 @@ fn bench<'a>(
     at: impl Fn(u64) -> Vec<TraceSpec<'a>>,
 ) {
     let mut shares = vec![];
-    for &start in starts {
+    // SIM_STARTS=60,75 runs those windows only.
+    let only: Option<Vec<u64>> = std::env::var("SIM_STARTS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
+    for &start in only.as_deref().unwrap_or(starts) {
         let links = at(start);
         let (share, mbit) = tcp_share(&links, secs, 11);
         let (open, idle) = open_loop(&links, offer_mbit, secs);

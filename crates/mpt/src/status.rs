@@ -348,7 +348,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
     if let Some(r) = &t.recovery {
         let _ = writeln!(
             o,
-            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up (answers took {} ms, waited for up to {} ms); resent {} of {} asked by the peer ({} no longer held, {} already on their way); holding {} of {} for resending, each for {} ms",
+            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up (answers took {} ms, waited for up to {} ms); resent {} of {} asked by the peer ({} no longer held, {} already on their way, {} too late to send); holding {} of {} for resending, each for {} ms",
             r.path_losses_requested,
             r.gaps_requested,
             r.nacks_sent,
@@ -360,6 +360,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
             r.requests_received,
             r.not_available,
             r.resend_in_flight,
+            r.resends_expired,
             bytes(r.ring_bytes),
             bytes(r.ring_bytes_max),
             r.ring_keep_ms,

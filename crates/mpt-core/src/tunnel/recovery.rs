@@ -38,6 +38,11 @@
 //!   8 MB. A request for a packet no longer held is counted and ignored;
 //! * queues are bounded ([`MAX_PENDING`], [`MAX_RETRANSMIT_QUEUE`]); what does
 //!   not fit is not recovered (counted), never an unbounded allocation;
+//! * a request waits at the sender (for the recovery path's pacing budget)
+//!   at most [`RECOVERY_WAIT_MAX_NS`], the longest a receiver waits for its
+//!   answer: older ones are dropped (`resends_expired`), never sent. (A
+//!   burst of losses on a slow path once queued seconds of resends that
+//!   took its whole budget, ahead of its data, and all came too late.)
 //! * with recovery off nothing here exists and the wire is unchanged.
 
 use std::collections::VecDeque;
@@ -134,6 +139,10 @@ pub struct RecoveryStats {
     /// requests for a packet whose resend was still on its way.
     pub nack_copies: u64,
     pub resend_in_flight: u64,
+    /// Sender: requests that waited for the recovery path's budget longer
+    /// than any receiver waits for the answer ([`RECOVERY_WAIT_MAX_NS`]),
+    /// dropped unsent.
+    pub resends_expired: u64,
     /// Receiver: how long the answers to its requests took, smoothed, and
     /// the wait that timing sets (ms; 0 before the first answer:
     /// `rtt.rs`).
@@ -159,8 +168,9 @@ pub struct Recovery {
     keep_ns: Nanos,
     /// Buffers of expired copies, for reuse (at most [`SPARE_BUFFERS`]).
     spare: Vec<Vec<u8>>,
-    /// Sender: sequence numbers asked for, to send again.
-    retransmit: VecDeque<u64>,
+    /// Sender: sequence numbers asked for, to send again, with when the
+    /// request came.
+    retransmit: VecDeque<(u64, Nanos)>,
     /// Receiver: gaps asked for, ascending, with their deadline.
     pending: VecDeque<(u64, Nanos)>,
     /// Receiver: gaps to put into NACKs.
@@ -397,7 +407,7 @@ impl Recovery {
             self.stats.requests_received += 1;
             let have = self.find(seq, body_max).is_some();
             if have && self.retransmit.len() < MAX_RETRANSMIT_QUEUE {
-                self.retransmit.push_back(seq);
+                self.retransmit.push_back((seq, now));
             } else {
                 self.stats.not_available += 1;
             }

@@ -290,7 +290,13 @@ impl Tunnel {
                 return None;
             }
         }
-        while let Some(seq) = r.retransmit.pop_front() {
+        while let Some((seq, asked_at)) = r.retransmit.pop_front() {
+            if now.saturating_sub(asked_at) > RECOVERY_WAIT_MAX_NS {
+                // The receiver has given it up: sent now it would only
+                // take budget from data (and from younger resends).
+                r.stats.resends_expired += 1;
+                continue;
+            }
             let Some((i, piece)) = r.find(seq, body_max) else {
                 r.stats.not_available += 1;
                 continue;

@@ -1,10 +1,14 @@
 //! A TCP-like flow through the simulated tunnel (closed loop): Reno's
 //! slow start and additive increase, a multiplicative decrease by 0.7 at
 //! most once per 100 ms, losses seen as gaps in what the tunnel delivers,
-//! acknowledgements back after a fixed delay.
+//! acknowledgements back after a fixed delay, and a retransmission
+//! timeout (RFC 6298: 200 ms at least, as Linux, doubled per timeout
+//! without progress) after which all in flight counts as lost and the
+//! window restarts from one packet. Without it a flow whose whole window
+//! was lost (a link's outage) waited forever.
 //!
-//! Invariants: the window never falls below two packets; goodput counts
-//! each in-order packet once.
+//! Invariants: the window never falls below two packets except after a
+//! timeout; goodput counts each in-order packet once.
 
 use mpt_core::wire::HEADER_LEN;
 use mpt_core::Nanos;
@@ -38,6 +42,12 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
     let mut acks: std::collections::VecDeque<(Nanos, u64, bool)> = Default::default();
     let mut recovery_until = 0;
     let mut losses = 0u64;
+    // RFC 6298's timer: send times of what is in flight, the smoothed
+    // round trip and its variation, the backoff, the last progress.
+    let mut sent_at: std::collections::HashMap<u64, Nanos> = Default::default();
+    let (mut srtt, mut rttvar, mut backoff) = (None::<f64>, 0.0f64, 1u32);
+    let mut progress = start;
+    let mut timeouts = 0u64;
     let mut seen = 0usize;
     let mut good_at_warm = None;
     let mut good = 0u64;
@@ -58,10 +68,21 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
                 good += pkt as u64;
             }
             acks.push_back((now + ack_ms * MS, 1 + lost, lost > 0));
+            if let Some(at) = sent_at.remove(&s) {
+                let r = (now + ack_ms * MS - at) as f64;
+                let (sr, var) = match srtt {
+                    None => (r, r / 2.0),
+                    Some(sr) => (0.875 * sr + 0.125 * r, 0.75 * rttvar + 0.25 * (sr - r).abs()),
+                };
+                srtt = Some(sr);
+                rttvar = var;
+            }
         }
         while acks.front().is_some_and(|a| a.0 <= now) {
             let (_, n, loss) = acks.pop_front().unwrap();
             inflight = inflight.saturating_sub(n);
+            progress = now;
+            backoff = 1;
             if loss && now >= recovery_until {
                 losses += 1;
                 cwnd = (cwnd * 0.7).max(2.0);
@@ -126,8 +147,19 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
             good_printed = good;
             next_print += 100 * MS;
         }
+        let rto = srtt.map_or(1_000.0 * MS as f64, |sr| (sr + 4.0 * rttvar).max(200.0 * MS as f64));
+        if inflight > 0 && (now - progress) as f64 > rto * backoff as f64 {
+            timeouts += 1;
+            ssthresh = (cwnd / 2.0).max(2.0);
+            cwnd = 1.0;
+            inflight = 0;
+            sent_at.clear();
+            backoff = (backoff * 2).min(64);
+            progress = now;
+        }
         while (inflight as f64) < cwnd.floor() {
             offer_packet(sim, now, next_seq, pkt);
+            sent_at.insert(next_seq, now);
             next_seq += 1;
             inflight += 1;
         }
@@ -146,7 +178,7 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
             .map(|b| b[0] * 8 / 1_000_000 / secs)
             .collect();
         println!(
-            "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}, TCP loss events {losses}, cwnd {cwnd:.0}",
+            "  carried Mbit/s (whole run): {carried:?}, drops at side 1: {}, TCP loss events {losses}, timeouts {timeouts}, cwnd {cwnd:.0}",
             sim.drops_seen.len()
         );
         let mut reasons = std::collections::BTreeMap::<String, usize>::new();
