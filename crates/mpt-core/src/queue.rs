@@ -170,6 +170,26 @@ impl SendQueue {
     /// Take the next packet of `path` (real-time lane first); give it back
     /// with [`Self::recycle`].
     pub fn pop(&mut self, path: PathId, now: Nanos) -> Option<Queued> {
+        let q = self.take_next(path)?;
+        let wait = now.saturating_sub(q.at);
+        self.stats.released += 1;
+        self.stats.max_wait_ns = self.stats.max_wait_ns.max(wait);
+        self.stats.wait_ns_total += wait;
+        Some(q)
+    }
+
+    /// Drop the packet [`Self::pop`] would take next (its buffer goes back
+    /// to the pool); not counted as released: the caller counts its drop
+    /// reason. `false` if `path` has none.
+    pub fn drop_next(&mut self, path: PathId) -> bool {
+        let Some(q) = self.take_next(path) else {
+            return false;
+        };
+        self.recycle(q);
+        true
+    }
+
+    fn take_next(&mut self, path: PathId) -> Option<Queued> {
         let p = path as usize;
         let q = match self.rt.get_mut(p)?.pop_front() {
             Some(q) => {
@@ -181,10 +201,6 @@ impl SendQueue {
         self.bytes[p] -= q.len;
         self.total_bytes -= q.len;
         self.packets -= 1;
-        let wait = now.saturating_sub(q.at);
-        self.stats.released += 1;
-        self.stats.max_wait_ns = self.stats.max_wait_ns.max(wait);
-        self.stats.wait_ns_total += wait;
         Some(q)
     }
 
@@ -354,6 +370,11 @@ mod tests {
         // Recycled buffers are reused.
         assert!(q.push(0, 5, 0, 40, &[5; 20]));
         assert_eq!(q.pop(0, 40).unwrap().packet(), &[5u8; 20][..]);
+        // A dropped packet leaves the bytes and counts but is no release.
+        assert!(q.drop_next(1));
+        assert!(!q.drop_next(1), "none left");
+        assert_eq!((q.bytes(1), q.packets()), (0, 0));
+        assert_eq!(q.stats().released, 3);
     }
 
     #[test]

@@ -300,14 +300,14 @@ impl Tunnel {
         while let Some((at, len)) = self.queue.oldest(from) {
             let Some(to) = self.pick(now, len) else {
                 if now.saturating_sub(at) > self.queue_max {
-                    self.drop_oldest(now, from, DropReason::NoPath);
+                    self.drop_oldest(from, DropReason::NoPath);
                     continue;
                 }
                 return;
             };
             // `pick` filled the views: the wait behind `to`'s queue.
             if self.views[to as usize].wait_ns > self.queue_max {
-                self.drop_oldest(now, from, DropReason::QueueFull);
+                self.drop_oldest(from, DropReason::QueueFull);
                 continue;
             }
             if !self.queue.move_next(from, to) {
@@ -319,11 +319,10 @@ impl Tunnel {
     }
 
     /// Drop the packet `path`'s queue would release next, counted.
-    fn drop_oldest(&mut self, now: Nanos, path: PathId, reason: DropReason) {
-        if let Some(q) = self.queue.pop(path, now) {
-            self.queue.recycle(q);
+    fn drop_oldest(&mut self, path: PathId, reason: DropReason) {
+        if self.queue.drop_next(path) {
+            self.drops.add(reason);
         }
-        self.drops.add(reason);
     }
 
     fn emit_queued(
