@@ -34,13 +34,29 @@ fn len_of(i: u64) -> usize {
 
 /// Send `count` packets of [`len_of`] from side 0 every `gap`.
 fn run(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos) -> Nanos {
+    run_as(sim, start, count, gap, false)
+}
+
+/// [`run`], each packet built in a buffer of its own and sent with
+/// `Tunnel::send_owned` if `owned` (the recovery ring may keep that
+/// buffer), else built in the datagram buffer (`send`).
+fn run_as(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos, owned: bool) -> Nanos {
     let mut now = start;
+    let mut seg = Vec::new();
     for idx in 0..count {
         sim.deliver_until(now);
         let pkt = big_inner(idx, len_of(idx));
         let mut buf = vec![0u8; HEADER_LEN + MTU + 16];
-        buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
-        if let Some(tx) = sim.t[0].send(now, &mut buf, pkt.len()) {
+        let tx = if owned {
+            seg.clear();
+            seg.extend_from_slice(&pkt);
+            let tx = sim.t[0].send_owned(now, &mut seg, &mut buf);
+            tx.filter(|tx| sim.t[0].sealer().seal(tx.seal, &mut buf[..tx.len]))
+        } else {
+            buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
+            sim.t[0].send(now, &mut buf, pkt.len())
+        };
+        if let Some(tx) = tx {
             let link = sim.link(0, tx.path as usize);
             buf.truncate(tx.len);
             sim.emit(now, 0, link, buf, Some(idx));
@@ -103,6 +119,30 @@ fn with_recovery_on_the_pieces_come_from_the_rings_copy_whole() {
     run(&mut sim, 0, 600, MS);
     assert_all_600_whole(&sim);
     assert_eq!(sim.t[0].drops().get(DropReason::FragmentIncomplete), 0);
+}
+
+#[test]
+fn a_packet_the_ring_keeps_without_a_copy_arrives_whole_and_is_resent() {
+    // `send_owned`: the ring keeps the sender's own buffer and the first
+    // piece is copied out of it. Every packet arrives whole on reordering
+    // paths, and lost pieces are resent from that buffer.
+    let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
+    let mut sim = Sim::with_tunnels(paths, [side(0, true), side(1, true)], 11);
+    run_as(&mut sim, 0, 600, MS, true);
+    assert_all_600_whole(&sim);
+    assert_eq!(sim.t[0].drops().get(DropReason::FragmentIncomplete), 0);
+    let lossy = links(&[(5, 0, 0.0), (20, 0, 0.03)]);
+    let mut sim = Sim::with_tunnels(lossy, [side(0, true), side(1, true)], 5);
+    run_as(&mut sim, 0, 600, MS, true);
+    assert_eq!(sim.corrupt, 0);
+    let rec = sim.t[1].recovery_stats().cloned().unwrap_or_default();
+    assert!(rec.recovered > 0, "{rec:?}");
+    assert!(sim.delivered[1].len() >= 590, "{}", sim.delivered[1].len());
+    // Without recovery it is sent as `send` sends it.
+    let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
+    let mut sim = Sim::with_tunnels(paths, [side(0, false), side(1, false)], 11);
+    run_as(&mut sim, 0, 600, MS, true);
+    assert_all_600_whole(&sim);
 }
 
 #[test]

@@ -213,7 +213,7 @@ impl Tunnel {
     /// Mbit/s) in front of the next real-time packet: there, once the path
     /// has budget, and never while a real-time packet waits for it (that
     /// one leaves first; its own deadline wakes the loop).
-    fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
+    pub(super) fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
         let s = &self.paths[path as usize].sender;
         if !self.paced || !s.carries_realtime(now) {
             now

@@ -253,21 +253,7 @@ impl Recovery {
     /// within [`RING_BYTES_MAX`]: copies older than the keep time, and the
     /// oldest ones beyond the bound, make room.
     pub fn store(&mut self, now: Nanos, seq: u64, class: u8, inner: &[u8]) {
-        let i = (seq % RING_PACKETS as u64) as usize;
-        // The slot's own buffer is reused; its bytes leave the count.
-        self.held_bytes -= self.ring[i].bytes.capacity();
-        self.ring[i].seq = EMPTY_SLOT;
-        while let Some(&(old, old_seq, at)) = self.held.front() {
-            let need = inner.len().max(self.ring[i].bytes.capacity());
-            let full = self.held_bytes + need > RING_BYTES_MAX;
-            if !full && now.saturating_sub(at) <= self.keep_ns {
-                break;
-            }
-            self.held.pop_front();
-            if old != i {
-                self.evict(old, old_seq);
-            }
-        }
+        let i = self.make_room(now, seq, inner.len());
         let s = &mut self.ring[i];
         if s.bytes.capacity() > RING_BYTES_MAX / 4 {
             s.bytes = Vec::new();
@@ -279,10 +265,56 @@ impl Recovery {
                 s.bytes = b;
             }
         }
-        s.seq = seq;
-        s.class = class;
         s.bytes.clear();
         s.bytes.extend_from_slice(inner);
+        self.keep_in(now, i, seq, class);
+    }
+
+    /// Keep data packet `seq`, `pkt` itself (all of it is the packet), as
+    /// [`Recovery::store`] keeps a copy: the ring takes the buffer, and
+    /// `pkt` becomes a buffer to build the next packet in (a spare, or the
+    /// slot's previous one: its length and bytes are left as they were).
+    /// One copy of every packet fewer for a sender that builds packets
+    /// outside its datagram buffers (the TUN offload's segments).
+    pub fn store_owned(&mut self, now: Nanos, seq: u64, class: u8, pkt: &mut Vec<u8>) {
+        let i = self.make_room(now, seq, pkt.len());
+        let s = &mut self.ring[i];
+        let old = std::mem::replace(&mut s.bytes, std::mem::take(pkt));
+        *pkt = if old.capacity() > 0 && old.capacity() <= RING_BYTES_MAX / 4 {
+            old
+        } else {
+            self.spare.pop().unwrap_or_default()
+        };
+        self.keep_in(now, i, seq, class);
+    }
+
+    /// Free the slot of `seq` and, oldest first, the copies held beyond the
+    /// keep time or beyond the bound with `len` more bytes; the slot's
+    /// index.
+    fn make_room(&mut self, now: Nanos, seq: u64, len: usize) -> usize {
+        let i = (seq % RING_PACKETS as u64) as usize;
+        // The slot's own buffer is reused; its bytes leave the count.
+        self.held_bytes -= self.ring[i].bytes.capacity();
+        self.ring[i].seq = EMPTY_SLOT;
+        while let Some(&(old, old_seq, at)) = self.held.front() {
+            let need = len.max(self.ring[i].bytes.capacity());
+            let full = self.held_bytes + need > RING_BYTES_MAX;
+            if !full && now.saturating_sub(at) <= self.keep_ns {
+                break;
+            }
+            self.held.pop_front();
+            if old != i {
+                self.evict(old, old_seq);
+            }
+        }
+        i
+    }
+
+    /// Slot `i` now holds packet `seq`: count it and remember when.
+    fn keep_in(&mut self, now: Nanos, i: usize, seq: u64, class: u8) {
+        let s = &mut self.ring[i];
+        s.seq = seq;
+        s.class = class;
         self.held_bytes += s.bytes.capacity();
         if self.held.len() >= RING_PACKETS {
             // The oldest entry goes, in O(1): its slot was reused since

@@ -127,6 +127,24 @@ impl Tunnel {
             self.stage_packet(now, class_idx, flow, &buf[HEADER_LEN..HEADER_LEN + len]);
             return None;
         }
+        let path = self.path_now(now, class_idx, flow, &buf[HEADER_LEN..HEADER_LEN + len])?;
+        let seq = self.next_tunnel_seq;
+        self.store_for_recovery(now, seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
+        self.leave_now(now, path, seq, class, buf, len)
+    }
+
+    /// The path an ordered packet (`inner`, of class `class_idx`) leaves on
+    /// now; `None` when it does not leave now: dropped (counted), staged or
+    /// copied into its path's queue.
+    fn path_now(
+        &mut self,
+        now: Nanos,
+        class_idx: usize,
+        flow: Option<u64>,
+        inner: &[u8],
+    ) -> Option<PathId> {
+        let len = inner.len();
+        let class = class_idx as u8;
         let burst = self.burst_path.filter(|p| self.paths[*p as usize].usable);
         let Some(path) = burst.or_else(|| self.pick(now, len)) else {
             self.drops.add(DropReason::NoPath);
@@ -137,7 +155,6 @@ impl Tunnel {
             self.drops.add(DropReason::NoPath);
             return None;
         }
-        let seq = self.next_tunnel_seq;
         if self.paced {
             // Pieces of an earlier packet still to leave on this path go
             // first (a path carries tunnel sequence numbers in order).
@@ -148,21 +165,95 @@ impl Tunnel {
                 let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
                 if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {
-                    self.stage_packet(now, class_idx, flow, &buf[HEADER_LEN..HEADER_LEN + len]);
+                    self.stage_packet(now, class_idx, flow, inner);
                     return None;
                 }
                 if wait > self.queue_max {
                     self.drops.add(DropReason::QueueFull);
                 } else {
-                    self.queue_ordered(path, class, now, &buf[HEADER_LEN..HEADER_LEN + len]);
+                    self.queue_ordered(path, class, now, inner);
                 }
                 return None;
             }
         }
-        self.store_for_recovery(now, seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
+        Some(path)
+    }
+
+    /// Data packet `seq` (in `buf`, as for [`Tunnel::send_unsealed`]) leaves
+    /// now on `path`: its sequence numbers are taken.
+    fn leave_now(
+        &mut self,
+        now: Nanos,
+        path: PathId,
+        seq: u64,
+        class: u8,
+        buf: &mut [u8],
+        len: usize,
+    ) -> Option<Transmit> {
         self.next_tunnel_seq += self.seq_span(len);
         self.record_sent(class, now, 0, len);
         self.emit_data(now, path, seq, class, buf, len)
+    }
+
+    /// [`Tunnel::send_unsealed`] for an inner packet built in `pkt` (all of
+    /// it) rather than in `buf`: with loss recovery on, a packet larger
+    /// than one datagram that leaves at once is kept by the recovery ring
+    /// without a copy (`pkt` then holds a buffer to build the next packet
+    /// in, of any length and content) and only what `buf` must carry now is
+    /// copied there (its first piece; the others are cut from the ring). One
+    /// copy of the packet fewer per send than building it in `buf`; in
+    /// every other case it is copied into `buf` and sent as by
+    /// `send_unsealed`. `buf` is as for `send_unsealed`.
+    pub fn send_owned(
+        &mut self,
+        now: Nanos,
+        pkt: &mut Vec<u8>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let len = pkt.len();
+        let body_max = self.frag.body_max;
+        let owned = self.recovery.is_some()
+            && self.qos.is_none()
+            && len > body_max
+            && len <= self.mtu
+            && buf.len() >= HEADER_LEN + len
+            && wire::pieces(len, body_max).is_some()
+            && !self.staging()
+            && !self.stage_busy();
+        if !owned {
+            let Some(room) = buf.get_mut(HEADER_LEN..HEADER_LEN + len) else {
+                self.drops.add(DropReason::TooBig);
+                return None;
+            };
+            room.copy_from_slice(pkt);
+            return self.send_unsealed(now, buf, len);
+        }
+        if wire::inner_ip_version(pkt).is_none() {
+            self.drops.add(DropReason::BadInner);
+            return None;
+        }
+        if let Some(c) = &self.frag.mss_clamp {
+            if c.apply(pkt) {
+                self.frag.mss_clamped += 1;
+            }
+        }
+        // Without QoS every packet is of class 0, with no flow policed.
+        let path = self.path_now(now, 0, None, pkt)?;
+        let seq = self.next_tunnel_seq;
+        // The first piece alone when the others leave from the ring at the
+        // caller's next drain (`emit_first_fragment`); the whole packet
+        // when the path holds them (the ring may let its copy go).
+        let whole = self.pieces_release_at(now, path) > now;
+        let n = if whole {
+            len
+        } else {
+            wire::piece_range(len, body_max, 0).end
+        };
+        let r = self.recovery.as_mut()?;
+        r.store_owned(now, seq, 0, pkt);
+        let held = r.stored(seq)?;
+        buf[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&held[..n]);
+        self.leave_now(now, path, seq, 0, buf, len)
     }
 
     pub(super) fn store_for_recovery(&mut self, now: Nanos, seq: u64, class: u8, pkt: &[u8]) {

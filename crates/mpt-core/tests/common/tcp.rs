@@ -72,7 +72,10 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
                 let r = (now + ack_ms * MS - at) as f64;
                 let (sr, var) = match srtt {
                     None => (r, r / 2.0),
-                    Some(sr) => (0.875 * sr + 0.125 * r, 0.75 * rttvar + 0.25 * (sr - r).abs()),
+                    Some(sr) => (
+                        0.875 * sr + 0.125 * r,
+                        0.75 * rttvar + 0.25 * (sr - r).abs(),
+                    ),
                 };
                 srtt = Some(sr);
                 rttvar = var;
@@ -147,7 +150,9 @@ pub fn tcp_flow(sim: &mut Sim, pkt: usize, ack_ms: u64, secs: u64) -> f64 {
             good_printed = good;
             next_print += 100 * MS;
         }
-        let rto = srtt.map_or(1_000.0 * MS as f64, |sr| (sr + 4.0 * rttvar).max(200.0 * MS as f64));
+        let rto = srtt.map_or(1_000.0 * MS as f64, |sr| {
+            (sr + 4.0 * rttvar).max(200.0 * MS as f64)
+        });
         if inflight > 0 && (now - progress) as f64 > rto * backoff as f64 {
             timeouts += 1;
             ssthresh = (cwnd / 2.0).max(2.0);

@@ -120,6 +120,10 @@ pub struct Engine<T, P, C, D = Tunnel> {
     /// a peer of another shard.
     scratch: Vec<u8>,
     seg_scratch: Vec<u8>,
+    /// A super-packet's segment for the burst path: its tunnel's recovery
+    /// ring may keep this buffer and hand back another
+    /// (`Tunnel::send_owned`).
+    owned_seg: Vec<u8>,
     tun_lens: Vec<usize>,
     seal: SealScratch,
     open: OpenScratch,
@@ -165,6 +169,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
             loop_idle: std::time::Duration::ZERO,
             scratch: vec![0u8; BUF_BYTES],
             seg_scratch: vec![0u8; BUF_BYTES],
+            owned_seg: Vec::new(),
             tun_lens: vec![0; BATCH_PACKETS],
             seal: SealScratch::default(),
             open: OpenScratch::default(),

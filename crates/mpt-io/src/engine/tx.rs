@@ -308,6 +308,21 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
     /// (`None`: no such peer here, nothing done).
     fn burst_segments(&mut self, pkt: &[u8], h: &VnetHdr, count: usize, now: Nanos) -> Option<u64> {
         let per_drain = self.plane.send_batch_max();
+        let mut seg = std::mem::take(&mut self.owned_seg);
+        let cut = self.burst_segments_with(pkt, h, count, now, per_drain, &mut seg);
+        self.owned_seg = seg;
+        cut
+    }
+
+    fn burst_segments_with(
+        &mut self,
+        pkt: &[u8],
+        h: &VnetHdr,
+        count: usize,
+        now: Nanos,
+        per_drain: usize,
+        seg: &mut Vec<u8>,
+    ) -> Option<u64> {
         let (mut flush, plane) = self.flush_parts();
         // The slots hold only the burst's peer's datagrams while the burst
         // holds its tunnel (a flush inside seals with that peer's keys).
@@ -316,7 +331,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         }
         let (peer, burst) = plane.burst(now, pkt, pkt.len(), count)?;
         Some(burst_into(
-            &mut flush, peer, burst, pkt, h, count, per_drain, now,
+            &mut flush, peer, burst, pkt, h, count, per_drain, now, seg,
         ))
     }
 }
@@ -332,6 +347,7 @@ fn burst_into<P: PathIo>(
     count: usize,
     per_drain: usize,
     now: Nanos,
+    seg: &mut Vec<u8>,
 ) -> u64 {
     let mut cut = 0;
     let mut undrained = 0;
@@ -342,12 +358,18 @@ fn burst_into<P: PathIo>(
         let Some(slot) = flush.tx.slot() else {
             break;
         };
-        let end = slot.len() - TAG_LEN;
-        let Ok(len) = segment_at(pkt, h, i, &mut slot[HEADER_LEN..end]) else {
+        // The segment is built in `seg`, which the tunnel's recovery ring
+        // may keep as its copy (one copy fewer per segment).
+        let most = slot.len() - TAG_LEN - HEADER_LEN;
+        if seg.len() < most {
+            seg.resize(most, 0);
+        }
+        let Ok(len) = segment_at(pkt, h, i, &mut seg[..most]) else {
             flush.io.offload_errors += 1;
             break;
         };
-        match burst.send_unsealed(now, slot, len) {
+        seg.truncate(len);
+        match burst.send_owned(now, seg, slot) {
             Some(t) => flush.tx.commit(meta(peer, &t)),
             None => flush.tx.skip(),
         }
