@@ -84,14 +84,8 @@ impl Tunnel {
             self.drops.add(DropReason::TooBig);
             return None;
         }
-        if wire::inner_ip_version(&buf[HEADER_LEN..HEADER_LEN + len]).is_none() {
-            self.drops.add(DropReason::BadInner);
+        if !self.inner_admitted(&mut buf[HEADER_LEN..HEADER_LEN + len]) {
             return None;
-        }
-        if let Some(c) = &self.frag.mss_clamp {
-            if c.apply(&mut buf[HEADER_LEN..HEADER_LEN + len]) {
-                self.frag.mss_clamped += 1;
-            }
         }
         let inner = &buf[HEADER_LEN..HEADER_LEN + len];
         if self.staging() {
@@ -131,6 +125,21 @@ impl Tunnel {
         let seq = self.next_tunnel_seq;
         self.store_for_recovery(now, seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
         self.leave_now(now, path, seq, class, buf, len)
+    }
+
+    /// Whether `inner` is an IP packet (else dropped, counted); TCP SYNs
+    /// get their MSS clamped (`mss_clamp`).
+    fn inner_admitted(&mut self, inner: &mut [u8]) -> bool {
+        if wire::inner_ip_version(inner).is_none() {
+            self.drops.add(DropReason::BadInner);
+            return false;
+        }
+        if let Some(c) = &self.frag.mss_clamp {
+            if c.apply(inner) {
+                self.frag.mss_clamped += 1;
+            }
+        }
+        true
     }
 
     /// The path an ordered packet (`inner`, of class `class_idx`) leaves on
@@ -228,14 +237,8 @@ impl Tunnel {
             room.copy_from_slice(pkt);
             return self.send_unsealed(now, buf, len);
         }
-        if wire::inner_ip_version(pkt).is_none() {
-            self.drops.add(DropReason::BadInner);
+        if !self.inner_admitted(pkt) {
             return None;
-        }
-        if let Some(c) = &self.frag.mss_clamp {
-            if c.apply(pkt) {
-                self.frag.mss_clamped += 1;
-            }
         }
         // Without QoS every packet is of class 0, with no flow policed.
         let path = self.path_now(now, 0, None, pkt)?;
