@@ -60,10 +60,6 @@ def _cleanup_all(*_: Any) -> None:
 # +0.19/+0.27 without, too few to change every figure's conditions.
 EMULATOR_RT_PRIORITY = 10
 
-# Every lab host's TCP send buffer: min, default, max bytes (net.ipv4.tcp_wmem;
-# the max raised from Linux's 4 MiB to its receive buffer's 32 MiB).
-TCP_WMEM = "4096 16384 33554432"
-
 
 def emulator_priority(spins: bool) -> list[str]:
     """The command prefix that runs mpt-netem at real-time priority, or
@@ -408,12 +404,6 @@ class Topology:
             # and RTT gave the second one a different start (wifi-lte, the
             # same binary twice: the first read 2-4 % lower).
             run(["sysctl", "-qw", "net.ipv4.tcp_no_metrics_save=1"], ns=ns)
-            # The TCP send buffer may grow as far as the receive buffer
-            # (Linux's defaults: 4 MiB against 32 MiB). At 4 MiB a transfer
-            # over 300 Mbit/s and 160 ms (6 MB in flight, the sweep's
-            # fastest long cases) was capped by the sending host, for mpt
-            # and MPTCP alike, and the share measured the host.
-            run(["sysctl", "-qw", f"net.ipv4.tcp_wmem={TCP_WMEM}"], ns=ns)
         shapes = shape if isinstance(shape, list) else [shape or Shape()] * self.n
         if len(shapes) != self.n:
             raise ValueError(f"{len(shapes)} link shapes for {self.n} links")
