@@ -70,9 +70,16 @@ def emulator_priority(spins: bool) -> list[str]:
     return ["chrt", "-f", str(EMULATOR_RT_PRIORITY)]
 
 
+def emulator_config_path(ns: str) -> Path:
+    """Where the mpt-netem of namespace `ns` reads its links; `teardown`
+    removes it with the namespace."""
+    return Path(tempfile.gettempdir()) / f"{ns}-netem.json"
+
+
 def teardown(procs: list[subprocess.Popen[Any]], namespaces: list[str]) -> None:
     """Stop `procs` by PID (SIGTERM, SIGKILL after 5 s), kill anything
-    else left inside `namespaces`, and delete them."""
+    else left inside `namespaces`, and delete them with the emulator
+    configurations written for them."""
     for p in procs:
         if p.poll() is None:
             p.terminate()
@@ -92,6 +99,7 @@ def teardown(procs: list[subprocess.Popen[Any]], namespaces: list[str]) -> None:
             run(["ip", "netns", "del", ns], check=False)
         except CommandError:
             pass
+        emulator_config_path(ns).unlink(missing_ok=True)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -450,7 +458,7 @@ class Topology:
                     "b_to_a": s.back().netem_dir(),
                 }
             )
-        path = Path(tempfile.gettempdir()) / f"{self.r}-netem.json"
+        path = emulator_config_path(self.r)
         tmp = path.with_suffix(".tmp")
         cfg = {"links": links, "spin_us": self.spin_us, "busy_poll": self.busy_poll}
         tmp.write_text(json.dumps(cfg))

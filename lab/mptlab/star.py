@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .daemon import Peer
-from .netns import _counter, _live, _no_offloads, _veth, teardown
+from .netns import _counter, _live, _no_offloads, _veth, emulator_config_path, teardown
 from .util import mpt_binary, netem_binary, run
 
 SERVER_TUNNEL = "10.201.0.1"
@@ -153,7 +152,7 @@ class Star:
             {"a": f"d{i}a", "b": f"d{i}b", "a_to_b": {"delay_ms": d}, "b_to_a": {"delay_ms": d}}
             for i, d in enumerate(self.delays)
         ]
-        cfg = Path(tempfile.gettempdir()) / f"{self.d}-netem.json"
+        cfg = emulator_config_path(self.d)
         cfg.write_text(json.dumps({"links": links}))
         p = self.spawn_in(self.d, [str(netem_binary()), str(cfg)])
         assert p.stdout is not None

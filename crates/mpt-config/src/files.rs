@@ -103,16 +103,18 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn dir(name: &str) -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("mpt-files-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch directory, removed when the guard drops.
+    fn dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("mpt-files-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn directory_fifo_and_size_are_clear_errors() {
         let d = dir("kinds");
+        let d = d.path();
         let e = read_text(&d, 100).unwrap_err();
         assert!(e.contains("is a directory"), "{e}");
         let fifo = d.join("fifo");
@@ -134,6 +136,5 @@ mod tests {
         assert!(check_private(&ok, &meta, "a key")
             .unwrap_err()
             .contains("mode 644"));
-        let _ = std::fs::remove_dir_all(d);
     }
 }

@@ -132,6 +132,7 @@ fn a_concentrator_has_no_single_peer_key_no_remotes_and_encrypts() {
 #[test]
 fn peers_dir_holds_one_file_per_peer_and_errors_name_the_file() {
     let d = tmpdir("peers-dir");
+    let d = d.path();
     std::fs::create_dir_all(d.join("peers.d")).unwrap();
     std::fs::write(
         d.join("peers.d/site-a.toml"),
@@ -190,6 +191,7 @@ fn peers_dir_holds_one_file_per_peer_and_errors_name_the_file() {
 fn the_concentrator_example_loads() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let d = tmpdir("conc-example");
+    let d = d.path();
     let key = d.join("server.key");
     write_private(&key, &keys::encode(&[9u8; 32]));
     let text = std::fs::read_to_string(root.join("concentrator.toml"))

@@ -10,11 +10,12 @@ use mpt_core::crypto::keys;
 
 use super::*;
 
-pub(crate) fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mpt-config-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A scratch directory, removed when the guard drops (pass or fail).
+pub(crate) fn tmpdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("mpt-config-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 pub(crate) fn write_private(p: &Path, text: &str) {
@@ -57,6 +58,7 @@ remote = "192.168.1.2:5000"
 fn examples_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let dir = tmpdir("examples");
+    let dir = dir.path();
     let mut loaded = vec![];
     for f in ["client.toml", "server.toml"] {
         // The examples name key files under /etc/mpt; point them at keys
@@ -351,6 +353,7 @@ fn only_an_encrypted_server_may_leave_remote_out() {
 #[test]
 fn secrets_must_not_be_readable_by_others() {
     let d = tmpdir("perm");
+    let d = d.path();
     let text = SECURE_CLIENT.replace("PEER", &peer_pub());
     let cfg = d.join("inline.toml");
     std::fs::write(&cfg, &text).unwrap();
@@ -383,7 +386,6 @@ fn secrets_must_not_be_readable_by_others() {
         panic!()
     };
     assert!(!k.inline_secret);
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
@@ -434,6 +436,7 @@ fn many_keys_each_reported_on_its_own_line() {
 #[test]
 fn config_and_key_files_must_be_regular_and_small() {
     let d = tmpdir("kinds");
+    let d = d.path();
     let e = Config::load(&d).unwrap_err();
     assert!(e[0].message.contains("is a directory"), "{e:?}");
     let big = d.join("big.toml");
@@ -459,7 +462,6 @@ fn config_and_key_files_must_be_regular_and_small() {
             .any(|e| e.message.contains("keydir is a directory")),
         "{e:?}"
     );
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]

@@ -494,33 +494,39 @@ fn write_all(
 mod tests {
     use super::*;
 
-    /// A capture of `seconds` and `count` in a scratch file.
-    fn tap(name: &str, seconds: Option<f64>, count: Option<u64>) -> Tap {
-        let dir = std::env::temp_dir().join(format!("mpt-cap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    /// A capture of `seconds` and `count` in a scratch file, with the
+    /// guard of its directory (removed when the guard drops).
+    fn tap(name: &str, seconds: Option<f64>, count: Option<u64>) -> (tempfile::TempDir, Tap) {
+        let dir = tempfile::Builder::new()
+            .prefix("mpt-cap-")
+            .tempdir()
+            .unwrap();
         let spec = CaptureSpec {
-            file: dir.join(name),
+            file: dir.path().join(name),
             tun: true,
             sockets: vec![(0, "path p".into())],
             count,
             seconds,
         };
-        Tap::start(&spec, "t", 1_000, vec!["p".into()]).unwrap()
+        (
+            dir,
+            Tap::start(&spec, "t", 1_000, vec!["p".into()]).unwrap(),
+        )
     }
 
     #[test]
     fn hostile_durations_neither_panic_nor_run_forever() {
         // Not a number and negative: no time at all; huge: a day.
-        assert!(!tap("nan.pcapng", Some(f64::NAN), None).active(1_000));
-        assert!(!tap("neg.pcapng", Some(-5.0), None).active(1_000));
-        let mut t = tap("huge.pcapng", Some(1e300), None);
+        assert!(!tap("nan.pcapng", Some(f64::NAN), None).1.active(1_000));
+        assert!(!tap("neg.pcapng", Some(-5.0), None).1.active(1_000));
+        let (_dir, mut t) = tap("huge.pcapng", Some(1e300), None);
         assert!(t.active(1_000 + 86_000 * 1_000_000_000));
         assert!(!t.active(1_000 + 86_401 * 1_000_000_000));
     }
 
     #[test]
     fn a_count_ends_the_capture_and_the_file_is_closed() {
-        let mut t = tap("count.pcapng", None, Some(2));
+        let (_dir, mut t) = tap("count.pcapng", None, Some(2));
         let mut d = vec![0u8; HEADER_LEN + 20];
         let f = mpt_core::wire::HeaderFields::default();
         mpt_core::wire::write_header(&mut d, PacketType::Data, &f);

@@ -104,11 +104,12 @@ mod tests {
     use std::io::Write;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("mpt-capfile-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch directory, removed when the guard drops.
+    fn scratch(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("mpt-capfile-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     fn leftovers(d: &Path) -> Vec<String> {
@@ -123,6 +124,7 @@ mod tests {
     #[test]
     fn a_new_file_is_mode_0600() {
         let d = scratch("new");
+        let d = d.path();
         let p = d.join("t.pcapng");
         create(&p).unwrap().write_all(b"x").unwrap();
         let m = std::fs::metadata(&p).unwrap();
@@ -133,6 +135,7 @@ mod tests {
     #[test]
     fn an_existing_file_is_replaced_not_taken_over() {
         let d = scratch("existing");
+        let d = d.path();
         let p = d.join("t.pcapng");
         std::fs::write(&p, b"planted").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
@@ -151,6 +154,7 @@ mod tests {
     #[test]
     fn a_symlink_is_refused_and_its_target_untouched() {
         let d = scratch("link");
+        let d = d.path();
         let target = d.join("victim");
         std::fs::write(&target, b"keep").unwrap();
         let p = d.join("t.pcapng");
@@ -164,6 +168,7 @@ mod tests {
     #[test]
     fn a_directory_or_a_socket_is_refused() {
         let d = scratch("kinds");
+        let d = d.path();
         let e = create(&d).unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");
         let s = d.join("sock");
