@@ -115,7 +115,7 @@ mod tests {
     fn directory_fifo_and_size_are_clear_errors() {
         let d = dir("kinds");
         let d = d.path();
-        let e = read_text(&d, 100).unwrap_err();
+        let e = read_text(d, 100).unwrap_err();
         assert!(e.contains("is a directory"), "{e}");
         let fifo = d.join("fifo");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();

@@ -437,7 +437,7 @@ fn many_keys_each_reported_on_its_own_line() {
 fn config_and_key_files_must_be_regular_and_small() {
     let d = tmpdir("kinds");
     let d = d.path();
-    let e = Config::load(&d).unwrap_err();
+    let e = Config::load(d).unwrap_err();
     assert!(e[0].message.contains("is a directory"), "{e:?}");
     let big = d.join("big.toml");
     std::fs::write(&big, vec![b'#'; files::MAX_CONFIG_BYTES as usize + 1]).unwrap();

@@ -129,7 +129,7 @@ mod tests {
         create(&p).unwrap().write_all(b"x").unwrap();
         let m = std::fs::metadata(&p).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
-        assert!(leftovers(&d).is_empty());
+        assert!(leftovers(d).is_empty());
     }
 
     #[test]
@@ -162,7 +162,7 @@ mod tests {
         let e = create(&p).unwrap_err();
         assert!(e.to_string().contains("symbolic link"), "{e}");
         assert_eq!(std::fs::read(&target).unwrap(), b"keep");
-        assert!(leftovers(&d).is_empty());
+        assert!(leftovers(d).is_empty());
     }
 
     #[test]
