@@ -169,7 +169,7 @@ mod tests {
     fn a_directory_or_a_socket_is_refused() {
         let d = scratch("kinds");
         let d = d.path();
-        let e = create(&d).unwrap_err();
+        let e = create(d).unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");
         let s = d.join("sock");
         let _l = std::os::unix::net::UnixListener::bind(&s).unwrap();
