@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+use mpt_core::qos::QosConfig;
 use mpt_core::tunnel::{ReleaseKind, Tunnel};
 use mpt_core::wire::{PacketType, HEADER_LEN};
 use mpt_core::Nanos;
@@ -16,6 +17,10 @@ const MTU: usize = 6000;
 const BODY: usize = 1400;
 
 fn side(s: u8, recover: bool) -> Tunnel {
+    config(s, recover).tunnel()
+}
+
+fn config(s: u8, recover: bool) -> TestConfig {
     TestConfig::new(s, 2)
         .release(ReleaseKind::PathFrontier)
         .recover(recover)
@@ -24,7 +29,6 @@ fn side(s: u8, recover: bool) -> Tunnel {
             c.mtu = MTU;
             c.datagram_body = Some(BODY);
         })
-        .tunnel()
 }
 
 /// Packet `i`'s length: a mix of whole packets and 2 to 5 pieces.
@@ -33,16 +37,19 @@ fn len_of(i: u64) -> usize {
 }
 
 /// Send `count` packets of [`len_of`] from side 0 every `gap`.
-fn run(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos) -> Nanos {
-    run_as(sim, start, count, gap, false)
+fn run(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos) {
+    run_as(sim, start, count, gap, false);
 }
 
 /// [`run`], each packet built in a buffer of its own and sent with
 /// `Tunnel::send_owned` if `owned` (the recovery ring may keep that
-/// buffer), else built in the datagram buffer (`send`).
-fn run_as(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos, owned: bool) -> Nanos {
+/// buffer), else built in the datagram buffer (`send`). Returns how many
+/// packets the ring kept without a copy (`send_owned` handed back
+/// another buffer).
+fn run_as(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos, owned: bool) -> u64 {
     let mut now = start;
     let mut seg = Vec::new();
+    let mut kept = 0;
     for idx in 0..count {
         sim.deliver_until(now);
         let pkt = big_inner(idx, len_of(idx));
@@ -50,7 +57,11 @@ fn run_as(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos, owned: bool) -> N
         let tx = if owned {
             seg.clear();
             seg.extend_from_slice(&pkt);
+            let before = seg.as_ptr();
             let tx = sim.t[0].send_owned(now, &mut seg, &mut buf);
+            if seg.as_ptr() != before {
+                kept += 1;
+            }
             tx.filter(|tx| sim.t[0].sealer().seal(tx.seal, &mut buf[..tx.len]))
         } else {
             buf[HEADER_LEN..HEADER_LEN + pkt.len()].copy_from_slice(&pkt);
@@ -66,7 +77,7 @@ fn run_as(sim: &mut Sim, start: Nanos, count: u64, gap: Nanos, owned: bool) -> N
         now += gap;
     }
     sim.deliver_until(now + 2000 * MS);
-    now
+    kept
 }
 
 fn datagrams_of(sim: &Sim, ty: PacketType) -> usize {
@@ -128,9 +139,21 @@ fn a_packet_the_ring_keeps_without_a_copy_arrives_whole_and_is_resent() {
     // paths, and lost pieces are resent from that buffer.
     let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
     let mut sim = Sim::with_tunnels(paths, [side(0, true), side(1, true)], 11);
-    run_as(&mut sim, 0, 600, MS, true);
+    let kept = run_as(&mut sim, 0, 600, MS, true);
     assert_all_600_whole(&sim);
     assert_eq!(sim.t[0].drops().get(DropReason::FragmentIncomplete), 0);
+    // Of the 400 packets of several pieces, those that leave at once are
+    // kept by the ring as they are (those that wait, before the session or
+    // in a path's queue, are copied there).
+    assert!(kept >= 390, "{kept} of 400 kept without a copy");
+    // So with QoS on (the default), whose ordered classes take the same
+    // path.
+    let paths = links(&[(5, 2, 0.0), (30, 3, 0.0)]);
+    let qos = |s| config(s, true).qos(QosConfig::standard()).tunnel();
+    let mut sim = Sim::with_tunnels(paths, [qos(0), qos(1)], 11);
+    let kept = run_as(&mut sim, 0, 600, MS, true);
+    assert_all_600_whole(&sim);
+    assert!(kept >= 390, "{kept} of 400 kept without a copy");
     let lossy = links(&[(5, 0, 0.0), (20, 0, 0.03)]);
     let mut sim = Sim::with_tunnels(lossy, [side(0, true), side(1, true)], 5);
     run_as(&mut sim, 0, 600, MS, true);

@@ -81,38 +81,52 @@ impl Tunnel {
     /// Classify and police the inner packet at `buf[HEADER_LEN..][..len]`;
     /// real-time classes are sent here.
     pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
+        match self.classify_inner(now, &buf[HEADER_LEN..HEADER_LEN + len]) {
+            Ok(Some((class, flow))) => Classified::Ordered { class, flow },
+            Ok(None) => Classified::Done(None),
+            Err(class) => {
+                let redundant = self.qos.as_ref().is_some_and(|q| q.is_redundant(class));
+                Classified::Done(self.send_realtime(now, class, redundant, buf, len))
+            }
+        }
+    }
+
+    /// [`Self::classify`]'s classification and policing of `inner`:
+    /// `Ok(Some((class, flow)))` for an ordered class (`flow` its flow
+    /// hash if it was needed already), `Ok(None)` if policed (counted),
+    /// `Err(class)` for a real-time class, which only a packet of one
+    /// datagram can be (larger ones travel in order, as fragments).
+    pub(super) fn classify_inner(
+        &mut self,
+        now: Nanos,
+        inner: &[u8],
+    ) -> Result<Option<(usize, Option<u64>)>, usize> {
         let Some(qos) = self.qos.as_mut() else {
-            return Classified::Ordered {
-                class: 0,
-                flow: None,
-            };
+            return Ok(Some((0, None)));
         };
-        let class = qos.classify(&buf[HEADER_LEN..HEADER_LEN + len]);
+        let len = inner.len();
+        let class = qos.classify(inner);
         if !qos.police(class, now, len) {
             self.drops.add(DropReason::ClassRate);
-            return Classified::Done(None);
+            return Ok(None);
         }
         // A real-time packet too large for one datagram travels in order,
         // as fragments (pieces are reassembled in sequence only).
-        if !qos.is_realtime(class) || len > self.frag.body_max {
-            // The flow hash costs a second look at the headers: only
-            // while the class polices a flow (or for a packet that waits
-            // in the stage, [`Self::stage_packet`]).
-            if !qos.policing(class, now) {
-                return Classified::Ordered { class, flow: None };
-            }
-            let flow = qos.flow(&buf[HEADER_LEN..HEADER_LEN + len]);
-            if !qos.admit(class, flow, now, len) {
-                self.drops.add(DropReason::FlowShare);
-                return Classified::Done(None);
-            }
-            return Classified::Ordered {
-                class,
-                flow: Some(flow),
-            };
+        if qos.is_realtime(class) && len <= self.frag.body_max {
+            return Err(class);
         }
-        let redundant = qos.is_redundant(class);
-        Classified::Done(self.send_realtime(now, class, redundant, buf, len))
+        // The flow hash costs a second look at the headers: only while the
+        // class polices a flow (or for a packet that waits in the stage,
+        // [`Self::stage_packet`]).
+        if !qos.policing(class, now) {
+            return Ok(Some((class, None)));
+        }
+        let flow = qos.flow(inner);
+        if !qos.admit(class, flow, now, len) {
+            self.drops.add(DropReason::FlowShare);
+            return Ok(None);
+        }
+        Ok(Some((class, Some(flow))))
     }
 
     /// The usable path, other than `except`, where a real-time packet of

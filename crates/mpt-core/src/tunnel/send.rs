@@ -210,9 +210,14 @@ impl Tunnel {
     /// without a copy (`pkt` then holds a buffer to build the next packet
     /// in, of any length and content) and only what `buf` must carry now is
     /// copied there (its first piece; the others are cut from the ring). One
-    /// copy of the packet fewer per send than building it in `buf`; in
-    /// every other case it is copied into `buf` and sent as by
-    /// `send_unsealed`. `buf` is as for `send_unsealed`.
+    /// copy of the packet fewer per send than building it in `buf`. With
+    /// QoS on (the default) such a packet is of an ordered class (a
+    /// real-time one travels in order once it is cut) and is classified
+    /// and policed as `send_unsealed` would; if it waits (the QoS stage,
+    /// its path's queue) it is copied there. In every other case (recovery
+    /// off, a packet of one datagram, before the first session) it is
+    /// copied into `buf` and sent as by `send_unsealed`. `buf` is as for
+    /// `send_unsealed`.
     pub fn send_owned(
         &mut self,
         now: Nanos,
@@ -222,13 +227,11 @@ impl Tunnel {
         let len = pkt.len();
         let body_max = self.frag.body_max;
         let owned = self.recovery.is_some()
-            && self.qos.is_none()
             && len > body_max
             && len <= self.mtu
             && buf.len() >= HEADER_LEN + len
             && wire::pieces(len, body_max).is_some()
-            && !self.staging()
-            && !self.stage_busy();
+            && !self.staging();
         if !owned {
             let Some(room) = buf.get_mut(HEADER_LEN..HEADER_LEN + len) else {
                 self.drops.add(DropReason::TooBig);
@@ -240,8 +243,16 @@ impl Tunnel {
         if !self.inner_admitted(pkt) {
             return None;
         }
-        // Without QoS every packet is of class 0, with no flow policed.
-        let path = self.path_now(now, 0, None, pkt)?;
+        // Larger than one datagram: never of a real-time class.
+        let Ok(Some((class_idx, flow))) = self.classify_inner(now, pkt) else {
+            return None;
+        };
+        if self.stage_busy() {
+            self.stage_packet(now, class_idx, flow, pkt);
+            return None;
+        }
+        let class = class_idx as u8;
+        let path = self.path_now(now, class_idx, flow, pkt)?;
         let seq = self.next_tunnel_seq;
         // The first piece alone when the others leave from the ring at the
         // caller's next drain (`emit_first_fragment`); the whole packet
@@ -253,10 +264,10 @@ impl Tunnel {
             wire::piece_range(len, body_max, 0).end
         };
         let r = self.recovery.as_mut()?;
-        r.store_owned(now, seq, 0, pkt);
+        r.store_owned(now, seq, class, pkt);
         let held = r.stored(seq)?;
         buf[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&held[..n]);
-        self.leave_now(now, path, seq, 0, buf, len)
+        self.leave_now(now, path, seq, class, buf, len)
     }
 
     pub(super) fn store_for_recovery(&mut self, now: Nanos, seq: u64, class: u8, pkt: &[u8]) {
