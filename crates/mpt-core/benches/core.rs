@@ -1,5 +1,6 @@
 //! Microbenchmarks of the per-packet work in the core: header codec, AEAD
-//! seal/open per packet size and cipher, reorder buffer, scheduler.
+//! seal/open per packet size and cipher, the internet checksum, reorder
+//! buffer, scheduler.
 //!
 //! Run: `cargo bench -p mpt-core`. Figures are per packet; compare runs on
 //! the same machine only.
@@ -201,9 +202,23 @@ fn concentrator_handshake(c: &mut Criterion) {
     });
 }
 
+/// The internet checksum over a datagram and over a segment of the default
+/// tunnel MTU (the sender sums each segment it cuts from a TSO packet).
+fn checksum(c: &mut Criterion) {
+    let mut g = c.benchmark_group("checksum");
+    for size in [1420usize, 11_440] {
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
+        g.throughput(Throughput::Bytes(size as u64));
+        g.bench_with_input(BenchmarkId::new("sum16", size), &size, |b, _| {
+            b.iter(|| mpt_core::ip::checksum::sum16(black_box(&data), 0))
+        });
+    }
+}
+
 criterion_group!(
     benches,
     header,
+    checksum,
     aead,
     reorder,
     scheduler,

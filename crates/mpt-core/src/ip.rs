@@ -238,14 +238,23 @@ pub mod checksum {
 
     /// One's-complement sum of 16-bit big-endian words, unfolded.
     ///
-    /// Sums 32-bit native-endian words into a 64-bit accumulator (no carry
-    /// can be lost below 2^32 words), folds to 16 bits and swaps to
-    /// big-endian at the end: the one's-complement sum is byte-order
-    /// independent (RFC 1071 §2(B)). `acc` is a big-endian partial sum, as
-    /// returned.
+    /// Sums 64-bit native-endian words into two 128-bit accumulators (two
+    /// add-with-carry chains side by side; no carry can be lost below 2^64
+    /// words), folds to 16 bits and swaps to big-endian at the end: the
+    /// one's-complement sum is byte-order independent and may be taken over
+    /// any word size that is a multiple of 16 bits (RFC 1071 §2(B), (C)).
+    /// `acc` is a big-endian partial sum, as returned.
     pub fn sum16(data: &[u8], acc: u64) -> u64 {
-        let mut wide = 0u64;
-        let mut words = data.chunks_exact(4);
+        let (mut a, mut b) = (0u128, 0u128);
+        let mut pairs = data.chunks_exact(16);
+        for w in &mut pairs {
+            let (x, y) = w.split_at(8);
+            a += u128::from(u64::from_ne_bytes(x.try_into().expect("8 bytes")));
+            b += u128::from(u64::from_ne_bytes(y.try_into().expect("8 bytes")));
+        }
+        // Each folds below 2^34; the 32-bit words after them add below 2^2.
+        let mut wide = quarters(a) + quarters(b);
+        let mut words = pairs.remainder().chunks_exact(4);
         for w in &mut words {
             wide += u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
         }
@@ -264,6 +273,13 @@ pub mod checksum {
             be += u64::from(*last) << 8;
         }
         acc + be
+    }
+
+    /// The sum of a 128-bit accumulator's four 32-bit quarters (the same
+    /// one's-complement sum, below 2^34).
+    fn quarters(x: u128) -> u64 {
+        let m = u128::from(u32::MAX);
+        ((x & m) + ((x >> 32) & m) + ((x >> 64) & m) + (x >> 96)) as u64
     }
 
     /// Reference for [`sum16`]: one 16-bit word at a time.
@@ -348,7 +364,7 @@ mod tests {
         // Deterministic xorshift bytes; every length from 0 to 300 plus MTU
         // sizes, every alignment of the start, and a non-zero carried-in sum.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let data: Vec<u8> = (0..1604)
+        let data: Vec<u8> = (0..65_540)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
@@ -356,7 +372,7 @@ mod tests {
                 x as u8
             })
             .collect();
-        let lens = (0..300).chain([1399, 1400, 1448, 1500, 1599]);
+        let lens = (0..300).chain([1399, 1400, 1448, 1500, 1599, 11_440, 65_535]);
         for len in lens {
             for start in 0..4 {
                 let d = &data[start..start + len];
