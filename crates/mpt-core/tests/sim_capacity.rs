@@ -262,21 +262,12 @@ fn resends_keep_to_the_paths_pacing() {
             .tunnel()
     };
     let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
-    sim.deliver_until(500 * MS);
-    let gap = (PKT as f64 * 8_000.0 / 7.0) as Nanos;
-    let (start, end) = (500 * MS, 6_500 * MS);
-    let mut now = start;
-    let mut idx = 0u64;
-    while now < end {
-        sim.deliver_until(now);
+    let start = 500 * MS;
+    open_loop(&mut sim, 7.0, 6_500 * MS, |sim, now| {
         // Every second the short path loses 60 ms in a row (a radio
         // fade): a train of losses, resent together.
         sim.links[0][0].up = (now - start) % (1_000 * MS) >= 60 * MS;
-        offer(&mut sim, now, idx);
-        idx += 1;
-        sim.pump_control(now);
-        now += gap;
-    }
+    });
     let resent = sim.t[0].recovery_stats().map_or(0, |r| r.retransmitted);
     assert!(resent > 50, "the short path's losses were resent: {resent}");
     // Bytes side 0 put on each link within any 20 ms, after the start:
@@ -307,17 +298,8 @@ fn resends_older_than_any_wait_do_not_starve_the_data() {
             .tunnel()
     };
     let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
-    sim.deliver_until(500 * MS);
-    let gap = (PKT as f64 * 8_000.0 / 10.0) as Nanos;
-    let (start, end) = (500 * MS, 4_500 * MS);
-    let (mut now, mut idx) = (start, 0u64);
-    while now < end {
-        sim.deliver_until(now);
-        offer(&mut sim, now, idx);
-        idx += 1;
-        sim.pump_control(now);
-        now += gap;
-    }
+    let start = 500 * MS;
+    open_loop(&mut sim, 10.0, 4_500 * MS, |_, _| {});
     let r = sim.t[0].recovery_stats().cloned().unwrap_or_default();
     // New data (an index's first departure) side 0 sent from 1.5 s on.
     let mut seen = std::collections::HashSet::new();
@@ -359,11 +341,7 @@ fn most_within(sim: &Sim, link: usize, from: Nanos, window: Nanos) -> usize {
 /// Two paths of 4 Mbit/s (10 and 30 ms), path-aware sending, one-datagram
 /// MTU; side 0 offers `offer_mbit` open loop from 0.5 s to `end`, and
 /// `each(sim, now)` runs before each offer (to change the links).
-fn two_slow_paths_open_loop(
-    offer_mbit: f64,
-    end: Nanos,
-    mut each: impl FnMut(&mut Sim, Nanos),
-) -> Sim {
+fn two_slow_paths_open_loop(offer_mbit: f64, end: Nanos, each: impl FnMut(&mut Sim, Nanos)) -> Sim {
     let links = capacity_links(&[(4.0, 10, 0), (4.0, 30, 0)]);
     let t = |side| {
         TestConfig::new(side, 2)
@@ -372,18 +350,24 @@ fn two_slow_paths_open_loop(
             .tunnel()
     };
     let mut sim = Sim::with_tunnels(links, [t(0), t(1)], 5);
+    open_loop(&mut sim, offer_mbit, end, each);
+    sim
+}
+
+/// Side 0 offers `offer_mbit` open loop from 0.5 s (the tunnel up) to
+/// `end`; `each(sim, now)` runs before each offer (to change the links).
+fn open_loop(sim: &mut Sim, offer_mbit: f64, end: Nanos, mut each: impl FnMut(&mut Sim, Nanos)) {
     sim.deliver_until(500 * MS);
     let gap = (PKT as f64 * 8_000.0 / offer_mbit) as Nanos;
     let (mut now, mut idx) = (500 * MS, 0u64);
     while now < end {
         sim.deliver_until(now);
-        each(&mut sim, now);
-        offer(&mut sim, now, idx);
+        each(sim, now);
+        offer(sim, now, idx);
         idx += 1;
         sim.pump_control(now);
         now += gap;
     }
-    sim
 }
 
 #[test]

@@ -77,10 +77,7 @@ impl Tunnel {
     /// the send queue ([`Tunnel::poll_transmit`] sends it later) or was
     /// dropped (counted).
     pub fn send_unsealed(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Option<Transmit> {
-        if len > self.mtu
-            || buf.len() < HEADER_LEN + len
-            || wire::pieces(len, self.frag.body_max).is_none()
-        {
+        if !self.fits(len, buf.len()) {
             self.drops.add(DropReason::TooBig);
             return None;
         }
@@ -125,6 +122,15 @@ impl Tunnel {
         let seq = self.next_tunnel_seq;
         self.store_for_recovery(now, seq, class, &buf[HEADER_LEN..HEADER_LEN + len]);
         self.leave_now(now, path, seq, class, buf, len)
+    }
+
+    /// Whether an inner packet of `len` bytes may be sent from a buffer of
+    /// `buf_len` (else it is `too_big`): within the tunnel MTU, with room
+    /// for the header, and cut into no more pieces than the wire allows.
+    fn fits(&self, len: usize, buf_len: usize) -> bool {
+        len <= self.mtu
+            && buf_len >= HEADER_LEN + len
+            && wire::pieces(len, self.frag.body_max).is_some()
     }
 
     /// Whether `inner` is an IP packet (else dropped, counted); TCP SYNs
@@ -228,9 +234,7 @@ impl Tunnel {
         let body_max = self.frag.body_max;
         let owned = self.recovery.is_some()
             && len > body_max
-            && len <= self.mtu
-            && buf.len() >= HEADER_LEN + len
-            && wire::pieces(len, body_max).is_some()
+            && self.fits(len, buf.len())
             && !self.staging();
         if !owned {
             let Some(room) = buf.get_mut(HEADER_LEN..HEADER_LEN + len) else {
