@@ -40,6 +40,7 @@ STYLE = {
     "mpt-1w": ("tab:cyan", "P"),
     "mpt-parallel": ("tab:red", "X"),
     "mpt-recover": ("tab:olive", "D"),
+    "mpt-norecover": ("tab:brown", "<"),
 }
 
 

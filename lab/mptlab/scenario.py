@@ -22,7 +22,8 @@ A scenario file::
 
     [run]
     systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel",
-                                          # "mpt-recover", "mpt-wrr" (weights
+                                          # "mpt-recover", "mpt-norecover"
+                                          # (loss recovery off), "mpt-wrr" (weights
                                           # from the link rates), "mpt-noqos"
                                           # (QoS off; the scenario's [qos] text
                                           # is left out), "mpt-noredundant"
@@ -96,6 +97,7 @@ SYSTEMS = (
     "mpt-1w",
     "mpt-parallel",
     "mpt-recover",
+    "mpt-norecover",
     "mpt-wrr",
     "mpt-base",
     "mpt-noqos",

@@ -3,9 +3,10 @@
 * plain  -- link 1 alone, no tunnel: the reference;
 * mpt    -- the mpt tunnel over every link (variants: mpt-insecure without
             encryption, mpt-1w with one worker thread, mpt-parallel with
-            helpers working on every batch, mpt-recover with loss
-            recovery, mpt-base run by the earlier build in $MPT_BASE_BIN
-            for A/B comparisons in one run; see runner.MPT_VARIANTS);
+            helpers working on every batch, mpt-recover and
+            mpt-norecover with loss recovery on and off, mpt-base run by
+            the earlier build in $MPT_BASE_BIN for A/B comparisons in one
+            run; see MPT_VARIANTS);
 * mptcp  -- the kernel's Multipath TCP: B announces its address on every
             link (ADD_ADDR), A opens one subflow per link; applications are
             run under `mptcpize`;
@@ -189,6 +190,8 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-1w": {"workers": 1},
     "mpt-parallel": {"parallel": "always"},
     "mpt-recover": {"extra": "[reorder]\nrecover = true"},
+    # Loss recovery off: what the recovery ring's copies cost.
+    "mpt-norecover": {"extra": "[reorder]\nrecover = false"},
     # Static weights from the emulated link rates: today's weighted
     # round-robin with knowledge a user lacks, for comparison only.
     "mpt-wrr": {"weights": True},
