@@ -61,6 +61,18 @@ pub(super) enum Classified {
     Ordered { class: usize, flow: Option<u64> },
 }
 
+/// What [`Tunnel::classify_inner`] made of an inner packet.
+pub(super) enum Verdict {
+    /// An ordered class: `class` for the header, `flow` its flow hash if
+    /// it was needed already.
+    Ordered { class: usize, flow: Option<u64> },
+    /// Dropped at the input by the class's or the flow's policer (counted).
+    Policed,
+    /// A real-time class, which only a packet of one datagram can be
+    /// (larger ones travel in order, as fragments).
+    Realtime(usize),
+}
+
 /// The QoS flow hash's key, from the tunnel's seed.
 pub(super) fn qos_key(seed: &[u8; 32]) -> u64 {
     let mut k = [0u8; 8];
@@ -82,51 +94,49 @@ impl Tunnel {
     /// real-time classes are sent here.
     pub(super) fn classify(&mut self, now: Nanos, buf: &mut [u8], len: usize) -> Classified {
         match self.classify_inner(now, &buf[HEADER_LEN..HEADER_LEN + len]) {
-            Ok(Some((class, flow))) => Classified::Ordered { class, flow },
-            Ok(None) => Classified::Done(None),
-            Err(class) => {
+            Verdict::Ordered { class, flow } => Classified::Ordered { class, flow },
+            Verdict::Policed => Classified::Done(None),
+            Verdict::Realtime(class) => {
                 let redundant = self.qos.as_ref().is_some_and(|q| q.is_redundant(class));
                 Classified::Done(self.send_realtime(now, class, redundant, buf, len))
             }
         }
     }
 
-    /// [`Self::classify`]'s classification and policing of `inner`:
-    /// `Ok(Some((class, flow)))` for an ordered class (`flow` its flow
-    /// hash if it was needed already), `Ok(None)` if policed (counted),
-    /// `Err(class)` for a real-time class, which only a packet of one
-    /// datagram can be (larger ones travel in order, as fragments).
-    pub(super) fn classify_inner(
-        &mut self,
-        now: Nanos,
-        inner: &[u8],
-    ) -> Result<Option<(usize, Option<u64>)>, usize> {
+    /// [`Self::classify`]'s classification and policing of `inner`.
+    pub(super) fn classify_inner(&mut self, now: Nanos, inner: &[u8]) -> Verdict {
         let Some(qos) = self.qos.as_mut() else {
-            return Ok(Some((0, None)));
+            return Verdict::Ordered {
+                class: 0,
+                flow: None,
+            };
         };
         let len = inner.len();
         let class = qos.classify(inner);
         if !qos.police(class, now, len) {
             self.drops.add(DropReason::ClassRate);
-            return Ok(None);
+            return Verdict::Policed;
         }
         // A real-time packet too large for one datagram travels in order,
         // as fragments (pieces are reassembled in sequence only).
         if qos.is_realtime(class) && len <= self.frag.body_max {
-            return Err(class);
+            return Verdict::Realtime(class);
         }
         // The flow hash costs a second look at the headers: only while the
         // class polices a flow (or for a packet that waits in the stage,
         // [`Self::stage_packet`]).
         if !qos.policing(class, now) {
-            return Ok(Some((class, None)));
+            return Verdict::Ordered { class, flow: None };
         }
         let flow = qos.flow(inner);
         if !qos.admit(class, flow, now, len) {
             self.drops.add(DropReason::FlowShare);
-            return Ok(None);
+            return Verdict::Policed;
         }
-        Ok(Some((class, Some(flow))))
+        Verdict::Ordered {
+            class,
+            flow: Some(flow),
+        }
     }
 
     /// The usable path, other than `except`, where a real-time packet of

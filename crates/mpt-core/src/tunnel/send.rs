@@ -248,7 +248,11 @@ impl Tunnel {
             return None;
         }
         // Larger than one datagram: never of a real-time class.
-        let Ok(Some((class_idx, flow))) = self.classify_inner(now, pkt) else {
+        let super::qos::Verdict::Ordered {
+            class: class_idx,
+            flow,
+        } = self.classify_inner(now, pkt)
+        else {
             return None;
         };
         if self.stage_busy() {
