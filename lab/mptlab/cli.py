@@ -266,6 +266,30 @@ def cmd_matrix_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_timeline(args: argparse.Namespace) -> int:
+    """Print the per-path timelines a run recorded (`run.timeline = true`)."""
+    from .timeline import render
+
+    raw = Path(args.results) / "raw.json"
+    try:
+        doc = json.loads(raw.read_text())
+    except (OSError, ValueError) as e:
+        print(f"mptlab timeline: {raw}: {e}", file=sys.stderr)
+        return 2
+    shown = 0
+    for p in doc.get("points", []):
+        tl = (p.get("details") or {}).get("paths_timeline")
+        if not tl:
+            continue
+        print(f"== {p.get('system')} {p.get('ip')} N={p.get('links')} {p.get('traffic')}")
+        print(render(tl))
+        shown += 1
+    if not shown:
+        print(f"mptlab timeline: {raw}: no timeline (run with run.timeline=true)", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from .trace import generate, parse
 
@@ -316,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     bn = sub.add_parser("bench", help="run the core microbenchmarks (criterion)")
     bn.add_argument("--out", default="results/bench")
     bn.set_defaults(func=cmd_bench)
+    tl = sub.add_parser("timeline", help="print the per-path timelines of a results directory")
+    tl.add_argument("results")
+    tl.set_defaults(func=cmd_timeline)
     rp = sub.add_parser("report", help="write docs/results.md from results directories")
     rp.add_argument("results", nargs="+")
     rp.add_argument("--out", default="docs/results.md")

@@ -34,7 +34,8 @@ from .repeats import merge_repeats
 from .scenario import Scenario
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
 from .systems import MPT_VARIANTS, without_qos
-from .trace import offered_mbit, transfer_stall_s
+from .timeline import StatusSampler, add_offered
+from .trace import link_offered_mbit, offered_mbit, transfer_stall_s
 from .traffic import http_download, iperf3, receiver_details
 
 MPT_HEADER = 24
@@ -81,6 +82,16 @@ def label_ip(ip: str) -> str:
 def _ip(combo: str) -> tuple[int, int]:
     t, p = combo.split("in")
     return int(t), int(p)
+
+
+def _link_offered(topo: Any, shapes: list[Any]) -> Any:
+    """`offered(link, from_ns, to_ns)` for a timeline: what a trace link
+    offered then (None for a fixed link or beyond the links)."""
+
+    def offered(i: int, a: int, b: int) -> float | None:
+        return link_offered_mbit(topo, shapes[i], a, b) if i < len(shapes) else None
+
+    return offered
 
 
 def udp_payload_for(
@@ -174,6 +185,7 @@ class Runner:
             shapers_before = topo.shaper_counters()
             sides = {"a": topo.a, "b": topo.b}
             sampler = CpuSampler(target.pids, namespaces=sides).start()
+            paths = StatusSampler(target.peers[0]).start() if sc.timeline and target.peers else None
             try:
                 if point.traffic == "tcp":
                     if sc.events and point.system != "plain":
@@ -279,6 +291,10 @@ class Runner:
                         d["bulk_tcp_mbps"] = bulk_mbps
             finally:
                 cpu = sampler.stop()
+                if paths is not None:
+                    d["paths_timeline"] = add_offered(
+                        paths.stop(), _link_offered(topo, sc.shapes_for(point.links))
+                    )
             d["bottleneck"] = shaper_delta(shapers_before, topo.shaper_counters())
             results.append(mbps)
             if traced:

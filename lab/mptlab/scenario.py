@@ -47,6 +47,8 @@ A scenario file::
     udp_load = 0.85           # optional: UDP payload rate as a share of the links' sum
     warm_tunnel = false       # true: all repeats on one tunnel; by default each
                               # repeat brings the system up afresh (first transfers)
+    timeline = false          # true: mpt's sender polled every 0.2 s during each
+                              # transfer, per path (lab/mptlab/timeline.py)
 
     [mpt]                     # optional
     extra = "..."             # configuration text added to both daemons' files
@@ -156,6 +158,7 @@ RUN_KEYS = {
     "mix_streams",
     "udp_load",
     "warm_tunnel",
+    "timeline",
 }
 
 
@@ -212,6 +215,7 @@ class Scenario:
     # Repeats on one tunnel (the paths' capacities learned by the first);
     # by default each repeat gets a fresh tunnel, as a user's transfer.
     warm_tunnel: bool = False
+    timeline: bool = False
     events: list[Event] = field(default_factory=list)
     hook_up: str | None = None
     hook_down: str | None = None
@@ -419,6 +423,7 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         lans=_flag(f"{source}: topology.lans", topo.get("lans", False)),
         udp_load=None if run.get("udp_load") is None else float(run["udp_load"]),
         warm_tunnel=_flag(f"{source}: run.warm_tunnel", run.get("warm_tunnel", False)),
+        timeline=_flag(f"{source}: run.timeline", run.get("timeline", False)),
         events=events,
         hook_up=hook.get("up"),
         hook_down=hook.get("down"),
@@ -464,6 +469,10 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
 def _coerce(v: str) -> Any:
     if "," in v:
         return [_coerce(x) for x in v.split(",") if x]
+    if v in ("true", "false"):
+        # TOML's booleans (`run.warm_tunnel=true`): a string "true" was
+        # refused as not a boolean.
+        return v == "true"
     for conv in (int, float):
         try:
             return conv(v)

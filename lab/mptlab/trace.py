@@ -153,6 +153,17 @@ def offered_mbit(topo: Any, shapes: list[Any], t_from_ns: int, t_to_ns: int, sys
     return total
 
 
+def link_offered_mbit(topo: Any, shape: Any, t_from_ns: int, t_to_ns: int) -> float | None:
+    """What one trace-driven link offered A to B between two monotonic
+    times, Mbit/s (as `offered_mbit`); None for a link of fixed rate."""
+    if not shape.trace:
+        return None
+    t0 = topo.emulator_t0_ns or t_from_ns
+    a, b = (t_from_ns - t0) / 1e9, (t_to_ns - t0) / 1e9
+    bits = load_trace(Path(shape.trace)).offered_bits(shape.trace_start_s * 1000, a, b)
+    return bits / max(b - a, 1e-9) / 1e6
+
+
 def longest_stall_s(
     spans: list[dict[str, float]],
     offered_mbps: Callable[[float, float], float],

@@ -211,3 +211,14 @@ def test_link_switches_must_be_booleans() -> None:
         scenario.parse(data, "x.toml")
     ok = scenario.parse({**data, "topology": {"link": [{"rate_mbit": 10, "wmm": True}]}}, "x")
     assert ok.shapes_for(1)[0].wmm is True
+
+
+def test_boolean_overrides_are_booleans() -> None:
+    # `run.warm_tunnel=true` was refused: the override's "true" stayed a
+    # string, and the switches take booleans only.
+    sc = scenario.load("wifi-lte", ["run.warm_tunnel=true", "timeline=true"])
+    assert sc.warm_tunnel is True and sc.timeline is True
+    sc = scenario.load("wifi-lte", ["warm_tunnel=false"])
+    assert sc.warm_tunnel is False and sc.timeline is False
+    with pytest.raises(scenario.ScenarioError, match="timeline"):
+        scenario.load("wifi-lte", ["timeline=1"])

@@ -32,14 +32,35 @@ fn lab_trace(name: &str) -> String {
 fn tcp_share(links: &[TraceSpec], secs: u64, seed: u64) -> (f64, f64) {
     let mut sim = trace_sim(links, seed);
     let mbit = tcp_flow(&mut sim, PKT, 10, secs);
+    if std::env::var("SIM_REORDER").is_ok() {
+        let st = sim.t[1].status((600 + secs * 1_000) * MS);
+        let r = st.recovery.clone().unwrap_or_default();
+        println!(
+            "  lost {} late {} policy {} timeout {} margin {} | asked {} path {} recovered {} gave_up {} answer {} wait {} expired {}",
+            st.reorder.stats.lost,
+            st.reorder.stats.late_delivered,
+            st.reorder.stats.policy_releases,
+            st.reorder.stats.timeout_releases,
+            st.reorder.late_margin_ms,
+            r.gaps_requested,
+            r.path_losses_requested,
+            r.recovered,
+            r.gave_up,
+            r.answer_ms,
+            r.answer_wait_ms,
+            sim.t[0].status((600 + secs * 1_000) * MS).recovery.map_or(0, |r| r.resends_expired)
+        );
+    }
     // tcp_flow measures from 2.5 s to its end.
     let (from, to) = (2_500 * MS, (500 + secs * 1_000) * MS);
     let offered_mbit = offered(&sim, from, to) as f64 * 8.0 / ((to - from) as f64 / 1e9) / 1e6;
     (mbit / offered_mbit, mbit)
 }
 
-/// A tunnel pair (path-aware sending, recovery on) over trace links of
-/// (down, up, delay ms, queue ms, start s).
+/// A tunnel pair (path-aware sending, recovery on, the daemon's default
+/// reorder `max_delay_ms` of 100, or `SIM_MAX_DELAY_MS`) over trace links
+/// of (down, up, delay ms, queue ms, start s). `SIM_REORDER=1` prints the
+/// receiver's reorder and recovery counters after each TCP-like flow.
 fn trace_sim(links: &[TraceSpec], seed: u64) -> Sim {
     let n = links.len();
     let sim_links: Vec<Link> = links
@@ -53,7 +74,17 @@ fn trace_sim(links: &[TraceSpec], seed: u64) -> Sim {
             queue_ns: 0,
         })
         .collect();
-    let cfg = |side| TestConfig::new(side, n).ecf().recover(true).tunnel();
+    let max_delay_ms: u64 = std::env::var("SIM_MAX_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let cfg = |side| {
+        TestConfig::new(side, n)
+            .ecf()
+            .recover(true)
+            .reorder(4096, max_delay_ms * MS)
+            .tunnel()
+    };
     let mut sim = Sim::with_tunnels(sim_links, [cfg(0), cfg(1)], seed);
     for (i, l) in links.iter().enumerate() {
         let start: Nanos = l.4 * 1_000 * MS;

@@ -1,0 +1,136 @@
+"""A sender's paths over time: `mpt status --json` polled during a transfer.
+
+With `run.timeline = true` (or the override `run.timeline=true`) every mpt
+transfer records, every `interval` seconds, each path of the sending daemon:
+its state, the rate its controller paces at, the controller's state and
+queueing estimate, the one-way delay the peer reports, and the Mbit/s the
+path sent over the interval (from its byte counter). It lands in raw.json
+under `details.paths_timeline`, and `mptlab timeline RESULTS` prints it beside
+what each trace offered, so that a shortfall can be placed: a path paced
+below what its link offered, a queue that the controller drains, a path
+that was down.
+
+Invariants: the sampler only reads (one `mpt status` per interval, through
+the daemon's control socket); a status that fails is skipped, never
+raised; `stop` joins the thread, so no poll outlives the transfer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class _Peer(Protocol):
+    def status(self) -> dict[str, Any]: ...
+
+
+def path_row(p: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one path of a status document that the timeline keeps."""
+    s = p.get("sending") or {}
+    return {
+        "name": p.get("name"),
+        "state": p.get("state"),
+        "tx_bytes": p.get("tx_bytes", 0),
+        "pacing_mbps": s.get("pacing_mbps"),
+        "control": s.get("control"),
+        "queueing_ms": s.get("queueing_ms"),
+        "delivered_mbps": s.get("delivered_mbps"),
+        "rtt_ms": p.get("rtt_ms"),
+    }
+
+
+def rows_with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each sample after the first with every path's `sent_mbps` over the
+    interval before it (from the byte counters; a counter that went back,
+    as after a restart, gives none)."""
+    out = []
+    for prev, cur in zip(samples, samples[1:], strict=False):
+        dt = cur["t"] - prev["t"]
+        paths = []
+        for i, p in enumerate(cur["paths"]):
+            q = prev["paths"][i] if i < len(prev["paths"]) else None
+            sent = None
+            if q is not None and dt > 0 and p["tx_bytes"] >= q["tx_bytes"]:
+                sent = round((p["tx_bytes"] - q["tx_bytes"]) * 8 / dt / 1e6, 3)
+            paths.append({**p, "sent_mbps": sent})
+        out.append({"t": cur["t"], "from_ns": prev["t_ns"], "to_ns": cur["t_ns"], "paths": paths})
+    return out
+
+
+class StatusSampler:
+    """Polls `peer.status()` every `interval` s on a thread of its own."""
+
+    def __init__(self, peer: _Peer, interval: float = 0.2):
+        self.peer = peer
+        self.interval = interval
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> StatusSampler:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        while True:
+            try:
+                doc = self.peer.status()
+            except Exception:  # noqa: BLE001 - a failed poll is a gap, not an error
+                doc = None
+            if doc is not None:
+                self.samples.append(
+                    {
+                        "t": round(time.monotonic() - t0, 3),
+                        "t_ns": time.monotonic_ns(),
+                        "paths": [path_row(p) for p in doc.get("paths", [])],
+                    }
+                )
+            if self._stop.wait(self.interval):
+                return
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop polling; the samples with each path's rate over its interval."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return rows_with_rates(self.samples)
+
+
+def add_offered(
+    timeline: list[dict[str, Any]], offered: Callable[[int, int, int], float | None]
+) -> list[dict[str, Any]]:
+    """Each path of each row with `offered_mbps`: what its link offered
+    over the row's interval (`offered(link, from_ns, to_ns)`; None for a
+    link of fixed rate, or beyond the links)."""
+    for row in timeline:
+        for i, p in enumerate(row["paths"]):
+            v = offered(i, row["from_ns"], row["to_ns"])
+            p["offered_mbps"] = None if v is None else round(v, 3)
+    return timeline
+
+
+def render(timeline: list[dict[str, Any]]) -> str:
+    """One line per sample: per path its state, controller state, pacing
+    rate, queueing, what it sent and what its link offered (a trace's)."""
+    lines = []
+    for row in timeline:
+        cells = [f"{row['t']:6.2f}s"]
+        for p in row["paths"]:
+            sent = p.get("sent_mbps")
+            cell = (
+                f"{(p.get('state') or '?')[:4]:4} {(p.get('control') or '-')[:7]:7}"
+                f" paced {_f(p.get('pacing_mbps'))} q {_f(p.get('queueing_ms'))}"
+                f" sent {_f(sent)}"
+            )
+            if p.get("offered_mbps") is not None:
+                cell += f" offered {_f(p['offered_mbps'])}"
+            cells.append(cell)
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def _f(v: float | None) -> str:
+    return "    -" if v is None else f"{v:5.1f}"
