@@ -47,6 +47,13 @@
 //!   of the mean delivery rate measured while the queue stood since the
 //!   last cut (BBR's Drain ends at the estimated bandwidth too), and a
 //!   congestion loss at a full buffer counts as such a cut;
+//! * a path that came back from two dips (its delivery rate fell below
+//!   [`DIP_SHARE`] of its rate before a drain, then rose to
+//!   [`COMEBACK_SHARE`] of it) within [`COMEBACK_MEMORY_NS`] is a radio
+//!   link: a drain ends there at no less than [`RESUME_RADIO_SHARE`] of
+//!   its highest recent delivery rate (from the dip's rate, the step took
+//!   seconds to climb back on the recorded Verizon trace). A capacity
+//!   dropped for good never comes back, and is followed as before;
 //! * above the target while the pacer held nothing back and the queue
 //!   grew by less than the target over the sample, the queue is not of
 //!   our making (another sender's, or a radio link's jitter) and a cut
@@ -174,6 +181,14 @@ pub struct TargetDelay {
     draining: bool,
     drain_sum_bps: u64,
     drain_samples: u64,
+    /// A radio link's dips: the highest delivery rate of the last
+    /// [`BW_WINDOW_NS`] when the last drain began (0: none pending), and
+    /// the times the delivery rate came back to [`COMEBACK_SHARE`] of it
+    /// after a drain (the newest last).
+    drained_from_bps: u64,
+    /// The lowest delivery rate since then.
+    dip_bps: u64,
+    comebacks: [Option<Nanos>; COMEBACKS_FOR_RADIO],
     /// Since when every sample found the pacer holding packets back (the
     /// start of the first such sample's interval; `None`: the last one
     /// did not).
@@ -208,6 +223,9 @@ impl Default for TargetDelay {
             draining: false,
             drain_sum_bps: 0,
             drain_samples: 0,
+            drained_from_bps: 0,
+            dip_bps: 0,
+            comebacks: [None; COMEBACKS_FOR_RADIO],
             limited_since: None,
             recent: [(0, 0, 0); RECENT_SAMPLES],
             recent_next: 0,
@@ -231,10 +249,41 @@ impl TargetDelay {
     /// A cut to drain a standing queue: the capacity is measured afresh
     /// from it on (the samples before the last cut may predate a drop of
     /// the capacity: 100 → 10 Mbit/s resumed at twice the new one).
-    fn start_drain(&mut self) {
+    fn start_drain(&mut self, now: Nanos) {
         self.draining = true;
         self.drain_sum_bps = 0;
         self.drain_samples = 0;
+        if self.drained_from_bps == 0 {
+            self.drained_from_bps = self.delivered_max.get(now).unwrap_or(0) as u64;
+            self.dip_bps = u64::MAX;
+        }
+    }
+
+    /// A delivery rate back at [`COMEBACK_SHARE`] of what the path carried
+    /// before its last drain, after it fell below [`DIP_SHARE`] of that,
+    /// is a comeback: the capacity had dipped, not dropped (a drain on a
+    /// steady link delivers the link's rate throughout, and is no dip).
+    fn note_comeback(&mut self, now: Nanos, sample: u64) {
+        let from = self.drained_from_bps;
+        if from == 0 {
+            return;
+        }
+        self.dip_bps = self.dip_bps.min(sample);
+        let dipped = (self.dip_bps as f64) < from as f64 * DIP_SHARE;
+        if dipped && !self.draining && sample as f64 >= from as f64 * COMEBACK_SHARE {
+            self.comebacks.rotate_left(1);
+            self.comebacks[COMEBACKS_FOR_RADIO - 1] = Some(now);
+            self.drained_from_bps = 0;
+        }
+    }
+
+    /// The path came back from [`COMEBACKS_FOR_RADIO`] dips within
+    /// [`COMEBACK_MEMORY_NS`]: a radio link, whose capacity returns after
+    /// a dip as suddenly as it went.
+    fn dips_come_back(&self, now: Nanos) -> bool {
+        self.comebacks
+            .iter()
+            .all(|c| c.is_some_and(|t| now < t + COMEBACK_MEMORY_NS))
     }
 
     /// What the sample says of the path: whether a queue above the target
@@ -341,6 +390,7 @@ impl RateControl for TargetDelay {
         let capacity = sample.max(self.prev_sample);
         self.prev_sample = sample;
         self.delivered_max.update(now, sample as i64);
+        self.note_comeback(now, sample);
         let loss_gap = rtt_min.unwrap_or(0).max(LOSS_CUT_MIN_NS);
         let Judgement {
             ours,
@@ -374,7 +424,7 @@ impl RateControl for TargetDelay {
             self.loss_cut_at = Some(now);
             // Losses at a full buffer: the cut drains it, and ends with it.
             if q > target {
-                self.start_drain();
+                self.start_drain(now);
             }
             self.step = STEP_MIN;
             self.cuts += 1;
@@ -412,7 +462,7 @@ impl RateControl for TargetDelay {
                 };
                 self.cuts += 1;
                 self.drained_at = Some(now);
-                self.start_drain();
+                self.start_drain(now);
             }
             self.step = STEP_MIN;
             self.state = "drain";
@@ -425,6 +475,14 @@ impl RateControl for TargetDelay {
                 // queue near the target, that took seconds).
                 if let Some(mean) = self.drain_sum_bps.checked_div(self.drain_samples) {
                     self.rate = self.rate.max((mean as f64 * RESUME_SHARE) as u64);
+                }
+                // On a radio link the capacity comes back after a dip: from
+                // the floor a dip drove the rate to, the normal step took
+                // seconds to climb back while the link offered three times
+                // the rate (the recorded Verizon trace).
+                if self.dips_come_back(now) {
+                    let shown = self.delivered_max.get(now).unwrap_or(0) as f64;
+                    self.rate = self.rate.max((shown * RESUME_RADIO_SHARE) as u64);
                 }
             }
             let off = (target - q) as f64 / target as f64;

@@ -53,6 +53,18 @@ pub const REALTIME_HEADROOM: f64 = 0.95;
 /// (tuning knob: that measurement reads bursts as a few percent more than
 /// the link carries).
 pub const RESUME_SHARE: f64 = 0.95;
+/// A radio link's dips (tuning knobs): a delivery rate that fell below
+/// `DIP_SHARE` of the highest of the [`BW_WINDOW_NS`] before a drain and
+/// came back to `COMEBACK_SHARE` of it is a comeback; after `COMEBACKS_FOR_RADIO` of them within
+/// `COMEBACK_MEMORY_NS`, a drain ends at no less than
+/// `RESUME_RADIO_SHARE` of that window's highest delivery rate. A wired
+/// link whose capacity dropped for good never comes back, and follows the
+/// drop as before.
+pub const DIP_SHARE: f64 = 0.5;
+pub const COMEBACK_SHARE: f64 = 0.7;
+pub const COMEBACKS_FOR_RADIO: usize = 2;
+pub const COMEBACK_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
+pub const RESUME_RADIO_SHARE: f64 = 0.7;
 /// Time over which a queue above the target is drained (tuning knob).
 pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
 /// Share of the rate kept after a congestion loss (tuning knob; BBRv2's
