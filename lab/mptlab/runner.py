@@ -37,15 +37,8 @@ from .systems import MPT_VARIANTS, without_qos
 from .timeline import StatusSampler, add_offered
 from .trace import link_offered_mbit, offered_mbit, transfer_stall_s
 from .traffic import http_download, iperf3, receiver_details
+from .wiresize import UDP_IP, udp_payload_for, udp_wire_bytes
 
-MPT_HEADER = 24
-# UDP datagrams are sized for the 36-byte header of wire version 3, so that
-# an A/B run against a previous build (`mpt-base`) sends the same datagrams
-# to both without fragmenting either.
-MPT_HEADER_ROOM = 36
-AEAD_TAG = 16
-UDP_IP = {4: 28, 6: 48}
-ETHERNET = 14
 # "voip-load": the UDP load beside the VoIP stream, as a share of the links'
 # sum (below capacity: no standing queue, only the links' own delay under
 # packet load), and its payload.
@@ -92,33 +85,6 @@ def _link_offered(topo: Any, shapes: list[Any]) -> Any:
         return link_offered_mbit(topo, shapes[i], a, b) if i < len(shapes) else None
 
     return offered
-
-
-def udp_payload_for(
-    wanted: int, system: str, tunnel_v: int, path_v: int, mtu: int | None = None
-) -> int:
-    """The scenario's UDP payload, reduced so that one datagram fits the
-    tunnel MTU (1500 minus the encapsulation of the path's IP version; a
-    hook's own `mtu` when known) or the plain link's 1500 bytes: no IP
-    fragmentation in any combination."""
-    if mtu:
-        return min(wanted, mtu - UDP_IP[tunnel_v])
-    tunnelled = system.startswith("mpt") and system != "mptcp"
-    if tunnelled:
-        tag = 0 if system == "mpt-insecure" else AEAD_TAG
-        mtu = 1500 - (UDP_IP[path_v] + MPT_HEADER_ROOM + tag)
-        return min(wanted, mtu - UDP_IP[tunnel_v])
-    return min(wanted, 1500 - UDP_IP[path_v])
-
-
-def udp_wire_bytes(payload: int, system: str, tunnel_v: int, path_v: int) -> int:
-    """Bytes one UDP datagram of `payload` costs on a shaped veth link."""
-    tunnelled = system.startswith("mpt") and system != "mptcp"
-    inner = payload + UDP_IP[tunnel_v if tunnelled else path_v]
-    if tunnelled:
-        tag = 0 if system == "mpt-insecure" else AEAD_TAG
-        return inner + MPT_HEADER + tag + UDP_IP[path_v] + ETHERNET
-    return inner + ETHERNET
 
 
 # Socket buffers of iperf3's UDP sender and receiver (-w): the defaults

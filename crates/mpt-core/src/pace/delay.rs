@@ -120,6 +120,8 @@
 use super::{RateControl, RateSample};
 use crate::estimate::Windowed;
 use crate::Nanos;
+#[path = "delay_dips.rs"]
+mod dips;
 #[path = "delay_knobs.rs"]
 mod knobs;
 pub use knobs::*;
@@ -257,33 +259,6 @@ impl TargetDelay {
             self.drained_from_bps = self.delivered_max.get(now).unwrap_or(0) as u64;
             self.dip_bps = u64::MAX;
         }
-    }
-
-    /// A delivery rate back at [`COMEBACK_SHARE`] of what the path carried
-    /// before its last drain, after it fell below [`DIP_SHARE`] of that,
-    /// is a comeback: the capacity had dipped, not dropped (a drain on a
-    /// steady link delivers the link's rate throughout, and is no dip).
-    fn note_comeback(&mut self, now: Nanos, sample: u64) {
-        let from = self.drained_from_bps;
-        if from == 0 {
-            return;
-        }
-        self.dip_bps = self.dip_bps.min(sample);
-        let dipped = (self.dip_bps as f64) < from as f64 * DIP_SHARE;
-        if dipped && !self.draining && sample as f64 >= from as f64 * COMEBACK_SHARE {
-            self.comebacks.rotate_left(1);
-            self.comebacks[COMEBACKS_FOR_RADIO - 1] = Some(now);
-            self.drained_from_bps = 0;
-        }
-    }
-
-    /// The path came back from [`COMEBACKS_FOR_RADIO`] dips within
-    /// [`COMEBACK_MEMORY_NS`]: a radio link, whose capacity returns after
-    /// a dip as suddenly as it went.
-    fn dips_come_back(&self, now: Nanos) -> bool {
-        self.comebacks
-            .iter()
-            .all(|c| c.is_some_and(|t| now < t + COMEBACK_MEMORY_NS))
     }
 
     /// What the sample says of the path: whether a queue above the target

@@ -1,0 +1,39 @@
+//! A radio link's dips, for [`super::TargetDelay`]: whether the path's
+//! capacity came back after it dipped (a radio link) or dropped for good.
+//!
+//! Invariants: `drained_from_bps` is 0 unless a drain began and its dip
+//! has not come back yet; `comebacks` holds the latest comeback times,
+//! oldest first; nothing here changes the rate.
+
+use super::knobs::{COMEBACKS_FOR_RADIO, COMEBACK_MEMORY_NS, COMEBACK_SHARE, DIP_SHARE};
+use super::TargetDelay;
+use crate::Nanos;
+
+impl TargetDelay {
+    /// A delivery rate back at [`COMEBACK_SHARE`] of what the path carried
+    /// before its last drain, after it fell below [`DIP_SHARE`] of that,
+    /// is a comeback: the capacity had dipped, not dropped (a drain on a
+    /// steady link delivers the link's rate throughout, and is no dip).
+    pub(super) fn note_comeback(&mut self, now: Nanos, sample: u64) {
+        let from = self.drained_from_bps;
+        if from == 0 {
+            return;
+        }
+        self.dip_bps = self.dip_bps.min(sample);
+        let dipped = (self.dip_bps as f64) < from as f64 * DIP_SHARE;
+        if dipped && !self.draining && sample as f64 >= from as f64 * COMEBACK_SHARE {
+            self.comebacks.rotate_left(1);
+            self.comebacks[COMEBACKS_FOR_RADIO - 1] = Some(now);
+            self.drained_from_bps = 0;
+        }
+    }
+
+    /// The path came back from [`COMEBACKS_FOR_RADIO`] dips within
+    /// [`COMEBACK_MEMORY_NS`]: a radio link, whose capacity returns after
+    /// a dip as suddenly as it went.
+    pub(super) fn dips_come_back(&self, now: Nanos) -> bool {
+        self.comebacks
+            .iter()
+            .all(|c| c.is_some_and(|t| now < t + COMEBACK_MEMORY_NS))
+    }
+}
