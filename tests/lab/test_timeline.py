@@ -76,3 +76,19 @@ def test_offered_is_added_per_path_and_rendered() -> None:
     assert rows[0]["paths"][1]["offered_mbps"] is None
     line = render(rows)
     assert "sent   3.5 offered   6.0" in line and line.count("offered") == 1
+
+
+def test_a_path_that_stalled_in_an_interval_is_marked() -> None:
+    from mptlab.timeline import rows_with_rates
+
+    def sample(t: float, stalls: int) -> dict:
+        doc = _doc([1000, 1000])
+        doc["paths"][1]["stalls"] = stalls
+        return {"t": t, "t_ns": int(t * 1e9), "paths": [path_row(p) for p in doc["paths"]]}
+
+    rows = rows_with_rates([sample(0.0, 0), sample(0.2, 0), sample(0.4, 1)])
+    assert [r["paths"][1]["stalled_now"] for r in rows] == [False, True]
+    assert [r["paths"][0]["stalled_now"] for r in rows] == [False, False]
+    text = render(rows)
+    assert text.splitlines()[1].endswith("STALL")
+    assert "STALL" not in text.splitlines()[0]
