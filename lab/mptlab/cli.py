@@ -278,11 +278,16 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         return 2
     shown = 0
     for p in doc.get("points", []):
-        tl = (p.get("details") or {}).get("paths_timeline")
+        det = p.get("details") or {}
+        tl = det.get("paths_timeline")
         if not tl:
             continue
         print(f"== {p.get('system')} {p.get('ip')} N={p.get('links')} {p.get('traffic')}")
         print(render(tl))
+        back = det.get("paths_timeline_back")
+        if back:
+            print("-- the receiver's paths (the reverse direction: ACKs)")
+            print(render(back))
         shown += 1
     if not shown:
         print(f"mptlab timeline: {raw}: no timeline (run with run.timeline=true)", file=sys.stderr)

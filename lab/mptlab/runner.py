@@ -152,6 +152,13 @@ class Runner:
             sides = {"a": topo.a, "b": topo.b}
             sampler = CpuSampler(target.pids, namespaces=sides).start()
             paths = StatusSampler(target.peers[0]).start() if sc.timeline and target.peers else None
+            # The receiver's side: where the reverse direction (the inner
+            # TCP's ACKs) goes, and whether its paths stall.
+            back = (
+                StatusSampler(target.peers[1]).start()
+                if sc.timeline and len(target.peers) > 1
+                else None
+            )
             try:
                 if point.traffic == "tcp":
                     if sc.events and point.system != "plain":
@@ -261,6 +268,8 @@ class Runner:
                     d["paths_timeline"] = add_offered(
                         paths.stop(), _link_offered(topo, sc.shapes_for(point.links))
                     )
+                if back is not None:
+                    d["paths_timeline_back"] = back.stop()
             d["bottleneck"] = shaper_delta(shapers_before, topo.shaper_counters())
             results.append(mbps)
             if traced:

@@ -39,6 +39,7 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
         "queueing_ms": s.get("queueing_ms"),
         "delivered_mbps": s.get("delivered_mbps"),
         "rtt_ms": p.get("rtt_ms"),
+        "stalls": p.get("stalls", 0),
     }
 
 
@@ -55,7 +56,8 @@ def rows_with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
             sent = None
             if q is not None and dt > 0 and p["tx_bytes"] >= q["tx_bytes"]:
                 sent = round((p["tx_bytes"] - q["tx_bytes"]) * 8 / dt / 1e6, 3)
-            paths.append({**p, "sent_mbps": sent})
+            stalled = q is not None and (p.get("stalls") or 0) > (q.get("stalls") or 0)
+            paths.append({**p, "sent_mbps": sent, "stalled_now": stalled})
         out.append({"t": cur["t"], "from_ns": prev["t_ns"], "to_ns": cur["t_ns"], "paths": paths})
     return out
 
@@ -127,6 +129,8 @@ def render(timeline: list[dict[str, Any]]) -> str:
             )
             if p.get("offered_mbps") is not None:
                 cell += f" offered {_f(p['offered_mbps'])}"
+            if p.get("stalled_now"):
+                cell += " STALL"
             cells.append(cell)
         lines.append(" | ".join(cells))
     return "\n".join(lines)
