@@ -570,8 +570,8 @@ pub struct PathStatus {
     pub reports_carried_out: u64,
     pub reports_carried_in: u64,
     /// Data sent on the path has gone uncovered by the peer's reports for
-    /// longer than its round trips explain (`path/stall.rs`): other paths
-    /// carry the data until a report covers more. How often it happened.
+    /// longer than its round trips explain (`path/stall.rs`): what it
+    /// carried last was sent again on another path. How often it happened.
     pub stalled: bool,
     pub stalls: u64,
     /// The sender's model of the path (path-aware scheduling only).

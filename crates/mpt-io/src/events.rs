@@ -69,7 +69,7 @@ impl EventLog {
                 // A radio link may stall many times a minute: one line a
                 // second at most (the path's `stalls` counter has them all).
                 if let Some(suppressed) = self.allow("path-stalled") {
-                    info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), suppressed, "path stalled: data sent on it went unreported past its round trips; other paths carry the data until a report covers more")
+                    info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), suppressed, "path stalled: data sent on it went unreported past its round trips; what it carried last is sent again on another path")
                 }
             }
             Event::Stalled { stalled: false, .. } => {}

@@ -223,7 +223,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         if p.stalls > 0 {
             let _ = writeln!(
                 o,
-                "    stalled {} times (data went unreported past its round trips; other paths carried it){}",
+                "    stalled {} times (data went unreported past its round trips; what it carried last was sent again on another path){}",
                 p.stalls,
                 if p.stalled { ", stalled now" } else { "" },
             );

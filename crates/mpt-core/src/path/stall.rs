@@ -20,10 +20,17 @@
 //! queue the sender knows of, and a report interval) the path is
 //! *stalled*, if we heard the peer on it since the data could have
 //! arrived (the peer reports on the path itself: while its direction to
-//! us is silent, missing reports say nothing about ours). The tunnel then sends on other paths while one is up and
-//! not stalled, sends again what the stalled path carried last (with
-//! recovery on), and probes it; the first report that covers more ends
-//! the stall.
+//! us is silent, missing reports say nothing about ours). The tunnel then
+//! sends again, from the recovery ring and on a path that has not
+//! stalled, the newest data the path carried that no report covered
+//! (what a cwnd-limited inner TCP, or the other end's, waits for), sends
+//! its own reports about the path on another path, and probes it; the
+//! first report that covers more ends the stall. The path keeps its
+//! place in the scheduler: taking it out moved its queue away, and after
+//! an outage the path's queueing estimate, fed by probes alone, kept the
+//! scheduler away for a second while the link offered capacity
+//! (`sim_trace.rs`). When liveness takes the path down, what it carried
+//! since is sent again the same way.
 //!
 //! Invariants:
 //! * only data packets start the clock; probes and reports do not (the

@@ -57,12 +57,8 @@ impl Tunnel {
     /// backup path (`backup = true`) carries data only while no other path
     /// is up. Backup paths are probed all the time, so their liveness and
     /// delay stay known and failover to them is immediate.
-    /// A stalled path (`path/stall.rs`) carries data only while no path
-    /// that is up has not stalled.
     pub(super) fn refresh_usable(&mut self) {
-        let up = |p: &slot::PathSlot| p.up && !p.admin_down;
-        let fresh = self.paths.iter().any(|p| up(p) && !p.stall.stalled);
-        let live = |p: &slot::PathSlot| up(p) && !(fresh && p.stall.stalled);
+        let live = |p: &slot::PathSlot| p.up && !p.admin_down;
         let primary_up = self.paths.iter().any(|p| live(p) && !p.cfg.backup);
         for p in &mut self.paths {
             p.usable = live(p) && (!p.cfg.backup || !primary_up);
@@ -205,7 +201,7 @@ impl Tunnel {
             }
         }
         self.refresh_usable();
-        if !up && !self.paths[pid as usize].stall.stalled {
+        if !up {
             // What it carried last may wait in a dead link's queue, as
             // when it stalls (`path/stall.rs`).
             self.resend_stalled(now, pid);
@@ -337,7 +333,10 @@ impl Tunnel {
         (0..self.paths.len())
             .filter(|&j| j != pid as usize)
             .filter(|&j| self.paths[j].usable && self.paths[j].remote.is_some())
-            .min_by_key(|&j| (self.paths[j].srtt().unwrap_or(Nanos::MAX), j))
+            .min_by_key(|&j| {
+                let stalled = self.paths[j].stall.stalled;
+                (stalled, self.paths[j].srtt().unwrap_or(Nanos::MAX), j)
+            })
             .map(|j| j as PathId)
     }
 
@@ -413,7 +412,6 @@ impl Tunnel {
                     path: i as PathId,
                     stalled: true,
                 });
-                self.refresh_usable();
                 self.resend_stalled(now, i as PathId);
             }
             self.refresh_up(i as PathId, now);

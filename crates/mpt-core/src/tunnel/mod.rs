@@ -115,8 +115,9 @@ pub enum Event {
     },
     AllPathsDown,
     /// Data sent on a path went uncovered by the peer's reports for longer
-    /// than its round trips explain (`stalled: true`; other paths carry the
-    /// data), or a report covered more again (`path/stall.rs`).
+    /// than its round trips explain (`stalled: true`; what it carried last
+    /// is sent again on another path), or a report covered more again
+    /// (`path/stall.rs`).
     Stalled {
         path: PathId,
         stalled: bool,

@@ -102,10 +102,11 @@ impl Tunnel {
         }
     }
 
-    /// Path `pid` stalled (`path/stall.rs`): send again, on the paths
-    /// still usable, the newest data it carried that no report covered
-    /// (at most [`STALL_RESEND_MAX`]). Its packets may only be waiting in
-    /// a link's queue: the receiver drops the second copy.
+    /// Path `pid` stalled or went down (`path/stall.rs`): send again, on
+    /// the recovery path (usable, not stalled), the newest data it carried
+    /// that no report covered (at most [`STALL_RESEND_MAX`]); nothing if
+    /// no other path qualifies. Its packets may only be waiting in a
+    /// link's queue: the receiver drops the second copy.
     pub(super) fn resend_stalled(&mut self, now: Nanos, pid: PathId) {
         let Some(r) = self.recovery.as_mut() else {
             return;
@@ -115,7 +116,7 @@ impl Tunnel {
             .paths
             .iter()
             .enumerate()
-            .any(|(i, q)| i != usize::from(pid) && q.usable);
+            .any(|(i, q)| i != usize::from(pid) && q.usable && !q.stall.stalled);
         if p.tx_packets == 0 || !elsewhere {
             return;
         }

@@ -339,7 +339,6 @@ impl Tunnel {
                 path: about,
                 stalled: false,
             });
-            self.refresh_usable();
         }
         let p = &mut self.paths[about as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
