@@ -20,6 +20,9 @@
 //! * counters only grow; measurements are `None` until the first sample.
 
 mod liveness;
+mod stall;
+
+pub use stall::{StallWatch, STALL_MIN_NS};
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -92,6 +95,8 @@ pub struct PathState {
     /// When the last data packet left on this path, until a tail report
     /// followed it (see [`crate::tunnel`]'s control timers).
     pub tail_since: Option<Nanos>,
+    /// Data out on the path that no report covers yet (`stall.rs`).
+    pub stall: StallWatch,
     /// Pending echo: (probe timestamp, probe arrival time).
     pub echo_due: Option<(u32, Nanos)>,
     /// Peer said it hears us (from the latest probe/echo flags).
@@ -129,6 +134,10 @@ pub struct PathState {
     pub weight_factor: f64,
     /// A receiver report is due on this path (data arrived on it).
     pub report_due: bool,
+    /// Data arrived within [`FEEDBACK_INTERVAL_NS`] of the last report: a
+    /// report is due when the interval is over, data or not (the peer's
+    /// stall watch, `stall.rs`, waits for it).
+    report_owed: bool,
     /// Receiver reports about this path sent on another path (the peer did
     /// not hear us here), and reports about it that came on another path
     /// (we did not hear the peer here): `PacketType::ReportFor`.
@@ -156,6 +165,7 @@ impl PathState {
             next_probe_at: now,
             probe_due: true,
             tail_since: None,
+            stall: StallWatch::default(),
             echo_due: None,
             peer_hears_us: false,
             send_blocked: false,
@@ -180,6 +190,7 @@ impl PathState {
             tx_loss_ewma: 0.0,
             weight_factor: 1.0,
             report_due: false,
+            report_owed: false,
             reports_carried_out: 0,
             reports_carried_in: 0,
             report_sent_at: None,
@@ -246,12 +257,30 @@ impl PathState {
             .is_none_or(|t| now >= t + FEEDBACK_INTERVAL_NS)
         {
             self.report_due = true;
+        } else {
+            self.report_owed = true;
+        }
+    }
+
+    /// When a report owed for data that arrived too soon after the last
+    /// one falls due (`None`: none is owed).
+    pub fn report_owed_at(&self) -> Option<Nanos> {
+        let t = self.report_sent_at?;
+        (self.report_owed && !self.report_due).then_some(t + FEEDBACK_INTERVAL_NS)
+    }
+
+    /// Make an owed report due if its time has come.
+    pub fn owe_report(&mut self, now: Nanos) {
+        if self.report_owed_at().is_some_and(|t| now >= t) {
+            self.report_owed = false;
+            self.report_due = true;
         }
     }
 
     /// The receiver report to send on this path now (counts as sent).
     pub fn report_body(&mut self, now: Nanos, hearing_mask: u32) -> ReportBody {
         self.report_due = false;
+        self.report_owed = false;
         self.report_sent_at = Some(now);
         let est = self.meters.estimates(now);
         let (rx_packets, rx_path_seq) = self.report();
@@ -444,6 +473,8 @@ impl PathState {
             downs: self.downs,
             reports_carried_out: self.reports_carried_out,
             reports_carried_in: self.reports_carried_in,
+            stalled: self.stall.stalled,
+            stalls: self.stall.stalls,
             sending: None,
             rates: None,
         }
@@ -538,6 +569,11 @@ pub struct PathStatus {
     /// direction out: the working direction keeps its rate control).
     pub reports_carried_out: u64,
     pub reports_carried_in: u64,
+    /// Data sent on the path has gone uncovered by the peer's reports for
+    /// longer than its round trips explain (`path/stall.rs`): what it
+    /// carried last was sent again on another path. How often it happened.
+    pub stalled: bool,
+    pub stalls: u64,
     /// The sender's model of the path (path-aware scheduling only).
     pub sending: Option<crate::pace::SenderStatus>,
     /// Bits and packets per second over the last second (the daemon's

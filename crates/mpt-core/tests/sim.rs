@@ -425,7 +425,10 @@ fn peers_with_clocks_far_apart_measure_as_if_they_agreed() {
     }
     for (offset_ms, side, p) in &seen {
         assert_eq!(p, &seen[*side].2, "offset {offset_ms} ms, side {side}");
-        assert_eq!((p[0].0, p[1].0), (10, 40), "{seen:?}");
+        // The 20 ms path jitters by ±2 ms each way: its lowest round
+        // trip is 40 ms to within the rounding of what the draws gave.
+        assert_eq!(p[0].0, 10, "{seen:?}");
+        assert!((p[1].0 - 40).abs() <= 1, "{seen:?}");
     }
 }
 

@@ -154,8 +154,9 @@ fn open_loop(links: &[TraceSpec], offer_mbit: f64, secs: u64) -> (f64, Nanos) {
                     .as_ref()
                     .map_or(0, |t| t.offered_bytes(now - 100 * MS, now));
                 line += &format!(
-                    " | {:4} rtt {:5.0} paced {:5.1} q {:5.1} {:8} carried {:5.1} offered {:5.1}",
+                    " | {:4}{} rtt {:5.0} paced {:5.1} q {:5.1} {:8} carried {:5.1} offered {:5.1}",
                     p.state,
+                    if p.stalled { " STALLED" } else { "" },
                     p.rtt_ms.unwrap_or(-1.0),
                     s.pacing_mbps.unwrap_or(0.0),
                     s.queueing_ms.unwrap_or(-1.0),

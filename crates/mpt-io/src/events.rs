@@ -62,6 +62,17 @@ impl EventLog {
             Event::Receiving { path, up: false } => {
                 warn!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), "no longer hearing the peer on this path (sending on it continues while the peer hears us)")
             }
+            Event::Stalled {
+                path,
+                stalled: true,
+            } => {
+                // A radio link may stall many times a minute: one line a
+                // second at most (the path's `stalls` counter has them all).
+                if let Some(suppressed) = self.allow("path-stalled") {
+                    info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), suppressed, "path stalled: data sent on it went unreported past its round trips; what it carried last is sent again on another path")
+                }
+            }
+            Event::Stalled { stalled: false, .. } => {}
             Event::ValidationFailed { path, addr } => {
                 if let Some(suppressed) = self.allow("validation-failed") {
                     warn!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), candidate = %addr, suppressed, "new peer address did not answer its path challenge; staying with the old one")

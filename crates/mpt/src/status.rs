@@ -220,6 +220,14 @@ pub fn render_doc(d: &TunnelDoc) -> String {
             p.downs,
         );
         let _ = writeln!(o, "    rates: {}", rates(p.rates.as_ref()));
+        if p.stalls > 0 {
+            let _ = writeln!(
+                o,
+                "    stalled {} times (data went unreported past its round trips; what it carried last was sent again on another path){}",
+                p.stalls,
+                if p.stalled { ", stalled now" } else { "" },
+            );
+        }
         if p.reports_carried_out + p.reports_carried_in > 0 {
             let _ = writeln!(
                 o,

@@ -201,6 +201,11 @@ impl Tunnel {
             }
         }
         self.refresh_usable();
+        if !up {
+            // What it carried last may wait in a dead link's queue, as
+            // when it stalls (`path/stall.rs`).
+            self.resend_stalled(now, pid);
+        }
     }
 
     /// Re-evaluate every path (after a report that concerns them all).
@@ -279,10 +284,16 @@ impl Tunnel {
             } else {
                 continue;
             };
+            // An echo carries a report too, but on a path the peer may not
+            // hear us on: a report owed there goes on another path next.
+            let carry_next = ty == PacketType::Echo && p.report_due && (!p.up || p.stall.stalled);
             let report = p.report_body(now, mask);
-            if ty == PacketType::Report && !p.up {
-                // The peer does not hear us on this path: its reports
-                // would be lost. Another path carries them, so that the
+            p.report_due |= carry_next;
+            if ty == PacketType::Report && (!p.up || p.stall.stalled) {
+                // The peer does not hear us on this path, or nothing we
+                // sent on it was reported for a while (it stalled, as a
+                // radio uplink does for seconds): its reports would be
+                // lost or late. Another path carries them, so that the
                 // direction that works keeps its rate control.
                 if let Some(carrier) = self.report_carrier(pid) {
                     let body = ReportForBody { about: pid, report };
@@ -322,7 +333,10 @@ impl Tunnel {
         (0..self.paths.len())
             .filter(|&j| j != pid as usize)
             .filter(|&j| self.paths[j].usable && self.paths[j].remote.is_some())
-            .min_by_key(|&j| (self.paths[j].srtt().unwrap_or(Nanos::MAX), j))
+            .min_by_key(|&j| {
+                let stalled = self.paths[j].stall.stalled;
+                (stalled, self.paths[j].srtt().unwrap_or(Nanos::MAX), j)
+            })
             .map(|j| j as PathId)
     }
 
@@ -390,6 +404,16 @@ impl Tunnel {
                     p.report_due = true;
                 }
             }
+            p.owe_report(now);
+            let queue_ns = p.sender.standing_queue_ns();
+            if p.check_stall(now, queue_ns) {
+                p.probe_due = true;
+                self.events.push_back(Event::Stalled {
+                    path: i as PathId,
+                    stalled: true,
+                });
+                self.resend_stalled(now, i as PathId);
+            }
             self.refresh_up(i as PathId, now);
         }
         let heard = self.paths.iter().any(|p| p.last_rx.is_some());
@@ -417,7 +441,9 @@ impl Tunnel {
                     .filter(|_| p.up)
                     .map(|t| t.saturating_add(p.cfg.dead));
                 let tail = p.tail_since.map(|t| t + TAIL_PROBE_NS);
-                [Some(p.next_probe_at), rx, silence, stale, tail]
+                let stall = p.stall_deadline(p.sender.standing_queue_ns());
+                let owed = p.report_owed_at();
+                [Some(p.next_probe_at), rx, silence, stale, tail, stall, owed]
             })
             .flatten()
             .filter(|t| after.is_none_or(|a| *t > a))

@@ -114,6 +114,14 @@ pub enum Event {
         reason: &'static str,
     },
     AllPathsDown,
+    /// Data sent on a path went uncovered by the peer's reports for longer
+    /// than its round trips explain (`stalled: true`; what it carried last
+    /// is sent again on another path), or a report covered more again
+    /// (`path/stall.rs`).
+    Stalled {
+        path: PathId,
+        stalled: bool,
+    },
     /// Our receive direction of a path changed: we hear the peer on it
     /// again, or no longer (sending on it continues while the peer hears us).
     Receiving {
@@ -445,10 +453,11 @@ impl Tunnel {
             return None;
         }
         let path_seq = self.paths[path as usize].on_transmit(total);
-        if matches!(ty, PacketType::Data | PacketType::Fragment)
-            && class & wire::CLASS_UNORDERED == 0
-        {
-            self.recovery_on_sent(path, path_seq, tunnel_seq);
+        if matches!(ty, PacketType::Data | PacketType::Fragment) {
+            self.paths[path as usize].on_data_sent(now, path_seq);
+            if class & wire::CLASS_UNORDERED == 0 {
+                self.recovery_on_sent(path, path_seq, tunnel_seq);
+            }
         }
         let f = HeaderFields {
             path,

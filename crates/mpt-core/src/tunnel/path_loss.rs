@@ -32,7 +32,7 @@
 //!   only with recovery on.
 
 use super::Tunnel;
-use crate::PathId;
+use crate::{Nanos, PathId};
 
 /// Path sequence numbers remembered per path (tuning knob: 8192 datagrams
 /// are 90 ms of a 1 Gbit/s path, beyond a NACK's round trip; 128 KiB).
@@ -40,6 +40,9 @@ pub const SENT_MAP_ENTRIES: usize = 8192;
 /// Largest run of path losses asked for by path sequence number (tuning
 /// knob: a longer run is an outage, whose data the policy resends).
 pub const PATH_LOSS_MAX: u64 = 32;
+/// Most packets sent again when a path stalls (tuning knob: the tail a
+/// cwnd-limited inner TCP waits for; an inner ACK stream's newest ACKs).
+pub const STALL_RESEND_MAX: u16 = 32;
 
 const NOTHING: u64 = u64::MAX;
 
@@ -96,6 +99,33 @@ impl Tunnel {
             }
             r.path_nack_out.push_back((peer_path, (first + k) as u16));
             r.stats.path_losses_requested += 1;
+        }
+    }
+
+    /// Path `pid` stalled or went down (`path/stall.rs`): send again, on
+    /// the recovery path (usable, not stalled), the newest data it carried
+    /// that no report covered (at most [`STALL_RESEND_MAX`]); nothing if
+    /// no other path qualifies. Its packets may only be waiting in a
+    /// link's queue: the receiver drops the second copy.
+    pub(super) fn resend_stalled(&mut self, now: Nanos, pid: PathId) {
+        let Some(r) = self.recovery.as_mut() else {
+            return;
+        };
+        let p = &self.paths[usize::from(pid)];
+        let elsewhere = self
+            .paths
+            .iter()
+            .enumerate()
+            .any(|(i, q)| i != usize::from(pid) && q.usable && !q.stall.stalled);
+        if p.tx_packets == 0 || !elsewhere {
+            return;
+        }
+        let last = p.tx_seq.wrapping_sub(1);
+        let body_max = self.frag.body_max;
+        for low16 in p.uncovered(STALL_RESEND_MAX) {
+            if let Some(seq) = r.sent.take(pid, low16, last) {
+                r.resend_stalled(now, seq, body_max);
+            }
         }
     }
 

@@ -148,6 +148,9 @@ pub struct RecoveryStats {
     /// `rtt.rs`).
     pub answer_ms: u64,
     pub answer_wait_ms: u64,
+    /// Sender: packets sent again because the path they left on stalled
+    /// (no report covered them in time, `path/stall.rs`).
+    pub stall_resends: u64,
 }
 
 struct Stored {
@@ -444,6 +447,17 @@ impl Recovery {
                 self.stats.not_available += 1;
             }
         }
+    }
+
+    /// Queue `seq` for sending again: the path it left on stalled
+    /// (`path/stall.rs`). Returns whether a copy was held and queued.
+    pub fn resend_stalled(&mut self, now: Nanos, seq: u64, body_max: usize) -> bool {
+        if self.find(seq, body_max).is_none() || self.retransmit.len() >= MAX_RETRANSMIT_QUEUE {
+            return false;
+        }
+        self.retransmit.push_back((seq, now));
+        self.stats.stall_resends += 1;
+        true
     }
 
     /// How long a gap is waited for: the request goes out on the fastest

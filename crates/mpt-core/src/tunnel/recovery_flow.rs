@@ -85,10 +85,12 @@ impl Tunnel {
     /// by far (a loss-free 68 ms path beside a 19 ms one losing 0.3 %), and
     /// an answer that comes after the wait is a loss to the inner TCP all
     /// the same.
+    /// A stalled path (`path/stall.rs`) carries none while another can.
     pub(in crate::tunnel) fn recovery_path(&self) -> Option<PathId> {
+        let ok = |i: usize| self.paths[i].usable && self.paths[i].remote.is_some();
+        let fresh = (0..self.paths.len()).any(|i| ok(i) && !self.paths[i].stall.stalled);
         let usable = || {
-            (0..self.paths.len())
-                .filter(|i| self.paths[*i].usable && self.paths[*i].remote.is_some())
+            (0..self.paths.len()).filter(move |&i| ok(i) && !(fresh && self.paths[i].stall.stalled))
         };
         let least = usable()
             .map(|i| self.paths[i].tx_loss_recent())

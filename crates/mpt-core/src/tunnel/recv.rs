@@ -334,6 +334,13 @@ impl Tunnel {
         echo: bool,
     ) {
         let p = &mut self.paths[about as usize];
+        if p.on_covered(now, r.rx_path_seq) {
+            self.events.push_back(super::Event::Stalled {
+                path: about,
+                stalled: false,
+            });
+        }
+        let p = &mut self.paths[about as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
         let rtt_min = p.rtt_min();
         self.paths[about as usize]
@@ -361,7 +368,15 @@ impl Tunnel {
         let wall_now = self.wall(now);
         let p = &mut self.paths[pid as usize];
         match ty {
-            PacketType::Probe => p.echo_due = Some((f.timestamp_us, now)),
+            PacketType::Probe => {
+                p.echo_due = Some((f.timestamp_us, now));
+                // Our echo on this path may not reach the peer (we are not
+                // heard here, or it stalled): a report on another path
+                // tells it what arrived (`path/stall.rs`).
+                if !p.up || p.stall.stalled {
+                    p.report_due = true;
+                }
+            }
             PacketType::Echo => {
                 // Our own stamp, widened against our own clock: exact.
                 let rtt = wall_now
