@@ -359,7 +359,10 @@ impl TargetDelay {
 impl RateControl for TargetDelay {
     fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
         let q = self.excess(now, s);
-        let target = Self::target(s);
+        let mut target = Self::target(s);
+        if !s.realtime && self.dips_come_back(now) {
+            target = target.max(RADIO_TARGET_NS);
+        }
         self.limited_seen |= s.limited;
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);
