@@ -1,11 +1,10 @@
 //! Fuzz the configuration loader: any text yields a config or errors,
 //! never a panic.
+//!
+//! The body lives in `mpt_fuzzcheck::config_parse`, which `cargo test` also runs
+//! on every input of `fuzz/corpus/config_parse/` (crates/mpt-fuzzcheck/tests).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = mpt_config::Config::parse(text, std::path::Path::new("fuzz.toml"));
-    }
-});
+fuzz_target!(|data: &[u8]| mpt_fuzzcheck::config_parse(data));

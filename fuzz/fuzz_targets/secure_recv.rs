@@ -3,55 +3,11 @@
 //! datagram sequence — initiations, responses, cookie replies, path
 //! challenges, sealed data with arbitrary headers — must be refused or
 //! accepted without a panic, and nothing unauthenticated may be delivered.
+//!
+//! The body lives in `mpt_fuzzcheck::secure_recv`, which `cargo test` also runs
+//! on every input of `fuzz/corpus/secure_recv/` (crates/mpt-fuzzcheck/tests).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mpt_core::testing::{addr, security, TestConfig};
-use mpt_core::tunnel::{Received, Tunnel};
 
-/// The first byte picks the side: even, a learning server (responder);
-/// odd, a client (initiator, which takes cookie replies and handshake
-/// responses). The peer's key is not the fixed test key of the other side,
-/// so nothing the fuzzer makes can authenticate.
-fn tunnel(first: u8) -> Tunnel {
-    let side = first & 1;
-    let mut sec = security(side, true);
-    sec.identity.peer_public = mpt_core::crypto::keys::PrivateKey::from_random([99; 32]).public();
-    let c = TestConfig::new(side, 2)
-        .one_socket(addr(side, 0))
-        .reorder(64, 10_000_000)
-        .recover(true)
-        .security(sec)
-        .seed([3; 32]);
-    if side == 0 {
-        c.learning().tunnel()
-    } else {
-        c.tunnel()
-    }
-}
-
-fuzz_target!(|data: &[u8]| {
-    let mut t = tunnel(data.first().copied().unwrap_or(0));
-    let client = data.first().is_some_and(|b| b & 1 == 1);
-    let mut now = 0u64;
-    let mut buf = [0u8; 512];
-    for chunk in data.split(|b| *b == 0xa5) {
-        now += 1_000_000;
-        let mut d = chunk.to_vec();
-        // The client takes packets from its server only; the server any.
-        let src = if client {
-            addr(0, 0)
-        } else {
-            std::net::SocketAddr::from(([10, 0, 0, chunk.len() as u8], 1000))
-        };
-        // Without the client's private key nothing can authenticate.
-        assert!(!matches!(
-            t.recv(now, 0, src, &mut d),
-            Received::Deliver { .. }
-        ));
-        t.handle_timeout(now);
-        assert_eq!(t.deliver_ready(|_| Ok(())), 0);
-        while t.poll_transmit(now, &mut buf).is_some() {}
-    }
-    let _ = t.status(now);
-});
+fuzz_target!(|data: &[u8]| mpt_fuzzcheck::secure_recv(data));
