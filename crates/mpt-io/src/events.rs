@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use mpt_core::crypto::state::CryptoEvent;
 use mpt_core::stats::DropReason;
 use mpt_core::tunnel::{Event, Tunnel};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Shortest interval between two log lines of one noisy kind.
 pub const NOISY_LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -72,7 +72,12 @@ impl EventLog {
                     info!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), suppressed, "path stalled: data sent on it went unreported past its round trips; what it carried last is sent again on another path")
                 }
             }
-            Event::Stalled { stalled: false, .. } => {}
+            Event::Stalled {
+                path,
+                stalled: false,
+            } => {
+                debug!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), "path no longer stalled: a report covered what it carried")
+            }
             Event::ValidationFailed { path, addr } => {
                 if let Some(suppressed) = self.allow("validation-failed") {
                     warn!(tunnel = %tunnel_name, path = %name(path), peer = %peer(path), candidate = %addr, suppressed, "new peer address did not answer its path challenge; staying with the old one")

@@ -331,8 +331,7 @@ impl Tunnel {
     /// us on `pid`: the usable path of the lowest round trip.
     fn report_carrier(&self, pid: PathId) -> Option<PathId> {
         (0..self.paths.len())
-            .filter(|&j| j != pid as usize)
-            .filter(|&j| self.paths[j].usable && self.paths[j].remote.is_some())
+            .filter(|&j| j != pid as usize && self.can_carry(j))
             .min_by_key(|&j| {
                 let stalled = self.paths[j].stall.stalled;
                 (stalled, self.paths[j].srtt().unwrap_or(Nanos::MAX), j)

@@ -108,18 +108,13 @@ impl Tunnel {
     /// no other path qualifies. Its packets may only be waiting in a
     /// link's queue: the receiver drops the second copy.
     pub(super) fn resend_stalled(&mut self, now: Nanos, pid: PathId) {
+        if self.paths[usize::from(pid)].tx_packets == 0 || !self.fresh_carrier_besides(Some(pid)) {
+            return;
+        }
         let Some(r) = self.recovery.as_mut() else {
             return;
         };
         let p = &self.paths[usize::from(pid)];
-        let elsewhere = self
-            .paths
-            .iter()
-            .enumerate()
-            .any(|(i, q)| i != usize::from(pid) && q.usable && !q.stall.stalled);
-        if p.tx_packets == 0 || !elsewhere {
-            return;
-        }
         let last = p.tx_seq.wrapping_sub(1);
         let body_max = self.frag.body_max;
         for low16 in p.uncovered(STALL_RESEND_MAX) {

@@ -77,6 +77,22 @@ impl Tunnel {
         (best_rtt, recovery_rtt)
     }
 
+    /// Path `i` can carry what another path owes (resends, reports): it is
+    /// usable and has a peer address.
+    pub(in crate::tunnel) fn can_carry(&self, i: usize) -> bool {
+        self.paths[i].usable && self.paths[i].remote.is_some()
+    }
+
+    /// Some path other than `except` can carry and has not stalled: the
+    /// one rule by which resends and reports leave a stalled path
+    /// (`path/stall.rs`); while none has, a stalled path is as good as
+    /// any.
+    pub(in crate::tunnel) fn fresh_carrier_besides(&self, except: Option<PathId>) -> bool {
+        (0..self.paths.len()).any(|i| {
+            Some(i) != except.map(usize::from) && self.can_carry(i) && !self.paths[i].stall.stalled
+        })
+    }
+
     /// The path to use for recovery traffic: the lowest RTT among the
     /// usable paths whose recent loss is within [`RECOVERY_LOSS_SLACK`] of
     /// the least. A request and its answer must arrive within the
@@ -87,10 +103,10 @@ impl Tunnel {
     /// the same.
     /// A stalled path (`path/stall.rs`) carries none while another can.
     pub(in crate::tunnel) fn recovery_path(&self) -> Option<PathId> {
-        let ok = |i: usize| self.paths[i].usable && self.paths[i].remote.is_some();
-        let fresh = (0..self.paths.len()).any(|i| ok(i) && !self.paths[i].stall.stalled);
+        let fresh = self.fresh_carrier_besides(None);
         let usable = || {
-            (0..self.paths.len()).filter(move |&i| ok(i) && !(fresh && self.paths[i].stall.stalled))
+            (0..self.paths.len())
+                .filter(move |&i| self.can_carry(i) && !(fresh && self.paths[i].stall.stalled))
         };
         let least = usable()
             .map(|i| self.paths[i].tx_loss_recent())
