@@ -8,7 +8,10 @@ path sent over the interval (from its byte counter). It lands in raw.json
 under `details.paths_timeline`, and `mptlab timeline RESULTS` prints it beside
 what each trace offered, so that a shortfall can be placed: a path paced
 below what its link offered, a queue that the controller drains, a path
-that was down.
+that was down. Each row also names the counters that grew over its interval
+(`COUNTERS`: the reorder buffer's losses and late arrivals, recovery's
+give-ups and resends, the send queue's drops), which places the losses the
+inner TCP saw.
 
 Invariants: the sampler only reads (one `mpt status` per interval, through
 the daemon's control socket); a status that fails is skipped, never
@@ -43,6 +46,33 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Counters of a status document that a timeline keeps per sample: the
+#: reorder buffer's and recovery's losses (each one reaches the inner TCP)
+#: and the send queue's drops, so that a row shows when they happened.
+COUNTERS = {
+    "reorder": ("lost", "late_delivered"),
+    "recovery": ("gave_up", "retransmitted"),
+}
+
+
+#: The drop reasons of the sender's queues (`mpt status` `drops`).
+QUEUE_DROPS = ("queue_full", "class_rate", "class_full", "flow_share", "aqm")
+
+
+def counters(doc: dict[str, Any]) -> dict[str, int]:
+    """`COUNTERS` of one status document, flattened (`reorder.lost`, ...),
+    plus `queue_drops`: the drops at the sender's input and class queues."""
+    out = {}
+    for section, keys in COUNTERS.items():
+        sec = doc.get(section) or {}
+        for k in keys:
+            if isinstance(sec.get(k), int):
+                out[f"{section}.{k}"] = sec[k]
+    drops = doc.get("drops") or {}
+    out["queue_drops"] = sum(v for k, v in drops.items() if isinstance(v, int) and k in QUEUE_DROPS)
+    return out
+
+
 def rows_with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each sample after the first with every path's `sent_mbps` over the
     interval before it (from the byte counters; a counter that went back,
@@ -58,7 +88,20 @@ def rows_with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 sent = round((p["tx_bytes"] - q["tx_bytes"]) * 8 / dt / 1e6, 3)
             stalled = q is not None and (p.get("stalls") or 0) > (q.get("stalls") or 0)
             paths.append({**p, "sent_mbps": sent, "stalled_now": stalled})
-        out.append({"t": cur["t"], "from_ns": prev["t_ns"], "to_ns": cur["t_ns"], "paths": paths})
+        grew = {
+            k: v - prev.get("counters", {}).get(k, 0)
+            for k, v in cur.get("counters", {}).items()
+            if v > prev.get("counters", {}).get(k, 0)
+        }
+        out.append(
+            {
+                "t": cur["t"],
+                "from_ns": prev["t_ns"],
+                "to_ns": cur["t_ns"],
+                "paths": paths,
+                "counters_grew": grew,
+            }
+        )
     return out
 
 
@@ -89,6 +132,7 @@ class StatusSampler:
                         "t": round(time.monotonic() - t0, 3),
                         "t_ns": time.monotonic_ns(),
                         "paths": [path_row(p) for p in doc.get("paths", [])],
+                        "counters": counters(doc),
                     }
                 )
             if self._stop.wait(self.interval):
@@ -132,6 +176,9 @@ def render(timeline: list[dict[str, Any]]) -> str:
             if p.get("stalled_now"):
                 cell += " STALL"
             cells.append(cell)
+        grew = row.get("counters_grew") or {}
+        if grew:
+            cells.append(" ".join(f"+{v} {k}" for k, v in sorted(grew.items())))
         lines.append(" | ".join(cells))
     return "\n".join(lines)
 

@@ -92,3 +92,42 @@ def test_a_path_that_stalled_in_an_interval_is_marked() -> None:
     text = render(rows)
     assert text.splitlines()[1].endswith("STALL")
     assert "STALL" not in text.splitlines()[0]
+
+
+def test_rows_name_the_losses_that_happened_in_their_interval() -> None:
+    from mptlab.timeline import counters, rows_with_rates
+
+    def doc(gave_up: int, late: int, aqm: int) -> dict:
+        d = _doc([0])
+        d["reorder"] = {"lost": gave_up, "late_delivered": late, "in_order": 99}
+        d["recovery"] = {"gave_up": gave_up, "retransmitted": 0}
+        d["drops"] = {"aqm": aqm, "queue_full": 1, "duplicate": 7}
+        return d
+
+    assert counters(doc(2, 1, 3)) == {
+        "reorder.lost": 2,
+        "reorder.late_delivered": 1,
+        "recovery.gave_up": 2,
+        "recovery.retransmitted": 0,
+        "queue_drops": 4,
+    }
+    assert counters({}) == {"queue_drops": 0}
+    samples = [
+        {"t": t, "t_ns": int(t * 1e9), "paths": [path_row(p) for p in d["paths"]], "counters": c}
+        for t, d, c in [
+            (0.0, doc(0, 0, 0), counters(doc(0, 0, 0))),
+            (0.2, doc(0, 0, 0), counters(doc(0, 0, 0))),
+            (0.4, doc(6, 6, 2), counters(doc(6, 6, 2))),
+        ]
+    ]
+    rows = rows_with_rates(samples)
+    assert rows[0]["counters_grew"] == {}
+    assert rows[1]["counters_grew"] == {
+        "reorder.lost": 6,
+        "reorder.late_delivered": 6,
+        "recovery.gave_up": 6,
+        "queue_drops": 2,
+    }
+    text = render(rows)
+    assert "+6 recovery.gave_up" in text.splitlines()[1]
+    assert "gave_up" not in text.splitlines()[0]
