@@ -236,7 +236,7 @@ impl Tunnel {
     fn nack_paths(&self) -> Option<(PathId, PathId)> {
         let safe = self.recovery_path()?;
         let fast = (0..self.paths.len())
-            .filter(|i| self.paths[*i].usable && self.paths[*i].remote.is_some())
+            .filter(|&i| self.can_carry(i))
             .min_by_key(|i| self.paths[*i].srtt().unwrap_or(Nanos::MAX))
             .map_or(safe, |i| i as PathId);
         Some((fast, safe))
