@@ -65,3 +65,24 @@ fn losses_on_long_paths_are_filled_after_max_delay() {
     assert_eq!(reorder.timeout_releases, 0, "{reorder:?}");
     assert_eq!(reorder.late_delivered, 0, "{reorder:?}");
 }
+
+#[test]
+fn resends_on_a_lossy_fast_path_are_copied_to_the_clean_one() {
+    // 5 ms losing 4 % each way beside 8 ms without loss: the recovery
+    // path is the fast one (its loss is within the slack), so a resend
+    // may be lost again; its copy on the clean path is not.
+    let mut sim = Sim::with_tunnels(links(&[(5, 0, 0.04), (8, 0, 0.0)]), [side(0), side(1)], 3);
+    sim.deliver_until(1_000 * MS);
+    let end = sim.run_traffic(1_000 * MS, 4_000, MS / 2, 0);
+    sim.deliver_until(end + 1_000 * MS);
+    let lost = sim.lost_data.len();
+    assert!(lost > 5, "the link lost data: {lost}");
+    let tx = sim.t[0].recovery_stats().cloned().unwrap_or_default();
+    assert!(tx.retransmitted > 0, "{tx:?}");
+    assert!(tx.resend_copies > 0, "{tx:?}");
+    assert!(tx.resend_copies <= tx.retransmitted, "{tx:?}");
+    // Both copies count once: the second one is a duplicate.
+    assert_in_order_exactly_once(&sim.delivered[1], 4_000, &[]);
+    let reorder = sim.t[1].reorder_stats();
+    assert_eq!(reorder.lost, 0, "{reorder:?}");
+}

@@ -151,6 +151,21 @@ pub struct RecoveryStats {
     /// Sender: packets sent again because the path they left on stalled
     /// (no report covered them in time, `path/stall.rs`).
     pub stall_resends: u64,
+    /// Sender: resends sent once more on the least lossy path (a resend
+    /// lost again is a loss the inner TCP sees), and those not sent for
+    /// want of that path's pacing budget.
+    pub resend_copies: u64,
+    pub resend_copies_skipped: u64,
+}
+
+/// A resend to send once more: on which path, as what, and its header's
+/// class and sequence number (the body is `Recovery::resend_copy_body`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ResendCopy {
+    pub path: PathId,
+    pub ty: PacketType,
+    pub class: u8,
+    pub seq: u64,
 }
 
 struct Stored {
@@ -194,6 +209,10 @@ pub struct Recovery {
     pub(super) path_nack_out: VecDeque<(u8, u16)>,
     /// A NACK body to send once more, on this second path.
     nack_copy: Option<(PathId, Vec<u8>)>,
+    /// Sender: a resend's body to send once more, on the least lossy
+    /// path ([`ResendCopy`]); `resend_copy_body` holds its bytes.
+    pub(super) resend_copy: Option<ResendCopy>,
+    pub(super) resend_copy_body: Vec<u8>,
     /// Sender: hashes of the last tunnel-sequence NACK bodies, so that the
     /// second copy of one is not answered twice.
     recent_nacks: VecDeque<u64>,
@@ -234,6 +253,8 @@ impl Recovery {
             sent: SentByPath::default(),
             path_nack_out: VecDeque::new(),
             nack_copy: None,
+            resend_copy: None,
+            resend_copy_body: Vec::new(),
             recent_nacks: VecDeque::with_capacity(RECENT_NACKS),
             recent_resends: VecDeque::with_capacity(RECENT_RESENDS),
             asked: VecDeque::with_capacity(ASKED_REMEMBERED),
