@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 
 from .netns import Topology, link_addr
-from .util import run, wait_for
+from .util import need_tool, run, wait_for
 
 
 @dataclass
@@ -121,6 +121,7 @@ def iperf3(
     of the per-interval timeline; `window` the socket buffer size (-w) of
     both ends; `server_intervals` brings the receiver's intervals
     (every SERVER_INTERVAL_S) into the result, for `steady_mbps`."""
+    need_tool("iperf3", "for TCP and UDP transfers")
     w = wrap or []
     srv_args = ["-J", "-i", str(SERVER_INTERVAL_S)] if server_intervals else []
     srv = topo.spawn(

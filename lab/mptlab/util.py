@@ -8,6 +8,7 @@ and its stderr, never a bare CalledProcessError.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -30,6 +31,17 @@ def run(
     if check and p.returncode != 0:
         raise CommandError(f"{' '.join(full)} -> exit {p.returncode}: {p.stderr.strip()}")
     return p
+
+
+def need_tool(name: str, why: str) -> None:
+    """Raise a clear error when command `name` is not installed: a missing
+    tool otherwise shows only as a timeout far from its cause (no
+    `iperf3`: "waiting for iperf3 server"; no `ethtool`: tunnels that
+    never come up)."""
+    if shutil.which(name) is None:
+        raise RuntimeError(
+            f"the lab needs {name} {why}: apt-get install {name}, or run ./scripts/install-deps"
+        )
 
 
 def wait_for(
