@@ -1,7 +1,6 @@
 """A tool the lab needs and the machine lacks is named, with how to get it."""
 
 import pytest
-
 from mptlab.util import need_tool
 
 
