@@ -54,11 +54,14 @@ def test_tcp_over_two_paths_uses_both(workdir: Path) -> None:
         assert min(sent) > 0.4 * max(sent), sent
         sb = b.status()
         # Nothing arrives after its gap was given up. A duplicate can only
-        # be the answer to a loss-recovery request whose original came after
-        # all (seen once in CI under load): at most one per request.
-        asked = (sb.get("recovery") or {}).get("gaps_requested", 0)
+        # be the answer to a loss-recovery request (by tunnel or by path
+        # sequence number) whose original came after all (seen once in CI
+        # under load), or that answer's second copy on the least lossy
+        # path: at most two per request.
+        rec = sb.get("recovery") or {}
+        asked = rec.get("gaps_requested", 0) + rec.get("path_losses_requested", 0)
         assert sb["drops"]["late"] == 0, sb["drops"]
-        assert sb["drops"]["duplicate"] <= asked, (sb["drops"], sb.get("recovery"))
+        assert sb["drops"]["duplicate"] <= 2 * asked, (sb["drops"], rec)
         ref = 100.0
         print(
             f"\nTCP over 2 x 50 Mbit/s paths: {r.mbps:.0f} Mbit/s ({r.mbps / ref:.2f} of the sum), "
