@@ -94,6 +94,14 @@ impl Tunnel {
         })
     }
 
+    /// The paths that may carry recovery traffic: those that can carry,
+    /// less a stalled one while another is fresh (`path/stall.rs`).
+    fn carriers(&self) -> impl Iterator<Item = usize> + '_ {
+        let fresh = self.fresh_carrier_besides(None);
+        (0..self.paths.len())
+            .filter(move |&i| self.can_carry(i) && !(fresh && self.paths[i].stall.stalled))
+    }
+
     /// The path to use for recovery traffic: the lowest RTT among the
     /// usable paths whose recent loss is within [`RECOVERY_LOSS_SLACK`] of
     /// the least. A request and its answer must arrive within the
@@ -104,15 +112,11 @@ impl Tunnel {
     /// the same.
     /// A stalled path (`path/stall.rs`) carries none while another can.
     pub(in crate::tunnel) fn recovery_path(&self) -> Option<PathId> {
-        let fresh = self.fresh_carrier_besides(None);
-        let usable = || {
-            (0..self.paths.len())
-                .filter(move |&i| self.can_carry(i) && !(fresh && self.paths[i].stall.stalled))
-        };
-        let least = usable()
+        let least = self
+            .carriers()
             .map(|i| self.paths[i].tx_loss_recent())
             .min_by(f64::total_cmp)?;
-        usable()
+        self.carriers()
             .filter(|i| self.paths[*i].tx_loss_recent() <= least + RECOVERY_LOSS_SLACK)
             .min_by_key(|i| self.paths[*i].srtt().unwrap_or(Nanos::MAX))
             .map(|i| i as PathId)
@@ -125,9 +129,7 @@ impl Tunnel {
     /// loss: on a 13 Mbit/s path losing 1.6 % beside a clean one, resends
     /// were lost again, and each such loss cost the inner TCP a timeout.
     fn safest_path(&self) -> Option<PathId> {
-        let fresh = self.fresh_carrier_besides(None);
-        (0..self.paths.len())
-            .filter(|&i| self.can_carry(i) && !(fresh && self.paths[i].stall.stalled))
+        self.carriers()
             .min_by(|&a, &b| {
                 let (pa, pb) = (&self.paths[a], &self.paths[b]);
                 pa.tx_loss_recent().total_cmp(&pb.tx_loss_recent()).then(
