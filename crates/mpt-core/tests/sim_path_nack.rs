@@ -86,3 +86,16 @@ fn resends_on_a_lossy_fast_path_are_copied_to_the_clean_one() {
     let reorder = sim.t[1].reorder_stats();
     assert_eq!(reorder.lost, 0, "{reorder:?}");
 }
+
+#[test]
+fn resends_between_paths_that_lose_alike_are_not_copied() {
+    // Two paths losing 3 % each way: a copy on the other path would be
+    // lost as often as the resend, and would take its capacity.
+    let mut sim = Sim::with_tunnels(links(&[(5, 0, 0.03), (8, 0, 0.03)]), [side(0), side(1)], 3);
+    sim.deliver_until(1_000 * MS);
+    let end = sim.run_traffic(1_000 * MS, 4_000, MS / 2, 0);
+    sim.deliver_until(end + 1_000 * MS);
+    let tx = sim.t[0].recovery_stats().cloned().unwrap_or_default();
+    assert!(tx.retransmitted > 20, "{tx:?}");
+    assert!(tx.resend_copies * 10 <= tx.retransmitted, "{tx:?}");
+}

@@ -80,6 +80,14 @@ pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
 /// lossy path's and still be chosen for its lower RTT (tuning knob: a
 /// resend lost on it costs what one arriving too late costs).
 pub const RECOVERY_LOSS_SLACK: f64 = 0.05;
+/// A resend is copied to the least lossy path only when the recovery
+/// path's recent loss is at least this many times that path's, and this
+/// much above it (a fraction; tuning knobs: on two 4 Mbit/s links that
+/// both overflowed, 5-6 % each, the copies took 3.5 points of the pair's
+/// capacity and saved nothing; beside a clean link, a 13 Mbit/s path
+/// losing 6.5 % lost resends again, each a loss to the inner TCP).
+pub const RESEND_COPY_LOSS_RATIO: f64 = 2.0;
+pub const RESEND_COPY_LOSS_MIN: f64 = 0.005;
 /// How long the ring keeps a copy: a packet queued for up to
 /// `queue_max`, on paths whose slowest round trip is `rtt_max`, to a
 /// receiver that waits at most `max_delay` for a gap, is asked for within

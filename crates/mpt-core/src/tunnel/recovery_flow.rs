@@ -141,6 +141,17 @@ impl Tunnel {
             .map(|i| i as PathId)
     }
 
+    /// Where a resend on `path` is copied: the least lossy path, when
+    /// `path` loses markedly more ([`RESEND_COPY_LOSS_RATIO`] times, and
+    /// [`RESEND_COPY_LOSS_MIN`] more); `None`: no copy.
+    fn copy_path(&self, path: PathId) -> Option<PathId> {
+        let safe = self.safest_path().filter(|&p| p != path)?;
+        let lossy = self.paths[usize::from(path)].tx_loss_recent();
+        let least = self.paths[usize::from(safe)].tx_loss_recent();
+        (lossy >= least * RESEND_COPY_LOSS_RATIO && lossy >= least + RESEND_COPY_LOSS_MIN)
+            .then_some(safe)
+    }
+
     /// The second copy of the last resend, on the least lossy path, if
     /// that path has pacing budget now (a copy never delays data: without
     /// budget it is dropped and counted).
@@ -357,10 +368,10 @@ impl Tunnel {
             return self.control_transmit(now, fast, PacketType::Nack, 0, seq_now, buf, body_len);
         }
         let body_max = self.frag.body_max;
-        let safest = if r.retransmit.is_empty() {
+        let copy_to = if r.retransmit.is_empty() {
             None
         } else {
-            self.safest_path()
+            self.copy_path(path)
         };
         let r = self.recovery.as_mut()?;
         if self.paced && !r.retransmit.is_empty() {
@@ -409,7 +420,7 @@ impl Tunnel {
                 r.recent_resends.pop_front();
             }
             r.recent_resends.push_back((seq, now));
-            if let Some(safe) = safest.filter(|&p| p != path) {
+            if let Some(safe) = copy_to {
                 r.resend_copy_body.clear();
                 r.resend_copy_body
                     .extend_from_slice(&buf[HEADER_LEN..HEADER_LEN + body]);
