@@ -157,6 +157,21 @@ def _owd(s: Settings, say: Callable[[str], None]) -> list[dict[str, Any]]:
     return rows
 
 
+# Bytes of a probe's frame beyond its payload: UDP, IPv4 and Ethernet
+# headers (the emulator serialises whole frames).
+FRAME_OVERHEAD_BYTES = 8 + 20 + 14
+
+
+def _emulator_late_mean_us(emulator: dict[str, Any] | None) -> float | None:
+    """How late, on average, the emulator released the probes' frames
+    (the direction that carried most), µs; None without its counters."""
+    dirs = (emulator or {}).get("directions") or []
+    stats = [d.get("stats") or {} for d in dirs]
+    busiest = max(stats, key=lambda x: x.get("passed", 0), default={})
+    n = busiest.get("passed", 0)
+    return busiest.get("late_ns_sum", 0) / n / 1000 if n else None
+
+
 def _capacity(s: Settings, say: Callable[[str], None]) -> list[dict[str, Any]]:
     rows = []
     for rate in s.rates_mbit:
@@ -177,6 +192,20 @@ def _capacity(s: Settings, say: Callable[[str], None]) -> list[dict[str, Any]]:
         cap = r.get("capacity") or {}
         mbps = cap.get("mbps")
         err = None if mbps is None else mbps / rate - 1
+        late_us = _emulator_late_mean_us(emulator)
+        frame_us = (s.train_payload + FRAME_OVERHEAD_BYTES) * 8 / rate
+        faithful = late_us is None or late_us <= frame_us
+        target = f"within {s.capacity_error_max:.0%}"
+        if not faithful:
+            # The reference is the link the emulator serialises: when it
+            # releases frames later on average than one frame's time, the
+            # trains leave it spread by the host, not by the rate, and the
+            # row says nothing of the measurement (this session's machine:
+            # 201 µs late at 1 Gbit/s, where frames are 12 µs apart).
+            target += (
+                f"; not judged: the emulator released frames {late_us:.0f} µs late on "
+                f"average, more than a frame's {frame_us:.1f} µs at this rate"
+            )
         row = {
             "check": "capacity (dispersion)",
             "setting": f"{rate:g} Mbit/s, trains of {s.train} x {s.train_payload} B",
@@ -189,8 +218,9 @@ def _capacity(s: Settings, say: Callable[[str], None]) -> list[dict[str, Any]]:
             "p10_mbps": cap.get("p10_mbps"),
             "p90_mbps": cap.get("p90_mbps"),
             "trains": cap.get("trains"),
-            "target": f"within {s.capacity_error_max:.0%}",
-            "met": err is not None and abs(err) <= s.capacity_error_max,
+            "target": target,
+            "met": (err is not None and abs(err) <= s.capacity_error_max) if faithful else None,
+            "emulator_late_mean_us": late_us,
             # How late the emulator released frames: a link it could not
             # serialise on time (a slow host) reads fast, its frames bunched.
             "emulator": emulator,

@@ -51,10 +51,17 @@ def test_measure_scenario_meets_every_accuracy_target(tmp_path: Path) -> None:
         assert user["send_stamps"]["kernel"] == 0, user
         # User-space stamps were measured in the same run, for comparison.
         assert ("one-way delay", pps, "user", None) in by
-    # Capacity by dispersion within 2 % on 100 Mbit/s and 1 Gbit/s.
+    # Capacity by dispersion within 2 % on 100 Mbit/s and 1 Gbit/s. At 1
+    # Gbit/s frames are 12 µs apart: a host whose emulator releases them
+    # later than that on average does not emulate the link (one machine:
+    # 201 µs), and the row says so instead of judging the measurement.
     for rate in (100.0, 1000.0):
         r = by[("capacity (dispersion)", None, None, rate)]
         assert r["trains"] >= 90, r
+        if rate == 1000.0 and r["met"] is None:
+            assert "not judged: the emulator released frames" in r["target"], r
+            print(f"1 Gbit/s dispersion not judged on this host: {r['target']}")
+            continue
         assert abs(r["error"]) <= 0.02, r
     loss = next(r for r in rows if r["check"] == "loss")
     assert abs(loss["z"]) <= 3.0, loss

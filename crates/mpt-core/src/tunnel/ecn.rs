@@ -88,12 +88,20 @@ impl EcnIn {
     }
 
     /// A later piece (tunnel sequence `seq`) arrived with outer bits
-    /// `outer`: a CE waits for the piece's release.
-    pub fn on_later_piece(&mut self, seq: u64, outer: u8) {
+    /// `outer`: a CE waits for the piece's release. A piece that cannot
+    /// be released again (below `next_seq`, the reorder buffer's next, or
+    /// a second copy of one already waiting: a resend whose original came
+    /// after all) carries nothing: its CE is counted as not carried at
+    /// once, not left waiting for a release that never comes.
+    pub fn on_later_piece(&mut self, seq: u64, outer: u8, next_seq: u64) {
         if outer & ECN_MASK != CE {
             return;
         }
         self.stats.outer_ce += 1;
+        if seq < next_seq || self.pending.contains(&seq) {
+            self.stats.ce_not_carried += 1;
+            return;
+        }
         if self.pending.len() == PENDING_MAX {
             self.pending.pop_front();
             self.stats.ce_not_carried += 1;
@@ -144,8 +152,9 @@ impl Tunnel {
                     .ecn_in
                     .on_packet(&mut body[FRAGMENT_HEADER_LEN..], outer),
                 Ok(_) => {
-                    let seq = wire::widen_u32(f.tunnel_seq, self.reorder.next_seq());
-                    self.ecn_in.on_later_piece(seq, outer);
+                    let next = self.reorder.next_seq();
+                    let seq = wire::widen_u32(f.tunnel_seq, next);
+                    self.ecn_in.on_later_piece(seq, outer, next);
                     Arrival::Pass
                 }
                 // recv_authentic drops and counts it.
@@ -204,15 +213,29 @@ mod tests {
     #[test]
     fn later_pieces_are_remembered_until_their_release_and_bounded() {
         let mut e = EcnIn::default();
-        e.on_later_piece(7, ECT0);
+        e.on_later_piece(7, ECT0, 0);
         assert!(!e.take(7), "ECT alone is nothing to carry");
-        e.on_later_piece(7, CE);
-        e.on_later_piece(9, CE);
+        e.on_later_piece(7, CE, 0);
+        e.on_later_piece(9, CE, 0);
         assert!(e.take(9) && e.take(7) && !e.take(7));
         for s in 0..(PENDING_MAX as u64 + 3) {
-            e.on_later_piece(100 + s, CE);
+            e.on_later_piece(100 + s, CE, 0);
         }
         assert_eq!(e.stats.ce_not_carried, 3);
         assert!(!e.take(100) && e.take(103));
+    }
+
+    #[test]
+    fn a_later_piece_that_cannot_be_released_again_counts_at_once() {
+        // Every outer CE is counted once: a second copy of a waiting piece
+        // (a resend whose original came after all) and a piece below the
+        // reorder buffer's next sequence number (released already) carry
+        // nothing, and must not wait forever.
+        let mut e = EcnIn::default();
+        e.on_later_piece(20, CE, 10);
+        e.on_later_piece(20, CE, 10);
+        e.on_later_piece(5, CE, 10);
+        assert_eq!((e.stats.outer_ce, e.stats.ce_not_carried), (3, 2));
+        assert!(e.take(20) && !e.take(20) && !e.take(5));
     }
 }
