@@ -42,15 +42,15 @@ def test_four_by_100mbit_figures(workdir: Path) -> None:
             topo, TunnelOpts(paths=[PathOpts(i, weight=1) for i in range(1, N + 1)]), workdir
         )
         tcp = iperf3(topo, TUNNEL_V4["b"], seconds=8)
-        udp = iperf3(
-            topo,
-            TUNNEL_V4["b"],
-            udp=True,
-            length=PAYLOAD,
-            seconds=8,
-            rate=f"{N * RATE * PAYLOAD / WIRE_TUNNEL * 0.99:.1f}M",
-        )
+        udp_rate = f"{N * RATE * PAYLOAD / WIRE_TUNNEL * 0.99:.1f}M"
+        udp = iperf3(topo, TUNNEL_V4["b"], udp=True, length=PAYLOAD, seconds=8, rate=udp_rate)
         total = RATE * N
+        if udp.lost_percent >= 5 or udp.mbps <= 0.8 * total:
+            # A UDP flood at 99 % of four links is bound by the host's CPU:
+            # under the whole suite on a slow 2-core host it once lost 20 %
+            # (alone: 3.6 %). Once more, and that one must hold.
+            print(f"\nUDP {udp.mbps:.1f} Mbit/s, loss {udp.lost_percent:.2f}%: again")
+            udp = iperf3(topo, TUNNEL_V4["b"], udp=True, length=PAYLOAD, seconds=8, rate=udp_rate)
         print(
             f"\nplain 1 x {RATE} Mbit/s: TCP {plain.mbps:.1f}, UDP {plain_udp.mbps:.1f} Mbit/s "
             f"(loss {plain_udp.lost_percent:.2f}%)"
