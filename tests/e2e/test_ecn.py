@@ -55,7 +55,12 @@ def test_a_path_that_marks_ce_reaches_the_inner_tcp(workdir: Path) -> None:
     # ECN-capable, so none is dropped for want of ECT.
     assert st["drops"]["ecn_ce_not_ect"] == 0
     assert ecn["ce_carried"] > 0, ecn
-    assert ecn["ce_carried"] + ecn["ce_not_carried"] == ecn["outer_ce"], ecn
+    # Each outer CE is counted once, as carried or not; a later piece of a
+    # fragmented packet still waiting for its release when the status was
+    # read (a gap before it) is neither yet: twice in CI, one of 367 and of
+    # 440 (at most a few).
+    accounted = ecn["ce_carried"] + ecn["ce_not_carried"]
+    assert accounted <= ecn["outer_ce"] <= accounted + 2, ecn
     assert echoed > 0
     # The marks slow TCP down as drops would, without the losses: a sanity
     # bound (CUBIC answers each round trip with marks by 0.7; 14-15 Mbit/s
