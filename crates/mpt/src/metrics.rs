@@ -310,10 +310,21 @@ pub fn render_doc(d: &TunnelDoc, tunnel: &str) -> String {
             t.ecn.ce_carried,
             "Outer CE marks carried into the inner packets",
         ),
+        (
+            "mpt_ecn_ce_not_carried_total",
+            t.ecn.ce_not_carried,
+            "Outer CE marks on pieces of a packet completed late, or dropped again",
+        ),
     ] {
         m.family(name, "counter", help);
         m.sample(name, &[], x as f64);
     }
+    m.family(
+        "mpt_ecn_ce_waiting",
+        "gauge",
+        "Outer CE marks on pieces still waiting for their release",
+    );
+    m.sample("mpt_ecn_ce_waiting", &[], t.ecn.ce_waiting as f64);
     m.family("mpt_paths_up", "gauge", "Paths that carry traffic");
     m.sample("mpt_paths_up", &[], t.paths_up as f64);
     let queue = t.queue.as_ref();

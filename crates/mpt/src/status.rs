@@ -324,11 +324,12 @@ pub fn render_doc(d: &TunnelDoc) -> String {
     let e = &t.ecn;
     let _ = writeln!(
         o,
-        "ecn (RFC 6040): outer CE received {}, carried into inner packets {} (ECT(1) {}), not carried {}, dropped as not ECN-capable {}",
+        "ecn (RFC 6040): outer CE received {}, carried into inner packets {} (ECT(1) {}), not carried {}, waiting with a piece {}, dropped as not ECN-capable {}",
         e.outer_ce,
         e.ce_carried,
         e.ect1_carried,
         e.ce_not_carried,
+        e.ce_waiting,
         t.drops.get("ecn_ce_not_ect").copied().unwrap_or(0),
     );
     match &t.security {

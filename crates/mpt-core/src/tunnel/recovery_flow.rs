@@ -166,21 +166,36 @@ impl Tunnel {
         if !usable || buf.len() < HEADER_LEN + len + TAG_LEN {
             return None;
         }
-        if self.paced {
-            let s = &mut self.paths[usize::from(c.path)].sender;
-            s.refill(now);
-            if !s.has_budget() {
-                r.stats.resend_copies_skipped += 1;
-                return None;
-            }
+        if !self.pacing_allows(c.path, now) {
+            let r = self.recovery.as_mut()?;
+            r.stats.resend_copies_skipped += 1;
+            return None;
         }
+        let r = self.recovery.as_mut()?;
         buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&r.resend_copy_body);
         r.stats.resend_copies += 1;
         let t = self.control_transmit(now, c.path, c.ty, c.class, c.seq, buf, len)?;
-        if self.paced {
-            self.paths[usize::from(c.path)].sender.on_send(t.len);
-        }
+        self.pacing_charge(c.path, t.len);
         Some(t)
+    }
+
+    /// Whether `path`'s pacer lets a datagram leave now (always, when
+    /// sending is not paced). Resends and their copies ask this; data
+    /// asks with its queues in mind (`send.rs`).
+    fn pacing_allows(&mut self, path: PathId, now: Nanos) -> bool {
+        if !self.paced {
+            return true;
+        }
+        let s = &mut self.paths[usize::from(path)].sender;
+        s.refill(now);
+        s.has_budget()
+    }
+
+    /// Charge `len` bytes sent on `path` to its pacer.
+    fn pacing_charge(&mut self, path: PathId, len: usize) {
+        if self.paced {
+            self.paths[usize::from(path)].sender.on_send(len);
+        }
     }
 
     /// The release floor after recovery: gaps below the policy's `floor`
@@ -368,22 +383,15 @@ impl Tunnel {
             return self.control_transmit(now, fast, PacketType::Nack, 0, seq_now, buf, body_len);
         }
         let body_max = self.frag.body_max;
-        let copy_to = if r.retransmit.is_empty() {
-            None
-        } else {
-            self.copy_path(path)
-        };
-        let r = self.recovery.as_mut()?;
-        if self.paced && !r.retransmit.is_empty() {
-            // Resends are paced with the path's data: a burst of them at
-            // once overflowed a slow path's bottleneck, and what it lost
-            // was asked for again (see `resend_deadline`).
-            let s = &mut self.paths[usize::from(path)].sender;
-            s.refill(now);
-            if !s.has_budget() {
-                return None;
-            }
+        let waiting = !r.retransmit.is_empty();
+        let copy_to = if waiting { self.copy_path(path) } else { None };
+        // Resends are paced with the path's data: a burst of them at once
+        // overflowed a slow path's bottleneck, and what it lost was asked
+        // for again (see `resend_deadline`).
+        if waiting && !self.pacing_allows(path, now) {
+            return None;
         }
+        let r = self.recovery.as_mut()?;
         while let Some((seq, asked_at)) = r.retransmit.pop_front() {
             if now.saturating_sub(asked_at) > RECOVERY_WAIT_MAX_NS {
                 // The receiver has given it up: sent now it would only
@@ -432,9 +440,7 @@ impl Tunnel {
                 });
             }
             let t = self.control_transmit(now, path, ty, class, seq, buf, body)?;
-            if self.paced {
-                self.paths[usize::from(path)].sender.on_send(t.len);
-            }
+            self.pacing_charge(path, t.len);
             return Some(t);
         }
         None
