@@ -410,9 +410,10 @@ impl Recovery {
     /// The peer asked for these packets (by tunnel sequence numbers, or
     /// by the path sequence numbers they left with on our path; `last_sent`
     /// is the latest path sequence number we sent on the path named). A
-    /// tunnel sequence number sent again less than `in_flight` ago is
-    /// not sent once more: the peer asked before that copy could arrive
-    /// (its path NACK and its release policy both ask for one loss).
+    /// tunnel sequence number sent again less than `in_flight` ago, or
+    /// still waiting to be, is not sent once more: the peer asked before
+    /// that copy could arrive (its path NACK and its release policy both
+    /// ask for one loss).
     pub fn on_nack(
         &mut self,
         now: Nanos,
@@ -440,7 +441,7 @@ impl Recovery {
             let seq = match kind {
                 NackKind::Tunnel => {
                     let fresh = |&(s, at): &(u64, Nanos)| s == entry && now < at + in_flight;
-                    if self.recent_resends.iter().any(fresh) {
+                    if self.recent_resends.iter().any(fresh) || self.queued(entry) {
                         self.stats.requests_received += 1;
                         self.stats.resend_in_flight += 1;
                         continue;
@@ -460,7 +461,7 @@ impl Recovery {
                     // A resend lost on its way is asked for a round trip
                     // after it left, past half of `in_flight`.
                     let twin = |&(s, at): &(u64, Nanos)| s == seq && now < at + in_flight / 2;
-                    if self.recent_resends.iter().any(twin) {
+                    if self.recent_resends.iter().any(twin) || self.queued(seq) {
                         self.stats.resend_in_flight += 1;
                         continue;
                     }
@@ -478,9 +479,22 @@ impl Recovery {
         }
     }
 
+    /// Whether `seq` waits to be sent again already. Its two requests (a
+    /// path NACK and the release policy's, for one loss) often both come
+    /// before a paced resend leaves: on two 4 Mbit/s links 43 % of the
+    /// resends arrived as duplicates when only those sent were looked at.
+    /// A scan: the queue holds what one path's pacing budget holds back.
+    fn queued(&self, seq: u64) -> bool {
+        self.retransmit.iter().any(|&(s, _)| s == seq)
+    }
+
     /// Queue `seq` for sending again: the path it left on stalled
-    /// (`path/stall.rs`). Returns whether a copy was held and queued.
+    /// (`path/stall.rs`). Returns whether a copy was held and queued (or
+    /// waits already).
     pub fn resend_stalled(&mut self, now: Nanos, seq: u64, body_max: usize) -> bool {
+        if self.queued(seq) {
+            return true;
+        }
         if self.find(seq, body_max).is_none() || self.retransmit.len() >= MAX_RETRANSMIT_QUEUE {
             return false;
         }

@@ -59,3 +59,38 @@ fn a_request_for_any_sequence_number_is_answered_or_counted() {
     }
     assert!(r.find(7, 1400).is_some());
 }
+
+#[test]
+fn a_loss_asked_for_by_path_and_by_tunnel_number_is_sent_again_once() {
+    // The receiver's path NACK and its release policy both ask for one
+    // lost datagram; on a slow path both requests come before the paced
+    // resend leaves. One resend, whichever comes first.
+    use crate::wire::{NackBody, NackKind};
+    let body_max = 1400;
+    for path_first in [true, false] {
+        let mut r = Recovery::new();
+        for seq in 0..10u64 {
+            r.store(0, seq, 0, &[0x45u8; 100]);
+            r.sent.on_sent(1, seq as u32, seq);
+        }
+        let mut by_tunnel = [0u8; 64];
+        let n = NackBody::write(NackKind::Tunnel, &[4], &mut by_tunnel).unwrap();
+        let mut by_path = [0u8; 64];
+        let m = NackBody::write(NackKind::Path(1), &[4], &mut by_path).unwrap();
+        let mut ask = |raw: &[u8]| {
+            let body = NackBody::parse(raw).unwrap();
+            r.on_nack(1_000, 50 * NANOS_PER_MS, &body, raw, body_max, |_| Some(9));
+        };
+        if path_first {
+            ask(&by_path[..m]);
+            ask(&by_tunnel[..n]);
+        } else {
+            ask(&by_tunnel[..n]);
+            ask(&by_path[..m]);
+        }
+        assert_eq!(r.retransmit.len(), 1, "path first: {path_first}");
+        assert_eq!(r.stats.resend_in_flight, 1);
+        assert!(r.resend_stalled(2_000, 4, body_max), "waits already");
+        assert_eq!(r.retransmit.len(), 1);
+    }
+}
