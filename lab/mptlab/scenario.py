@@ -23,7 +23,10 @@ A scenario file::
     [run]
     systems = ["plain", "mpt", "mptcp"]   # and "mpt-insecure", "mpt-1w", "mpt-parallel",
                                           # "mpt-recover", "mpt-norecover"
-                                          # (loss recovery off), "mpt-wrr" (weights
+                                          # (loss recovery off), "mpt-1dg"
+                                          # (tunnel MTU of one datagram),
+                                          # "mpt-hold" (max_delay_ms = 300),
+                                          # "mpt-q200" (queue_ms = 200), "mpt-wrr" (weights
                                           # from the link rates), "mpt-noqos"
                                           # (QoS off; the scenario's [qos] text
                                           # is left out), "mpt-noredundant"
@@ -100,6 +103,9 @@ SYSTEMS = (
     "mpt-parallel",
     "mpt-recover",
     "mpt-norecover",
+    "mpt-1dg",
+    "mpt-hold",
+    "mpt-q200",
     "mpt-wrr",
     "mpt-base",
     "mpt-noqos",

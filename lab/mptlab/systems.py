@@ -192,6 +192,14 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     "mpt-recover": {"extra": "[reorder]\nrecover = true"},
     # Loss recovery off: what the recovery ring's copies cost.
     "mpt-norecover": {"extra": "[reorder]\nrecover = false"},
+    # A tunnel MTU of one datagram (1432 over IPv4 paths of MTU 1500):
+    # every inner packet whole, the inner TCP's segments small.
+    "mpt-1dg": {"extra": "tunnel.mtu = 1432"},
+    # The reorder buffer waits 200 ms longer for a gap (with recovery,
+    # its resend's wait comes on top), and mpt's send queue holds twice
+    # as long: the two waits the inner TCP sees as loss when they end.
+    "mpt-hold": {"extra": "[reorder]\nmax_delay_ms = 300"},
+    "mpt-q200": {"extra": "[scheduler]\nqueue_ms = 200"},
     # Static weights from the emulated link rates: today's weighted
     # round-robin with knowledge a user lacks, for comparison only.
     "mpt-wrr": {"weights": True},

@@ -222,3 +222,21 @@ def test_boolean_overrides_are_booleans() -> None:
     assert sc.warm_tunnel is False and sc.timeline is False
     with pytest.raises(scenario.ScenarioError, match="timeline"):
         scenario.load("wifi-lte", ["timeline=1"])
+
+
+def test_the_experiment_variants_write_their_keys_where_they_belong() -> None:
+    import tomllib
+
+    from mptlab.daemon import PathOpts, TunnelOpts, config_text
+    from mptlab.runner import MPT_VARIANTS
+
+    def cfg(system: str) -> dict:
+        extra = MPT_VARIANTS[system]["extra"]
+        opts = TunnelOpts(paths=[PathOpts(1)], extra=extra, security="insecure")
+        return tomllib.loads(config_text(None, "a", opts, Path("/run/x.sock")))  # type: ignore[arg-type]
+
+    assert cfg("mpt-1dg")["tunnel"]["mtu"] == 1432
+    assert cfg("mpt-hold")["reorder"]["max_delay_ms"] == 300
+    assert cfg("mpt-q200")["scheduler"]["queue_ms"] == 200
+    for system in ("mpt-1dg", "mpt-hold", "mpt-q200"):
+        assert system in scenario.SYSTEMS

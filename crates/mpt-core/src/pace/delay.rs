@@ -199,6 +199,12 @@ pub struct TargetDelay {
     /// bits and its length (a ring, `recent_next` the oldest).
     recent: [(Nanos, u64, Nanos); RECENT_SAMPLES],
     recent_next: usize,
+    /// The bottleneck buffer's depth in bytes when it overflowed (the
+    /// queue at a congestion loss times the delivery rate), least within
+    /// [`OVERFLOW_MEMORY_NS`].
+    overflow_bytes: Windowed<10>,
+    /// The target of the last sample (status).
+    target_ns: Nanos,
 }
 
 impl Default for TargetDelay {
@@ -231,6 +237,8 @@ impl Default for TargetDelay {
             limited_since: None,
             recent: [(0, 0, 0); RECENT_SAMPLES],
             recent_next: 0,
+            overflow_bytes: Windowed::new(OVERFLOW_MEMORY_NS, false),
+            target_ns: TARGET_NS,
         }
     }
 }
@@ -349,6 +357,18 @@ impl TargetDelay {
         (self.delivered_max.get(now).unwrap_or(0) as u64).max(MIN_RATE_BPS)
     }
 
+    /// The queueing target of a radio link: [`RADIO_TARGET_NS`] until its
+    /// buffer overflowed, then [`RADIO_DEPTH_SHARE`] of the buffer's depth
+    /// at the path's rate (a drop-tail buffer holds bytes: at 20 Mbit/s a
+    /// buffer of 100 ms at 8 holds 40 ms), at most [`RADIO_TARGET_MAX_NS`].
+    fn radio_target(&self, now: Nanos) -> Nanos {
+        let Some(bytes) = self.overflow_bytes.get(now) else {
+            return RADIO_TARGET_NS;
+        };
+        let ns = bytes.max(0) as f64 * 8e9 / self.rate.max(MIN_RATE_BPS) as f64;
+        ((ns * RADIO_DEPTH_SHARE) as Nanos).clamp(TARGET_NS, RADIO_TARGET_MAX_NS)
+    }
+
     /// The target queueing delay for a path with the sample's jitter.
     fn target(s: &RateSample) -> Nanos {
         let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);
@@ -359,10 +379,15 @@ impl TargetDelay {
 impl RateControl for TargetDelay {
     fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
         let q = self.excess(now, s);
+        if s.congestion_lost > 0 && q > 0 {
+            let bytes = u128::from(q) * u128::from(s.delivered_bps) / 8_000_000_000;
+            self.overflow_bytes.update(now, bytes as i64);
+        }
         let mut target = Self::target(s);
         if !s.realtime && self.dips_come_back(now) {
-            target = target.max(RADIO_TARGET_NS);
+            target = target.max(self.radio_target(now));
         }
+        self.target_ns = target;
         self.limited_seen |= s.limited;
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);
@@ -560,6 +585,10 @@ impl RateControl for TargetDelay {
 
     fn cuts(&self) -> u64 {
         self.cuts
+    }
+
+    fn target_ns(&self) -> Option<Nanos> {
+        Some(self.target_ns)
     }
 
     fn on_start_rtt(&mut self, rtt_ns: Nanos) {

@@ -65,8 +65,16 @@ pub const COMEBACK_SHARE: f64 = 0.7;
 pub const COMEBACKS_FOR_RADIO: usize = 2;
 pub const COMEBACK_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
 pub const RESUME_RADIO_SHARE: f64 = 0.7;
-/// Queueing target of a radio link (tuning knob, experiment).
+/// Queueing target of a radio link before its buffer was seen to
+/// overflow (tuning knob, experiment).
 pub const RADIO_TARGET_NS: Nanos = 40 * NANOS_PER_MS;
+/// Once a radio link's buffer overflowed: the target is this share of the
+/// buffer's depth in bytes (the least of the depths seen within
+/// [`OVERFLOW_MEMORY_NS`]) at the path's rate, up to
+/// [`RADIO_TARGET_MAX_NS`] (tuning knobs, experiment).
+pub const RADIO_DEPTH_SHARE: f64 = 0.7;
+pub const RADIO_TARGET_MAX_NS: Nanos = 80 * NANOS_PER_MS;
+pub const OVERFLOW_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Time over which a queue above the target is drained (tuning knob).
 pub const DRAIN_NS: Nanos = 100 * NANOS_PER_MS;
 /// Share of the rate kept after a congestion loss (tuning knob; BBRv2's

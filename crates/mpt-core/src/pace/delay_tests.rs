@@ -220,3 +220,31 @@ fn the_start_ends_at_what_the_path_delivered() {
         "{after:.2} after {rate:.2}"
     );
 }
+
+/// A radio link's queueing target follows the depth at which its buffer
+/// overflowed, in bytes at the path's rate: 40 ms before any overflow;
+/// after one at a 20 ms queue of 20 Mbit/s (50 KB), 0.7 of what those
+/// bytes take at the rate paced now; a deep buffer at a low rate is
+/// bounded by `RADIO_TARGET_MAX_NS`; the depth is forgotten after
+/// `OVERFLOW_MEMORY_NS`.
+#[test]
+fn a_radio_links_target_follows_the_depth_its_buffer_overflowed_at() {
+    let mut c = TargetDelay::default();
+    assert_eq!(c.radio_target(0), RADIO_TARGET_NS);
+    let mut now = 1_000 * MS;
+    let mut lost = sample(20, 25, 2, true);
+    lost.congestion_lost = 2;
+    // The excess above the queue's floor (5 ms, its first sample) is 20 ms.
+    c.on_sample(now - 30 * MS, &sample(20, 5, 0, true), Some(RTT));
+    c.on_sample(now, &lost, Some(RTT));
+    c.rate = 20 * MBIT;
+    let t = c.radio_target(now);
+    assert!((13 * MS..=15 * MS).contains(&t), "target {t}");
+    c.rate = 10 * MBIT;
+    let t = c.radio_target(now);
+    assert!((27 * MS..=29 * MS).contains(&t), "half the rate: {t}");
+    c.rate = 2 * MBIT;
+    assert_eq!(c.radio_target(now), RADIO_TARGET_MAX_NS);
+    now += OVERFLOW_MEMORY_NS + 1_000 * MS;
+    assert_eq!(c.radio_target(now), RADIO_TARGET_NS, "forgotten");
+}

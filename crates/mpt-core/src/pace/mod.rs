@@ -131,6 +131,11 @@ pub trait RateControl: Send + std::fmt::Debug {
     /// The path's lowest round trip so far, with each report: a policy
     /// may start from a rate that fits it (default: ignored).
     fn on_start_rtt(&mut self, _rtt_ns: Nanos) {}
+    /// The queueing delay the policy held the path's bottleneck to at the
+    /// last sample, if it aims at one (status output).
+    fn target_ns(&self) -> Option<Nanos> {
+        None
+    }
 }
 
 /// The last report a sample started from.
@@ -353,6 +358,10 @@ impl PathSender {
             delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
             queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
             jitter_ms: self.jitter_ns().map(|j| j as f64 / NANOS_PER_MS as f64),
+            target_ms: self
+                .control
+                .target_ns()
+                .map(|t| t as f64 / NANOS_PER_MS as f64),
             samples: self.samples,
             cuts: self.control.cuts(),
             fill_ms: None,
@@ -379,6 +388,9 @@ pub struct SenderStatus {
     pub queueing_ms: Option<f64>,
     /// RFC 3550 jitter the peer reported with the last sample.
     pub jitter_ms: Option<f64>,
+    /// The queueing delay the rate control holds the bottleneck to
+    /// (`ecf`'s target: 5 ms plus the path's jitter, or a radio link's).
+    pub target_ms: Option<f64>,
     /// With QoS: how long this path's queue in mpt may grow before what
     /// follows waits in the QoS stage (its delay gap to the slowest usable
     /// path, plus a margin that grows with its jitter).
