@@ -305,6 +305,28 @@ fn two_lte() {
     );
 }
 
+/// `two_lte` with shallow buffers (30 ms at each trace's mean rate, 100
+/// in the lab's scenario): what a radio link's deeper queueing target does
+/// where the buffer holds less than it (bench, as `two_lte`).
+#[test]
+#[ignore]
+fn two_lte_shallow() {
+    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
+    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
+    bench(
+        "two-lte, 30 ms buffers",
+        &[0, 15, 30, 45, 60, 75, 90, 105],
+        30,
+        40.0,
+        |start| {
+            vec![
+                (&a_down, &a_up, 30, 30, start),
+                (&b_down, &b_up, 40, 30, start),
+            ]
+        },
+    );
+}
+
 /// Two recorded LTE traces (`../shared/traces/`, Saturator's AT&T and
 /// Verizon; skipped where the folder is missing): the check that what
 /// was tuned on the lab's synthetic traces holds on real ones (bench:
