@@ -283,26 +283,32 @@ fn bench<'a>(
     );
 }
 
+/// The lab's `two-lte` (both links' buffers `queue_ms`) in virtual time,
+/// every 15 s window of its traces.
+fn two_lte_bench(label: &str, queue_ms: u64) {
+    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
+    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
+    bench(
+        label,
+        &[0, 15, 30, 45, 60, 75, 90, 105],
+        30,
+        40.0,
+        |start| {
+            vec![
+                (&a_down, &a_up, 30, queue_ms, start),
+                (&b_down, &b_up, 40, queue_ms, start),
+            ]
+        },
+    );
+}
+
 /// The lab's `two-lte` in virtual time (bench: `cargo test --release
 /// --test sim_trace two_lte -- --ignored --nocapture`; `SIM_TIMELINE=1`
 /// for the flow every 100 ms, `SIM_OPEN_TIMELINE=1` for the open loop).
 #[test]
 #[ignore]
 fn two_lte() {
-    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
-    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
-    bench(
-        "two-lte",
-        &[0, 15, 30, 45, 60, 75, 90, 105],
-        30,
-        40.0,
-        |start| {
-            vec![
-                (&a_down, &a_up, 30, 100, start),
-                (&b_down, &b_up, 40, 100, start),
-            ]
-        },
-    );
+    two_lte_bench("two-lte", 100);
 }
 
 /// `two_lte` with shallow buffers (30 ms at each trace's mean rate, 100
@@ -311,20 +317,7 @@ fn two_lte() {
 #[test]
 #[ignore]
 fn two_lte_shallow() {
-    let (a_down, a_up) = (lab_trace("lte-a.down"), lab_trace("lte-a.up"));
-    let (b_down, b_up) = (lab_trace("lte-b.down"), lab_trace("lte-b.up"));
-    bench(
-        "two-lte, 30 ms buffers",
-        &[0, 15, 30, 45, 60, 75, 90, 105],
-        30,
-        40.0,
-        |start| {
-            vec![
-                (&a_down, &a_up, 30, 30, start),
-                (&b_down, &b_up, 40, 30, start),
-            ]
-        },
-    );
+    two_lte_bench("two-lte, 30 ms buffers", 30);
 }
 
 /// Two recorded LTE traces (`../shared/traces/`, Saturator's AT&T and
