@@ -357,18 +357,6 @@ impl TargetDelay {
         (self.delivered_max.get(now).unwrap_or(0) as u64).max(MIN_RATE_BPS)
     }
 
-    /// The queueing target of a radio link: [`RADIO_TARGET_NS`] until its
-    /// buffer overflowed, then [`RADIO_DEPTH_SHARE`] of the buffer's depth
-    /// at the path's rate (a drop-tail buffer holds bytes: at 20 Mbit/s a
-    /// buffer of 100 ms at 8 holds 40 ms), at most [`RADIO_TARGET_MAX_NS`].
-    fn radio_target(&self, now: Nanos) -> Nanos {
-        let Some(bytes) = self.overflow_bytes.get(now) else {
-            return RADIO_TARGET_NS;
-        };
-        let ns = bytes.max(0) as f64 * 8e9 / self.rate.max(MIN_RATE_BPS) as f64;
-        ((ns * RADIO_DEPTH_SHARE) as Nanos).clamp(TARGET_NS, RADIO_TARGET_MAX_NS)
-    }
-
     /// The target queueing delay for a path with the sample's jitter.
     fn target(s: &RateSample) -> Nanos {
         let extra = s.jitter_ns.unwrap_or(0).saturating_mul(JITTER_TARGET_GAIN);

@@ -5,7 +5,10 @@
 //! has not come back yet; `comebacks` holds the latest comeback times,
 //! oldest first; nothing here changes the rate.
 
-use super::knobs::{COMEBACKS_FOR_RADIO, COMEBACK_MEMORY_NS, COMEBACK_SHARE, DIP_SHARE};
+use super::knobs::{
+    COMEBACKS_FOR_RADIO, COMEBACK_MEMORY_NS, COMEBACK_SHARE, DIP_SHARE, MIN_RATE_BPS,
+    RADIO_DEPTH_SHARE, RADIO_TARGET_MAX_NS, RADIO_TARGET_NS, TARGET_NS,
+};
 use super::TargetDelay;
 use crate::Nanos;
 
@@ -35,5 +38,17 @@ impl TargetDelay {
         self.comebacks
             .iter()
             .all(|c| c.is_some_and(|t| now < t + COMEBACK_MEMORY_NS))
+    }
+
+    /// The queueing target of a radio link: [`RADIO_TARGET_NS`] until its
+    /// buffer overflowed, then [`RADIO_DEPTH_SHARE`] of the buffer's depth
+    /// at the path's rate (a drop-tail buffer holds bytes: at 20 Mbit/s a
+    /// buffer of 100 ms at 8 holds 40 ms), at most [`RADIO_TARGET_MAX_NS`].
+    pub(super) fn radio_target(&self, now: Nanos) -> Nanos {
+        let Some(bytes) = self.overflow_bytes.get(now) else {
+            return RADIO_TARGET_NS;
+        };
+        let ns = bytes.max(0) as f64 * 8e9 / self.rate.max(MIN_RATE_BPS) as f64;
+        ((ns * RADIO_DEPTH_SHARE) as Nanos).clamp(TARGET_NS, RADIO_TARGET_MAX_NS)
     }
 }
