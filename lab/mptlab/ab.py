@@ -10,6 +10,9 @@ first slot minus the second's, over both systems. Run an A/A (the same
 binary as `mpt` and `mpt-base`, `MPT_BASE_BIN=target/release/mpt`) to
 measure that bias alone.
 
+Each point's line names the CPU the hypervisor stole during it when that
+is notable (`system_steal`, raw.json's `cpu_pct`), and the report its mean.
+
 Invariants: run k lists A first when k is even (A,B / B,A / A,B / …); a
 run that fails is reported and the others still count.
 """
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .runner import Runner
+from .runner import STEAL_NOTE_PCT, Runner
 from .scenario import load
 
 
@@ -39,6 +42,7 @@ def run(
     outdir.mkdir(parents=True, exist_ok=True)
     figures: dict[str, list[tuple[int, float]]] = {a: [], b: []}
     errors = []
+    stolen: list[float] = []
     for k in range(runs):
         order = [a, b] if k % 2 == 0 else [b, a]
         sc = load(scenario, [*overrides, f"systems={','.join(order)}"])
@@ -53,16 +57,25 @@ def run(
             if p.error:
                 errors.append(f"run {k} {p.system}: {p.error}")
         line = ", ".join(
-            f"{p.system} {p.efficiency:.1%}" for p in points if p.efficiency is not None
+            f"{p.system} {p.efficiency:.1%}{_stolen(p.cpu_pct)}"
+            for p in points
+            if p.efficiency is not None
         )
+        stolen += [p.cpu_pct.get("system_steal", 0.0) for p in points if p.cpu_pct]
         say(f"run {k} ({','.join(order)}): {line}")
     out = summarize(a, b, figures)
+    out["stolen_pct_mean"] = statistics.mean(stolen) if stolen else None
     out["errors"] = errors
     out["scenario"] = scenario
     (outdir / "ab.json").write_text(json.dumps(out, indent=1))
     for line in report(out):
         say(line)
     return out
+
+
+def _stolen(cpu: dict[str, float] | None) -> str:
+    steal = (cpu or {}).get("system_steal", 0.0)
+    return f" (stolen {steal:.0f}%)" if steal >= STEAL_NOTE_PCT else ""
 
 
 def summarize(a: str, b: str, figures: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
@@ -108,6 +121,11 @@ def report(s: dict[str, Any]) -> list[str]:
         f"{s['a']} − {s['b']}: {pts(s['a_minus_b'])}; "
         f"slot bias (first slot − second): {pts(s['slot_bias'])}"
     )
+    if s.get("stolen_pct_mean") is not None:
+        lines.append(
+            f"CPU stolen by the hypervisor: {s['stolen_pct_mean']:.1f} % of a core, "
+            "mean over the points (a shared VM's figures fall with it)"
+        )
     return lines
 
 

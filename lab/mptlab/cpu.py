@@ -45,15 +45,20 @@ def _ns_pids(ns: str) -> list[int]:
     return [int(x) for x in p.stdout.split() if x.isdigit()]
 
 
-def _system_ticks() -> tuple[int, int]:
+def _system_ticks() -> tuple[int, int, int]:
+    """(all, idle, stolen) ticks of the machine. Steal is time the
+    hypervisor ran something else while this guest wanted a CPU: on a
+    shared VM a run's figures fall with it, so each run records it."""
     with open("/proc/stat") as f:
         vals = [int(x) for x in f.readline().split()[1:]]
     idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return sum(vals), idle
+    steal = vals[7] if len(vals) > 7 else 0
+    return sum(vals), idle, steal
 
 
 class CpuSampler:
-    """Samples CPU % (of one core) per labelled PID, and whole-machine busy %."""
+    """Samples CPU % (of one core) per labelled PID, and whole-machine busy
+    % and stolen % (`system_steal`, counted in `system_busy` too)."""
 
     def __init__(
         self, pids: dict[str, int], interval: float = 0.25, namespaces: dict[str, str] | None = None
@@ -98,11 +103,12 @@ class CpuSampler:
                     pct = (ticks - prev_ns[1]) / TICKS / dt * 100
                     row[label] = round(row.get(label, 0.0) + pct, 1)
             last_ns = cur_ns
-            tot, idle = _system_ticks()
+            tot, idle, steal = _system_ticks()
             dtot, didle = tot - last_sys[0], idle - last_sys[1]
             if dtot > 0:
                 row["system_busy"] = round((dtot - didle) / dtot * 100 * os.cpu_count(), 1)
-            last_sys = (tot, idle)
+                row["system_steal"] = round((steal - last_sys[2]) / dtot * 100 * os.cpu_count(), 1)
+            last_sys = (tot, idle, steal)
             last_t = now
             self.samples.append(row)
 

@@ -79,7 +79,9 @@ def machine() -> dict[str, Any]:
 
 
 def process_cpu(p: dict[str, Any]) -> float:
-    return round(sum(v for k, v in (p.get("cpu_pct") or {}).items() if k != "system_busy"), 1)
+    return round(
+        sum(v for k, v in (p.get("cpu_pct") or {}).items() if not k.startswith("system_")), 1
+    )
 
 
 def write(
