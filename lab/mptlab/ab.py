@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .runner import STEAL_NOTE_PCT, Runner
+from .cpu import stolen_note
+from .runner import Runner
 from .scenario import load
 
 
@@ -57,7 +58,7 @@ def run(
             if p.error:
                 errors.append(f"run {k} {p.system}: {p.error}")
         line = ", ".join(
-            f"{p.system} {p.efficiency:.1%}{_stolen(p.cpu_pct)}"
+            f"{p.system} {p.efficiency:.1%}{stolen_note(p.cpu_pct)}"
             for p in points
             if p.efficiency is not None
         )
@@ -71,11 +72,6 @@ def run(
     for line in report(out):
         say(line)
     return out
-
-
-def _stolen(cpu: dict[str, float] | None) -> str:
-    steal = (cpu or {}).get("system_steal", 0.0)
-    return f" (stolen {steal:.0f}%)" if steal >= STEAL_NOTE_PCT else ""
 
 
 def summarize(a: str, b: str, figures: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 TICKS = os.sysconf("SC_CLK_TCK")
+# A point's progress line names the CPU the hypervisor stole during it
+# (percent of one core, mean over the point) from this much on.
+STEAL_NOTE_PCT = 5.0
 
 
 def _proc_ticks(pid: int) -> int | None:
@@ -45,7 +48,7 @@ def _ns_pids(ns: str) -> list[int]:
     return [int(x) for x in p.stdout.split() if x.isdigit()]
 
 
-def _system_ticks() -> tuple[int, int, int]:
+def system_ticks() -> tuple[int, int, int]:
     """(all, idle, stolen) ticks of the machine. Steal is time the
     hypervisor ran something else while this guest wanted a CPU: on a
     shared VM a run's figures fall with it, so each run records it."""
@@ -54,6 +57,19 @@ def _system_ticks() -> tuple[int, int, int]:
     idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
     steal = vals[7] if len(vals) > 7 else 0
     return sum(vals), idle, steal
+
+
+def process_pct(cpu: dict[str, float] | None) -> float:
+    """The processes' CPU of a point's `cpu_pct` (percent of one core),
+    without the whole machine's `system_*` figures."""
+    return round(sum(v for k, v in (cpu or {}).items() if not k.startswith("system_")), 1)
+
+
+def stolen_note(cpu: dict[str, float] | None) -> str:
+    """` (stolen N%)` when the hypervisor took [`STEAL_NOTE_PCT`] of a
+    core or more during a point, else nothing."""
+    steal = (cpu or {}).get("system_steal", 0.0)
+    return f" (stolen {steal:.0f}%)" if steal >= STEAL_NOTE_PCT else ""
 
 
 class CpuSampler:
@@ -84,7 +100,7 @@ class CpuSampler:
     def _loop(self) -> None:
         last = {k: _proc_ticks(p) for k, p in self.pids.items()}
         last_ns = self._ns_ticks()
-        last_sys = _system_ticks()
+        last_sys = system_ticks()
         t0 = last_t = time.monotonic()
         while not self._stop.wait(self.interval):
             now = time.monotonic()
@@ -103,7 +119,7 @@ class CpuSampler:
                     pct = (ticks - prev_ns[1]) / TICKS / dt * 100
                     row[label] = round(row.get(label, 0.0) + pct, 1)
             last_ns = cur_ns
-            tot, idle, steal = _system_ticks()
+            tot, idle, steal = system_ticks()
             dtot, didle = tot - last_sys[0], idle - last_sys[1]
             if dtot > 0:
                 row["system_busy"] = round((dtot - didle) / dtot * 100 * os.cpu_count(), 1)

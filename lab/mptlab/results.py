@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .cpu import process_pct
 from .runner import Point
 from .util import mpt_binary, repo_root
 
@@ -79,9 +80,7 @@ def machine() -> dict[str, Any]:
 
 
 def process_cpu(p: dict[str, Any]) -> float:
-    return round(
-        sum(v for k, v in (p.get("cpu_pct") or {}).items() if not k.startswith("system_")), 1
-    )
+    return process_pct(p.get("cpu_pct"))
 
 
 def write(

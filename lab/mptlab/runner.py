@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from . import systems
-from .cpu import CpuSampler, cpu_hz, cycles_per_byte  # noqa: F401 (re-exported)
+from .cpu import (  # noqa: F401 (re-exported)
+    CpuSampler,
+    cpu_hz,
+    cycles_per_byte,
+    process_pct,
+    stolen_note,
+)
 from .events import tcp_with_events, voip_with_events
 from .netns import Topology, link_addr
 from .probe import voip
@@ -101,9 +107,6 @@ WARM_UP_MIN_RUN_S = 5
 # start and slow start left out), on runs of at least STEADY_MIN_RUN_S.
 STEADY_AFTER_S = 2.0
 STEADY_MIN_RUN_S = 6.0
-# A point's progress line names the CPU the hypervisor stole during it
-# (percent of one core, mean over the point) from this much on.
-STEAL_NOTE_PCT = 5.0
 
 
 class Runner:
@@ -459,13 +462,10 @@ class Runner:
             if dropped:
                 extra += f", {dropped} dropped at the links' shapers"
             what = f"{p.mbps:.1f} Mbit/s{eff}{extra}"
-        cpu = sum(v for k, v in p.cpu_pct.items() if not k.startswith("system_"))
-        cpu_s = f" cpu {cpu:.0f}%" if p.cpu_pct and cpu else ""
-        steal = p.cpu_pct.get("system_steal", 0.0) if p.cpu_pct else 0.0
-        if steal >= STEAL_NOTE_PCT:
-            # The hypervisor took that much of a core: a figure of this run
-            # is the machine's, not the tunnel's alone.
-            cpu_s += f" (stolen {steal:.0f}%)"
+        cpu = process_pct(p.cpu_pct)
+        # What the hypervisor took: a figure of this run is the machine's,
+        # not the tunnel's alone.
+        cpu_s = (f" cpu {cpu:.0f}%" if cpu else "") + stolen_note(p.cpu_pct)
         self.progress(
             f"[{self.done}/{self.total}] {p.system:<6} {label_ip(p.ip)} N={p.links:<2} "
             f"{p.traffic:<4}: {what}{cpu_s}"
