@@ -63,6 +63,11 @@ def _cleanup_all(*_: Any) -> None:
 # +0.19/+0.27 without, too few to change every figure's conditions.
 EMULATOR_RT_PRIORITY = 10
 
+# The entry of `Topology.shaper_counters` that holds what a device's
+# deleted qdiscs counted (a rate event replaces them), and its keys.
+RETIRED = "retired"
+SHAPER_KEYS = ("packets", "drops", "overlimits", "backlog")
+
 
 def emulator_priority(spins: bool) -> list[str]:
     """The command prefix that runs mpt-netem at real-time priority, or
@@ -296,6 +301,8 @@ class Topology:
         if len(shapes) != self.n:
             raise ValueError(f"{len(shapes)} link shapes for {self.n} links")
         self.shapes = shapes
+        # What deleted qdiscs counted, per device (`_retire_shaper`).
+        self.retired_shapers: dict[str, dict[str, int]] = {}
         emulate = any(s.impaired() for s in shapes) and not kernel_has_netem()
         emulate = emulate or any(s.serialize or s.wmm for s in shapes)
         if emulate:
@@ -402,19 +409,41 @@ class Topology:
         out: dict[str, dict[str, dict[str, int]]] = {}
         for i, side in itertools.product(range(1, self.n + 1), ("a", "b")):
             dev = self.dev(i, side)
-            p = run(["tc", "-s", "-j", "qdisc", "show", "dev", dev], ns=self.ns(side), check=False)
-            try:
-                qdiscs = json.loads(p.stdout) if p.returncode == 0 else []
-            except json.JSONDecodeError:
+            read = self._device_counters(self.ns(side), dev)
+            if read is None:
                 continue
-            out[dev] = {
-                f"{q.get('kind')} {q.get('handle')}": {
-                    k: int(q.get(k, 0)) for k in ("packets", "drops", "overlimits", "backlog")
-                }
-                for q in qdiscs
-                if q.get("kind") not in ("noqueue", "pfifo_fast", "mq", "fq_codel")
-            }
+            out[dev] = read
+            if dev in self.retired_shapers:
+                out[dev][RETIRED] = dict(self.retired_shapers[dev])
         return out
+
+    def _device_counters(self, ns: str, dev: str) -> dict[str, dict[str, int]] | None:
+        """One device's qdisc counters (`shaper_counters`); None if it
+        cannot be read."""
+        p = run(["tc", "-s", "-j", "qdisc", "show", "dev", dev], ns=ns, check=False)
+        try:
+            qdiscs = json.loads(p.stdout) if p.returncode == 0 else []
+        except json.JSONDecodeError:
+            return None
+        return {
+            f"{q.get('kind')} {q.get('handle')}": {
+                k: int(q.get(k, 0)) for k in ("packets", "drops", "overlimits", "backlog")
+            }
+            for q in qdiscs
+            if q.get("kind") not in ("noqueue", "pfifo_fast", "mq", "fq_codel")
+        }
+
+    def _retire_shaper(self, ns: str, dev: str) -> None:
+        """Keep what `dev`'s qdiscs counted before they are deleted (a
+        rate event replaces them, and the new ones count from zero), so
+        that a run's shaper counts hold the whole transfer: a step's drops
+        were missing from `bottleneck` before."""
+        read = self._device_counters(ns, dev) or {}
+        kept = self.retired_shapers.setdefault(dev, {k: 0 for k in SHAPER_KEYS})
+        for k in ("packets", "drops", "overlimits"):
+            # A parent counts its children's: the most of them, as in
+            # `runner.shaper_delta`.
+            kept[k] += max((c[k] for c in read.values()), default=0)
 
     @staticmethod
     def dev(i: int, side: str) -> str:
@@ -443,6 +472,7 @@ class Topology:
                 # child FIFO). What waited is dropped, as when a radio link
                 # resets.
                 for ns, dev, s in ends:
+                    self._retire_shaper(ns, dev)
                     run(["tc", "qdisc", "del", "dev", dev, "root"], ns=ns, check=False)
                     s.rate_qdisc(ns, dev)
             if impairs:
@@ -454,6 +484,7 @@ class Topology:
                 f"link {i}: {', '.join(sorted(impairs))} can change only on an emulated link"
             )
         for ns, dev, s in ends:
+            self._retire_shaper(ns, dev)
             run(["tc", "qdisc", "del", "dev", dev, "root"], ns=ns, check=False)
             _qdisc(ns, dev, s, netem=True)
 
