@@ -604,7 +604,8 @@ impl Recovery {
     /// Receiver: the answer to a gap given up came after all: back the
     /// waits off ([`BACKOFF_MAX`]). Returns whether they grew.
     pub fn on_late_answer(&mut self, now: Nanos) -> bool {
-        if self.backoff >= BACKOFF_MAX || now < self.backoff_at.saturating_add(BACKOFF_BUMP_GAP_NS) {
+        if self.backoff >= BACKOFF_MAX || now < self.backoff_at.saturating_add(BACKOFF_BUMP_GAP_NS)
+        {
             return false;
         }
         self.backoff *= 2;
@@ -629,7 +630,9 @@ impl Recovery {
 
     /// Earliest deadline of a pending gap.
     pub fn deadline(&self) -> Option<Nanos> {
-        self.pending.front().map(|p| self.deadline_of(p.1, p.2, p.3))
+        self.pending
+            .front()
+            .map(|p| self.deadline_of(p.1, p.2, p.3))
     }
 }
 
