@@ -73,7 +73,11 @@ impl Tunnel {
             .max(ANSWER_RATE_MIN_BPS);
         let overhead = wire::HEADER_LEN + wire::TAG_RESERVE_LEN + wire::UDP_HEADER_LEN;
         let body = self.datagram_body_max().max(1) as u64;
-        let len = self.recovery.as_ref().map_or(0, |r| r.packet_bytes).max(body);
+        let len = self
+            .recovery
+            .as_ref()
+            .map_or(0, |r| r.packet_bytes)
+            .max(body);
         let pieces = len.div_ceil(body);
         let bits = (len + pieces * (overhead + wire::IPV4_HEADER_LEN) as u64) * 8;
         bits * 1_000 * crate::NANOS_PER_MS / rate
