@@ -358,14 +358,16 @@ pub fn render_doc(d: &TunnelDoc) -> String {
     if let Some(r) = &t.recovery {
         let _ = writeln!(
             o,
-            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up (answers took {} ms, waited for up to {} ms); resent {} of {} asked by the peer ({} no longer held, {} already on their way, {} too late to send); holding {} of {} for resending, each for {} ms",
+            "recovery: asked for {} path losses and {} gaps in {} NACKs, {} gaps recovered, {} given up, {} of them answered late (answers took {} ms, waited for up to {} ms, backed off {}x); resent {} of {} asked by the peer ({} no longer held, {} already on their way, {} too late to send); holding {} of {} for resending, each for {} ms",
             r.path_losses_requested,
             r.gaps_requested,
             r.nacks_sent,
             r.recovered,
             r.gave_up,
+            r.late_answers,
             r.answer_ms,
             r.answer_wait_ms,
+            r.wait_backoff,
             r.retransmitted,
             r.requests_received,
             r.not_available,

@@ -94,6 +94,12 @@ impl PathState {
         std::mem::replace(&mut w.stalled, false)
     }
 
+    /// Every data packet sent on the path is covered by a report (or none
+    /// was sent): none of ours is still in the path's queue.
+    pub fn nothing_out(&self) -> bool {
+        self.stall.since.is_none()
+    }
+
     /// How long data may stay uncovered before the path counts as stalled,
     /// with `queue_ns` of standing queue known at its bottleneck; `None`
     /// until a round trip was measured.

@@ -158,10 +158,11 @@ impl Tunnel {
             } else {
                 0
             };
-            let delay = slot
+            let queue_ahead = self.paths[i].queue_ahead_ns();
+            let delay = self.paths[i]
                 .state
                 .rtt_min()
-                .map_or(UNKNOWN_DELAY_NS, |r| r / 2 + s.standing_queue_ns());
+                .map_or(UNKNOWN_DELAY_NS, |r| r / 2 + queue_ahead);
             let arrival = wait + delay;
             if best.is_none_or(|(b, _)| arrival < b) {
                 best = Some((arrival, i as PathId));

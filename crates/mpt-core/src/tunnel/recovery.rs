@@ -76,6 +76,28 @@ pub const RECOVERY_WAIT_MAX_NS: Nanos = 500 * NANOS_PER_MS;
 /// use, and its answers are not what the wait is for).
 pub const ANSWER_RATE_MIN_BPS: u64 = 1_000_000;
 pub const WAIT_NO_RTT: Nanos = 20 * NANOS_PER_MS;
+/// The smoothing of the arriving packets' size: each packet moves it by
+/// 2^-shift of the difference (tuning knob: 1/16, RFC 6298's gain for the
+/// variance, follows a change of packet size within tens of packets).
+pub const PACKET_BYTES_GAIN_SHIFT: u32 = 4;
+/// The waits' backoff: an answer that comes after its gap was given up
+/// doubles every wait, those of gaps still pending included, at most once
+/// per [`BACKOFF_BUMP_GAP_NS`] and up to [`BACKOFF_MAX`] times (within
+/// [`RECOVERY_WAIT_MAX_NS`]); it halves after [`BACKOFF_DECAY_NS`]
+/// without one. RFC 6298 §5.5 backs its timeout off the same way, and
+/// RACK widens its reordering window on the same evidence (RFC 8985
+/// §6.2.1). Tuning knobs: when a fast path's start overshot, or its
+/// queue was lost at a capacity drop, the answers to a hundred gaps left
+/// at the rate the path was cut to and came up to three of the waits set
+/// before any answer late; given up, each was a loss to the inner TCP.
+pub const BACKOFF_MAX: u64 = 8;
+/// The backoff before any evidence, as RFC 6298 §2.1 starts its timeout
+/// high until the first samples (tuning knob: the first answers of a
+/// start that overshot came up to three waits late, before any late one
+/// could teach the backoff); it decays to 1 like any other.
+pub const BACKOFF_START: u64 = 2;
+pub const BACKOFF_BUMP_GAP_NS: Nanos = 20 * NANOS_PER_MS;
+pub const BACKOFF_DECAY_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Recent loss (a fraction) by which a recovery path may exceed the least
 /// lossy path's and still be chosen for its lower RTT (tuning knob: a
 /// resend lost on it costs what one arriving too late costs).
@@ -156,6 +178,11 @@ pub struct RecoveryStats {
     /// `rtt.rs`).
     pub answer_ms: u64,
     pub answer_wait_ms: u64,
+    /// Receiver: the waits' backoff now (1: none; [`BACKOFF_MAX`]), and
+    /// the answers that came after their gap was given up (each backs
+    /// the waits off, `Recovery::on_late_answer`).
+    pub wait_backoff: u64,
+    pub late_answers: u64,
     /// Sender: packets sent again because the path they left on stalled
     /// (no report covered them in time, `path/stall.rs`).
     pub stall_resends: u64,
@@ -197,8 +224,11 @@ pub struct Recovery {
     /// Sender: sequence numbers asked for, to send again, with when the
     /// request came.
     retransmit: VecDeque<(u64, Nanos)>,
-    /// Receiver: gaps asked for, ascending, with their deadline.
-    pending: VecDeque<(u64, Nanos)>,
+    /// Receiver: gaps asked for, ascending, with when their wait starts,
+    /// the wait, and the latest they may be held (the request plus
+    /// [`RECOVERY_WAIT_MAX_NS`]); the deadline is the start plus the wait
+    /// times the backoff now ([`Recovery::deadline_of`]).
+    pending: VecDeque<(u64, Nanos, Nanos, Nanos)>,
     /// Receiver: gaps to put into NACKs.
     nack_out: VecDeque<u64>,
     /// Receiver: every gap below this has been considered already.
@@ -235,6 +265,14 @@ pub struct Recovery {
     /// the packet asked for, within the wait or after it (those are what
     /// it must learn); an answer that never comes gives no sample.
     pub(super) resend_delay: SmoothedRtt,
+    /// Receiver: the size of the data packets arriving (inner bytes),
+    /// smoothed ([`PACKET_BYTES_GAIN_SHIFT`]): an answer is a whole
+    /// packet, several datagrams when the tunnel MTU cuts it in pieces.
+    pub(super) packet_bytes: u64,
+    /// Receiver: the waits' backoff (a multiplier, 1 to
+    /// [`BACKOFF_MAX`]) and when it last changed ([`Recovery::on_late_answer`]).
+    backoff: u64,
+    backoff_at: Nanos,
     pub stats: RecoveryStats,
 }
 
@@ -267,8 +305,12 @@ impl Recovery {
             recent_resends: VecDeque::with_capacity(RECENT_RESENDS),
             asked: VecDeque::with_capacity(ASKED_REMEMBERED),
             resend_delay: SmoothedRtt::default(),
+            packet_bytes: 0,
+            backoff: BACKOFF_START,
+            backoff_at: 0,
             stats: RecoveryStats {
                 ring_bytes_max: RING_BYTES_MAX as u64,
+                wait_backoff: BACKOFF_START,
                 ..RecoveryStats::default()
             },
         }
@@ -533,12 +575,64 @@ impl Recovery {
         recovery_rtt: Option<Nanos>,
         max_delay: Nanos,
     ) -> Nanos {
-        max_delay + self.wait(best_rtt, recovery_rtt)
+        max_delay + self.backed_off(self.wait(best_rtt, recovery_rtt))
+    }
+
+    /// `wait` times the backoff now, within [`RECOVERY_WAIT_MAX_NS`].
+    fn backed_off(&self, wait: Nanos) -> Nanos {
+        wait.saturating_mul(self.backoff).min(RECOVERY_WAIT_MAX_NS)
+    }
+
+    /// When a pending gap (`start`, `wait`, `cap` as in `pending`) is
+    /// given up: its wait backed off, from its start, within its cap.
+    pub(super) fn deadline_of(&self, start: Nanos, wait: Nanos, cap: Nanos) -> Nanos {
+        start.saturating_add(self.backed_off(wait)).min(cap)
+    }
+
+    /// Receiver: a data packet of `len` inner bytes arrived
+    /// ([`Recovery::packet_bytes`]).
+    pub fn on_packet_len(&mut self, len: usize) {
+        let len = len as u64;
+        self.packet_bytes = if self.packet_bytes == 0 {
+            len
+        } else {
+            let p = self.packet_bytes;
+            (p - (p >> PACKET_BYTES_GAIN_SHIFT) + (len >> PACKET_BYTES_GAIN_SHIFT)).max(1)
+        };
+    }
+
+    /// Receiver: the answer to a gap given up came after all: back the
+    /// waits off ([`BACKOFF_MAX`]). Returns whether they grew.
+    pub fn on_late_answer(&mut self, now: Nanos) -> bool {
+        if self.backoff >= BACKOFF_MAX || now < self.backoff_at.saturating_add(BACKOFF_BUMP_GAP_NS)
+        {
+            return false;
+        }
+        self.backoff *= 2;
+        self.backoff_at = now;
+        self.stats.wait_backoff = self.backoff;
+        true
+    }
+
+    /// Receiver: halve the backoff after [`BACKOFF_DECAY_NS`] without a
+    /// late answer (with the timers).
+    pub fn decay_backoff(&mut self, now: Nanos) {
+        if self.backoff_at == 0 {
+            // The start's backoff counts from the first report.
+            self.backoff_at = now;
+        }
+        if self.backoff > 1 && now >= self.backoff_at.saturating_add(BACKOFF_DECAY_NS) {
+            self.backoff /= 2;
+            self.backoff_at = now;
+            self.stats.wait_backoff = self.backoff;
+        }
     }
 
     /// Earliest deadline of a pending gap.
     pub fn deadline(&self) -> Option<Nanos> {
-        self.pending.front().map(|p| p.1)
+        self.pending
+            .front()
+            .map(|p| self.deadline_of(p.1, p.2, p.3))
     }
 }
 

@@ -21,8 +21,10 @@ impl Tunnel {
     }
 
     /// How long the ring keeps copies, for the usable paths' round trips
-    /// now ([`keep_for`]); called with every rate report.
-    pub(in crate::tunnel) fn size_recovery_ring(&mut self) {
+    /// now ([`keep_for`]), and the reorder buffer's hold for the waits
+    /// (backed off, [`Recovery::on_late_answer`]; the backoff decays
+    /// here); called with every rate report and when the waits back off.
+    pub(in crate::tunnel) fn size_recovery_ring(&mut self, now: Nanos) {
         if self.recovery.is_none() {
             return;
         }
@@ -32,6 +34,9 @@ impl Tunnel {
             .max()
             .unwrap_or(WAIT_NO_RTT);
         let (best_rtt, recovery_rtt) = self.recovery_rtts();
+        if let Some(r) = self.recovery.as_mut() {
+            r.decay_backoff(now);
+        }
         let Some(hold) = self
             .recovery
             .as_ref()
@@ -46,12 +51,17 @@ impl Tunnel {
         }
     }
 
-    /// How far apart the answers to several gaps arrive: one datagram at
+    /// How far apart the answers to several gaps arrive: one packet of
+    /// the size data packets arrive at ([`Recovery::packet_bytes`]; as
+    /// many datagrams as the tunnel MTU cuts it into, one at least), at
     /// the rate the recovery path delivers to us (at least
     /// [`ANSWER_RATE_MIN_BPS`]; 0 without one). Over a 4 Mbit/s path the
     /// answers to 14 gaps asked at once arrived 3 ms apart, the last 42 ms
     /// after the first, and the wait for each from its request ran out
-    /// for most of them.
+    /// for most of them. (Counted as one datagram each, the answers to
+    /// the 11 KB packets a host's TCP sends at the default MTU, eight
+    /// datagrams each, were taken to come eight times sooner than they
+    /// can.)
     fn answer_spacing(&self, now: Nanos) -> Nanos {
         let Some(p) = self.recovery_path() else {
             return 0;
@@ -62,7 +72,14 @@ impl Tunnel {
             .unwrap_or(0)
             .max(ANSWER_RATE_MIN_BPS);
         let overhead = wire::HEADER_LEN + wire::TAG_RESERVE_LEN + wire::UDP_HEADER_LEN;
-        let bits = (self.datagram_body_max() + overhead + wire::IPV4_HEADER_LEN) as u64 * 8;
+        let body = self.datagram_body_max().max(1) as u64;
+        let len = self
+            .recovery
+            .as_ref()
+            .map_or(0, |r| r.packet_bytes)
+            .max(body);
+        let pieces = len.div_ceil(body);
+        let bits = (len + pieces * (overhead + wire::IPV4_HEADER_LEN) as u64) * 8;
         bits * 1_000 * crate::NANOS_PER_MS / rate
     }
 
@@ -234,7 +251,7 @@ impl Tunnel {
                 let start = now + behind.min(RECOVERY_WAIT_MAX_NS);
                 r.asked.push_back((seq, start));
                 r.pending
-                    .push_back((seq, (start + wait).min(now + RECOVERY_WAIT_MAX_NS)));
+                    .push_back((seq, start, wait, now + RECOVERY_WAIT_MAX_NS));
                 r.nack_out.push_back(seq);
                 r.stats.gaps_requested += 1;
             }
@@ -245,8 +262,8 @@ impl Tunnel {
         }
         // Hold back from the first gap still within its wait.
         let mut hold = floor;
-        while let Some(&(seq, deadline)) = r.pending.front() {
-            if deadline > now {
+        while let Some(&(seq, start, wait, cap)) = r.pending.front() {
+            if r.deadline_of(start, wait, cap) > now {
                 hold = hold.min(seq);
                 break;
             }
@@ -291,15 +308,26 @@ impl Tunnel {
     /// A data packet `seq` arrived: was it a gap we asked for? Its first
     /// arrival after the request, within the wait or after it, times the
     /// answer (`Recovery::resend_delay`).
-    pub(in crate::tunnel) fn recovery_on_data(&mut self, now: Nanos, seq: u64) {
+    pub(in crate::tunnel) fn recovery_on_data(&mut self, now: Nanos, seq: u64, len: usize) {
+        let mut backed_off = false;
         if let Some(r) = self.recovery.as_mut() {
+            r.on_packet_len(len);
             // `pending` and `asked` are ascending by sequence number.
-            if let Ok(i) = r.pending.binary_search_by_key(&seq, |p| p.0) {
-                r.pending.remove(i);
-                r.stats.recovered += 1;
-            }
+            let was_pending = match r.pending.binary_search_by_key(&seq, |p| p.0) {
+                Ok(i) => {
+                    r.pending.remove(i);
+                    r.stats.recovered += 1;
+                    true
+                }
+                Err(_) => false,
+            };
             if let Ok(i) = r.asked.binary_search_by_key(&seq, |a| a.0) {
                 let at = std::mem::take(&mut r.asked[i].1);
+                if at > 0 && !was_pending {
+                    // Its gap was given up before it came.
+                    r.stats.late_answers += 1;
+                    backed_off = r.on_late_answer(now);
+                }
                 if at > 0 {
                     r.resend_delay.on_sample(now.saturating_sub(at));
                     let ms = |ns: Option<Nanos>| ns.unwrap_or(0) / crate::NANOS_PER_MS;
@@ -307,6 +335,10 @@ impl Tunnel {
                     r.stats.answer_wait_ms = ms(r.resend_delay.timeout());
                 }
             }
+        }
+        if backed_off {
+            // The reorder buffer's hold follows the longer waits at once.
+            self.size_recovery_ring(now);
         }
     }
 

@@ -94,3 +94,60 @@ fn a_loss_asked_for_by_path_and_by_tunnel_number_is_sent_again_once() {
         assert_eq!(r.retransmit.len(), 1);
     }
 }
+
+#[test]
+fn late_answers_back_the_waits_off_those_still_pending_included() {
+    const MS: Nanos = NANOS_PER_MS;
+    let mut r = Recovery::new();
+    // Before any evidence the waits start backed off (RFC 6298 §2.1's
+    // conservative start): a path of 28 ms round trip waits 112, not 56.
+    assert_eq!(r.backoff, BACKOFF_START);
+    let wait = r.wait(Some(28 * MS), Some(28 * MS));
+    assert_eq!(wait, 56 * MS);
+    assert_eq!(
+        r.hold(Some(28 * MS), Some(28 * MS), 100 * MS),
+        100 * MS + 112 * MS
+    );
+    // A gap asked at 1 s, its wait starting 10 ms later (behind others).
+    let (start, cap) = (1_010 * MS, 1_000 * MS + RECOVERY_WAIT_MAX_NS);
+    r.pending.push_back((7, start, wait, cap));
+    assert_eq!(r.deadline(), Some(start + 112 * MS));
+    // An answer comes after its gap was given up: every wait doubles, the
+    // pending gap's too; not again within the bump gap.
+    assert!(r.on_late_answer(1_050 * MS));
+    assert_eq!(r.deadline(), Some(start + 224 * MS));
+    assert!(!r.on_late_answer(1_050 * MS + BACKOFF_BUMP_GAP_NS - 1));
+    assert!(r.on_late_answer(1_050 * MS + BACKOFF_BUMP_GAP_NS));
+    assert_eq!(r.backoff, BACKOFF_MAX);
+    assert!(!r.on_late_answer(2_000 * MS), "at most BACKOFF_MAX");
+    assert_eq!(r.deadline(), Some(start + 448 * MS));
+    // Never beyond the longest wait from the request.
+    r.pending.push_back((8, start, 100 * MS, cap));
+    r.pending.pop_front();
+    assert_eq!(r.deadline(), Some(cap));
+    assert_eq!(r.stats.wait_backoff, BACKOFF_MAX);
+    // Without late answers the backoff halves every BACKOFF_DECAY_NS, to 1.
+    let mut t = 2_000 * MS;
+    r.decay_backoff(t);
+    assert_eq!(r.backoff, BACKOFF_MAX, "not yet");
+    for want in [BACKOFF_MAX / 2, BACKOFF_MAX / 4, 1, 1] {
+        t += BACKOFF_DECAY_NS;
+        r.decay_backoff(t);
+        assert_eq!(r.backoff, want);
+    }
+}
+
+#[test]
+fn the_arriving_packets_size_is_smoothed() {
+    let mut r = Recovery::new();
+    r.on_packet_len(11_388);
+    assert_eq!(r.packet_bytes, 11_388);
+    for _ in 0..200 {
+        r.on_packet_len(1_400);
+    }
+    assert!(
+        (1_400..1_500).contains(&r.packet_bytes),
+        "{}",
+        r.packet_bytes
+    );
+}

@@ -232,7 +232,7 @@ impl Tunnel {
             self.recovery_reset();
         }
         self.policy.on_data(pid, seq, now);
-        self.recovery_on_data(now, seq);
+        self.recovery_on_data(now, seq, body.len());
         let r = match accept {
             Accept::DeliverNow => self.deliver_now(seq, body, false),
             Accept::DeliverLate => {
@@ -346,7 +346,7 @@ impl Tunnel {
         self.paths[about as usize]
             .sender
             .on_report(now, w.sent_ns, r, rtt_min);
-        self.size_recovery_ring();
+        self.size_recovery_ring(now);
         if adapt {
             self.adapt_weights();
         }

@@ -47,6 +47,7 @@ impl Tunnel {
     fn fill_views(&mut self, now: Nanos, len: usize) {
         let paced = self.paced;
         for (i, p) in self.paths.iter_mut().enumerate() {
+            let queue_ahead = p.queue_ahead_ns();
             let s = &mut p.sender;
             let wait_ns = if paced {
                 s.refill(now);
@@ -54,7 +55,7 @@ impl Tunnel {
             } else {
                 0
             };
-            let delay_ns = p.state.rtt_min().map(|r| r / 2 + s.standing_queue_ns());
+            let delay_ns = p.state.rtt_min().map(|r| r / 2 + queue_ahead);
             self.views[i] = PathView {
                 up: p.usable,
                 wait_ns,

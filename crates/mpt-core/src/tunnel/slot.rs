@@ -56,6 +56,23 @@ impl PathSlot {
     pub fn active(&self) -> bool {
         !self.removed && self.leaving.is_none()
     }
+
+    /// The standing queue a packet sent now is expected to meet at the
+    /// path's bottleneck, for the schedulers' expected arrival: the
+    /// receiver's estimate ([`PathSender::standing_queue_ns`]), unless
+    /// every data packet we sent on the path has been reported arrived
+    /// ([`PathState::nothing_out`]), for then the queue those delays
+    /// measured held ours and has drained. After an outage, the delays of
+    /// the backlog it released read seconds of queue for a second more,
+    /// and kept the scheduler off a link that offered capacity
+    /// (`sim_trace.rs`).
+    pub fn queue_ahead_ns(&self) -> Nanos {
+        if self.state.nothing_out() {
+            0
+        } else {
+            self.sender.standing_queue_ns()
+        }
+    }
 }
 
 impl Deref for PathSlot {
