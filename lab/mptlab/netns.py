@@ -442,7 +442,7 @@ class Topology:
         kept = self.retired_shapers.setdefault(dev, {k: 0 for k in SHAPER_KEYS})
         for k in ("packets", "drops", "overlimits"):
             # A parent counts its children's: the most of them, as in
-            # `runner.shaper_delta`.
+            # `shapers.shaper_delta`.
             kept[k] += max((c[k] for c in read.values()), default=0)
 
     @staticmethod

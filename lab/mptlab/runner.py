@@ -32,12 +32,13 @@ from .cpu import (  # noqa: F401 (re-exported)
     stolen_note,
 )
 from .events import tcp_with_events, voip_with_events
-from .netns import RETIRED, Topology, link_addr
+from .netns import Topology, link_addr
 from .probe import voip
 from .qosmix import run_mix, run_precedence
 from .qosmix import summary as mix_summary
 from .repeats import merge_repeats
 from .scenario import Scenario
+from .shapers import shaper_delta
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
 from .systems import MPT_VARIANTS, without_qos
 from .timeline import StatusSampler, add_offered
@@ -572,31 +573,3 @@ class Runner:
                     for system in sc.systems:
                         self._run_listed(topo, system, base, rates, work)
         return self.points
-
-
-def shaper_delta(
-    before: dict[str, dict[str, dict[str, int]]], after: dict[str, dict[str, dict[str, int]]]
-) -> dict[str, dict[str, int]]:
-    """What each link end's shapers sent and dropped between two readings
-    of `Topology.shaper_counters` (the most over the device's qdiscs, as a
-    parent counts its children's), and the backlog in bytes at the end.
-    What qdiscs deleted meanwhile counted (a rate event replaces them,
-    `netns.RETIRED`, whose totals include what they had counted at the
-    first reading) is added: a replaced qdisc of the same handle, counting
-    from zero again, then adds its new count less its old one to that.
-    Ends that sent nothing are left out."""
-    out: dict[str, dict[str, int]] = {}
-    for dev, qdiscs in after.items():
-        old = before.get(dev, {})
-        live = [(c, old.get(name, {})) for name, c in qdiscs.items() if name != RETIRED]
-        tot = {
-            k: max((c[k] - o.get(k, 0) for c, o in live), default=0) for k in ("packets", "drops")
-        }
-        tot["backlog"] = max((c["backlog"] for c, _ in live), default=0)
-        if RETIRED in qdiscs:
-            gone, was = qdiscs[RETIRED], old.get(RETIRED, {})
-            tot["packets"] += gone["packets"] - was.get("packets", 0)
-            tot["drops"] += gone["drops"] - was.get("drops", 0)
-        if tot["packets"] or tot["drops"]:
-            out[dev] = tot
-    return out

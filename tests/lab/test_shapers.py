@@ -1,6 +1,6 @@
-"""The bottleneck's own counters in a run's details (`runner.shaper_delta`)."""
+"""The bottleneck's own counters in a run's details (`shapers.shaper_delta`)."""
 
-from mptlab.runner import shaper_delta
+from mptlab.shapers import shaper_delta
 
 
 def test_a_run_reports_what_each_shaper_sent_and_dropped_meanwhile():
