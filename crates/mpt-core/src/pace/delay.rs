@@ -67,6 +67,10 @@
 //!   packets' jitter is a fraction of that deviation under load, hence the
 //!   gain. A wired path's jitter is microseconds and leaves the target as
 //!   it is;
+//! * a queue that the cuts did not drain, while the path delivered what
+//!   it was paced at, is the link's own (a FIFO link's jitter under load,
+//!   `delay_undrained.rs`): the queue is judged above it, and a loss
+//!   counts as ours only a whole target above it;
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
 //!   whose queue is empty are the link's, not ours, and cut nothing);
@@ -122,22 +126,17 @@ use crate::estimate::Windowed;
 use crate::Nanos;
 #[path = "delay_dips.rs"]
 mod dips;
+#[path = "delay_judge.rs"]
+mod judge;
 #[path = "delay_knobs.rs"]
 mod knobs;
+#[path = "delay_undrained.rs"]
+mod undrained;
+use judge::Judgement;
 pub use knobs::*;
 use knobs::{
     CAPACITY_SPAN_NS, CAPACITY_SPAN_SLOW_NS, LOSS_CUT_MIN_NS, RECENT_SAMPLES, SMOOTHING_DIV,
 };
-
-/// What one sample says of the path ([`TargetDelay::judge`]).
-struct Judgement {
-    /// A queue above the target is of our making: cutting drains it.
-    ours: bool,
-    /// The delivery rate is the path's capacity.
-    measures: bool,
-    /// The queue grew by more than the target over the sample.
-    fast: bool,
-}
 
 /// See the module documentation.
 #[derive(Debug, Clone)]
@@ -205,6 +204,8 @@ pub struct TargetDelay {
     overflow_bytes: Windowed<10>,
     /// The target of the last sample (status).
     target_ns: Nanos,
+    /// The queue a cut did not drain: the link's own (`delay_undrained.rs`).
+    undrained: undrained::Undrained,
 }
 
 impl Default for TargetDelay {
@@ -239,6 +240,7 @@ impl Default for TargetDelay {
             recent_next: 0,
             overflow_bytes: Windowed::new(OVERFLOW_MEMORY_NS, false),
             target_ns: TARGET_NS,
+            undrained: undrained::Undrained::default(),
         }
     }
 }
@@ -246,14 +248,15 @@ impl Default for TargetDelay {
 impl TargetDelay {
     /// The queueing delay above its own floor (the path's jitter, up to
     /// [`JITTER_MAX_NS`]: a floor above that is a queue that never drained,
-    /// not jitter).
+    /// not jitter), or above the queue our last cut did not drain
+    /// (`delay_undrained.rs`), whichever is higher.
     fn excess(&mut self, now: Nanos, s: &RateSample) -> Nanos {
         let Some(q) = s.queueing_ns else {
             return 0;
         };
         self.queue_floor.update(now, q as i64);
         let floor = self.queue_floor.get(now).unwrap_or(q as i64).max(0) as Nanos;
-        q.saturating_sub(floor.min(JITTER_MAX_NS))
+        q.saturating_sub(floor.min(JITTER_MAX_NS).max(self.undrained.floor_ns()))
     }
 
     /// A cut to drain a standing queue: the capacity is measured afresh
@@ -267,94 +270,6 @@ impl TargetDelay {
             self.drained_from_bps = self.delivered_max.get(now).unwrap_or(0) as u64;
             self.dip_bps = u64::MAX;
         }
-    }
-
-    /// What the sample says of the path: whether a queue above the target
-    /// is ours (the queue grew fast, as when we send more than the
-    /// path carries, or the pacer held packets back over the whole of the
-    /// interval in which the delivered packets were sent, one round trip
-    /// before the report), and whether its delivery rate is the path's
-    /// capacity (the pacer held packets back throughout, or a queue
-    /// grew fast from one that already stood, so the bottleneck was busy
-    /// for the whole interval). The delivery rate estimation draft
-    /// (draft-cheng-iccrg-delivery-rate-estimation §3.3) marks the other
-    /// samples application-limited. Over a 40 ms path whose scheduler had
-    /// just begun to fill it, a sample of 8 Mbit/s on a 20 Mbit/s link cut
-    /// the rate to 11, where it stayed for seconds.
-    fn judge(
-        &mut self,
-        now: Nanos,
-        s: &RateSample,
-        q: Nanos,
-        rtt_min: Option<Nanos>,
-        target: Nanos,
-    ) -> Judgement {
-        self.limited_since = match (s.limited, self.limited_since) {
-            (false, _) => None,
-            (true, None) => Some(now.saturating_sub(s.interval_ns)),
-            (true, since) => since,
-        };
-        let window = s.interval_ns + rtt_min.unwrap_or(0);
-        let throughout = self.limited_since.is_some_and(|t| now >= t + window);
-        let growth = s.queue_growth_ns.unwrap_or(0);
-        let fast = growth >= target as i64;
-        let stood = q as i64 - growth >= (target / 2) as i64;
-        Judgement {
-            ours: throughout || fast,
-            measures: throughout || (fast && stood),
-            fast,
-        }
-    }
-
-    /// Records a sample that measured the capacity.
-    fn remember(&mut self, now: Nanos, s: &RateSample) {
-        let bits = (u128::from(s.delivered_bps) * u128::from(s.interval_ns) / 1_000_000_000) as u64;
-        self.recent[self.recent_next] = (now, bits, s.interval_ns);
-        self.recent_next = (self.recent_next + 1) % RECENT_SAMPLES;
-    }
-
-    /// The delivery rate over the samples that measured the capacity and
-    /// ended within `span` of `now`, newest first, until they span that
-    /// long.
-    fn span_capacity(&self, now: Nanos, span: Nanos) -> Option<u64> {
-        let (mut bits, mut ns) = (0u64, 0 as Nanos);
-        for i in 1..=RECENT_SAMPLES {
-            let (at, b, len) =
-                self.recent[(self.recent_next + RECENT_SAMPLES - i) % RECENT_SAMPLES];
-            if len == 0 || at + span < now {
-                break;
-            }
-            bits += b;
-            ns += len;
-            if ns >= span {
-                break;
-            }
-        }
-        (ns > 0).then(|| (u128::from(bits) * 1_000_000_000 / u128::from(ns)) as u64)
-    }
-
-    /// The rate is at or above the capacity measured with a standing
-    /// queue within [`KNOWN_FOR_NS`], and the path delivered less than
-    /// [`KNOWN_EXCEEDED`] times that capacity (`sample`; more: it grew,
-    /// and the rate grows as on a path not yet measured). Then it creeps:
-    /// doubling its step once per round trip, a 20 Mbit/s path of 30 ms
-    /// each way went from 19.5 to 22 in 200 ms, and its 20 ms buffer
-    /// overflowed before the queue showed.
-    fn above_known(&self, now: Nanos, sample: u64) -> bool {
-        let known = self.queued_smoothed as f64;
-        self.queued_at.is_some_and(|t| now < t + KNOWN_FOR_NS)
-            && known > 0.0
-            && self.rate as f64 >= known
-            && (sample as f64) < known * KNOWN_EXCEEDED
-    }
-
-    /// The rate the start ends at: the highest delivery rate of the last
-    /// [`BW_WINDOW_NS`] (a bottleneck that was busy delivered its
-    /// capacity; the highest of them, as one sample of a jittery path
-    /// reads anything from a quarter of its rate up; a later drain takes
-    /// what is left of the excess).
-    fn start_exit(&self, now: Nanos) -> u64 {
-        (self.delivered_max.get(now).unwrap_or(0) as u64).max(MIN_RATE_BPS)
     }
 
     /// The target queueing delay for a path with the sample's jitter.
@@ -376,6 +291,18 @@ impl RateControl for TargetDelay {
             target = target.max(self.radio_target(now));
         }
         self.target_ns = target;
+        let rtt = rtt_min.unwrap_or(0);
+        let (delivered, interval) = (s.delivered_bps, s.interval_ns);
+        let u = &mut self.undrained;
+        u.on_sample(
+            now,
+            s.queueing_ns,
+            delivered,
+            self.rate,
+            interval,
+            rtt,
+            target,
+        );
         self.limited_seen |= s.limited;
         let sample = s.delivered_bps.max(MIN_RATE_BPS);
         let capacity = sample.max(self.prev_sample);
@@ -397,8 +324,15 @@ impl RateControl for TargetDelay {
         if q > target || s.congestion_lost > 0 {
             self.starting = false;
         }
+        // On a link that holds a queue of its own, the delay moves by its
+        // jitter around that floor: half a target above it is noise.
+        let loss_queue = if self.undrained.floor_ns() > 0 {
+            target
+        } else {
+            target / 2
+        };
         if s.congestion_lost > 0
-            && q >= target / 2
+            && q >= loss_queue
             && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
         {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
@@ -413,6 +347,8 @@ impl RateControl for TargetDelay {
                 self.rate = self.rate.min(self.start_exit(now));
             }
             self.loss_cut_at = Some(now);
+            let from = self.delivered_max.get(now).unwrap_or(0) as u64;
+            self.undrained.on_cut(now, self.rate, from);
             // Losses at a full buffer: the cut drains it, and ends with it.
             if q > target {
                 self.start_drain(now);
@@ -453,6 +389,8 @@ impl RateControl for TargetDelay {
                 };
                 self.cuts += 1;
                 self.drained_at = Some(now);
+                let from = self.delivered_max.get(now).unwrap_or(0) as u64;
+                self.undrained.on_cut(now, self.rate, from);
                 self.start_drain(now);
             }
             self.step = STEP_MIN;
@@ -577,6 +515,10 @@ impl RateControl for TargetDelay {
 
     fn target_ns(&self) -> Option<Nanos> {
         Some(self.target_ns)
+    }
+
+    fn link_queue_ns(&self) -> Option<Nanos> {
+        Some(self.undrained.floor_ns())
     }
 
     fn on_start_rtt(&mut self, rtt_ns: Nanos) {

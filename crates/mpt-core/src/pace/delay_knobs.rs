@@ -93,6 +93,23 @@ pub const QUEUE_FLOOR_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Most of the reported queueing delay taken for the path's own jitter
 /// (tuning knob: a radio link's).
 pub const JITTER_MAX_NS: Nanos = 5 * NANOS_PER_MS;
+/// The queue cuts did not drain (`delay_undrained.rs`; tuning knobs): how
+/// deep the cuts must have gone (a share of the highest delivery rate
+/// when they began), how long after the deepest cut's round trip the
+/// queue is watched, the share of the rate paced the path must deliver
+/// meanwhile (less: its capacity fell, and the queue is ours), and the
+/// most taken for the link's own (a FIFO link's jitter reads as two to
+/// three standard deviations under load: 8 ms of jitter, the most the
+/// lab's sweep draws, about 20 ms).
+pub const UNDRAINED_DEPTH: f64 = 0.7;
+pub const UNDRAINED_CHECK_NS: Nanos = 100 * NANOS_PER_MS;
+pub const UNDRAINED_KEEPS_UP: f64 = 0.9;
+pub const UNDRAINED_MAX_NS: Nanos = 20 * NANOS_PER_MS;
+/// The most the queue may fall through the check for the link's own (a
+/// queue of ours paced a little below the capacity falls slowly: 35 ms to
+/// 17 in 100 ms; a FIFO link's jitter moved the smoothed delay by under
+/// 3 ms in the simulation's checks; tuning knob).
+pub const UNDRAINED_STILL_NS: Nanos = 4 * NANOS_PER_MS;
 /// Rate before the first sample (tuning knob).
 pub const INITIAL_RATE_BPS: u64 = 50_000_000;
 /// A path starts at this window per its lowest round trip, if that is

@@ -136,6 +136,11 @@ pub trait RateControl: Send + std::fmt::Debug {
     fn target_ns(&self) -> Option<Nanos> {
         None
     }
+    /// The queueing delay the policy takes for the link's own, above
+    /// which it counts a queue as its making (status output).
+    fn link_queue_ns(&self) -> Option<Nanos> {
+        None
+    }
 }
 
 /// The last report a sample started from.
@@ -362,6 +367,10 @@ impl PathSender {
                 .control
                 .target_ns()
                 .map(|t| t as f64 / NANOS_PER_MS as f64),
+            link_queue_ms: self
+                .control
+                .link_queue_ns()
+                .map(|t| t as f64 / NANOS_PER_MS as f64),
             samples: self.samples,
             cuts: self.control.cuts(),
             fill_ms: None,
@@ -391,6 +400,11 @@ pub struct SenderStatus {
     /// The queueing delay the rate control holds the bottleneck to
     /// (`ecf`'s target: 5 ms plus the path's jitter, or a radio link's).
     pub target_ms: Option<f64>,
+    /// The queueing delay the link holds whatever our rate (a link that
+    /// keeps its packets in order behind late ones: its jitter under
+    /// load), learned from cuts that did not drain it; the target counts
+    /// above it.
+    pub link_queue_ms: Option<f64>,
     /// With QoS: how long this path's queue in mpt may grow before what
     /// follows waits in the QoS stage (its delay gap to the slowest usable
     /// path, plus a margin that grows with its jitter).
