@@ -126,13 +126,12 @@ class Runner:
         for combo in sc.ip:
             tv, pv = _ip(combo)
             for _ in sc.link_counts:
-                n += len(sc.traffic) * len([s for s in sc.systems if s.startswith("mpt-")])
-                if "mpt" in sc.systems:
-                    n += len(sc.traffic)
-                if "hook" in sc.systems:
-                    n += len(sc.traffic)
-                if "mptcp" in sc.systems and tv == pv and not sc.lans:
-                    n += len([t for t in sc.traffic if t in ("tcp", "http")])
+                # Each listing runs (`mpt,mpt-base,mpt-base,mpt` is four).
+                for s in sc.systems:
+                    if s in ("mpt", "hook") or s.startswith("mpt-"):
+                        n += len(sc.traffic)
+                    elif s == "mptcp" and tv == pv and not sc.lans:
+                        n += len([t for t in sc.traffic if t in ("tcp", "http")])
         if "plain" in sc.systems:
             n += len({_ip(c)[1] for c in sc.ip}) * len(sc.traffic)
         return n

@@ -240,3 +240,12 @@ def test_the_experiment_variants_write_their_keys_where_they_belong() -> None:
     assert cfg("mpt-q200")["scheduler"]["queue_ms"] == 200
     for system in ("mpt-1dg", "mpt-hold", "mpt-q200"):
         assert system in scenario.SYSTEMS
+
+
+def test_the_progress_count_counts_each_listing_of_a_system(tmp_path: Path) -> None:
+    from mptlab.runner import Runner
+
+    sc = scenario.load(
+        "wifi-lte", ["run.systems=mpt,mpt-base,mptcp,mpt-base,mpt", "run.traffic=tcp"]
+    )
+    assert Runner(sc, tmp_path, progress=lambda _: None).total == 5
