@@ -259,6 +259,13 @@ impl TargetDelay {
         q.saturating_sub(floor.min(JITTER_MAX_NS).max(self.undrained.floor_ns()))
     }
 
+    /// The rate was just cut: the check of whether the queue drains
+    /// (`delay_undrained.rs`) starts from the window's highest delivery.
+    fn note_cut(&mut self, now: Nanos) {
+        let from = self.delivered_max.get(now).unwrap_or(0) as u64;
+        self.undrained.on_cut(now, self.rate, from);
+    }
+
     /// A cut to drain a standing queue: the capacity is measured afresh
     /// from it on (the samples before the last cut may predate a drop of
     /// the capacity: 100 → 10 Mbit/s resumed at twice the new one).
@@ -347,8 +354,7 @@ impl RateControl for TargetDelay {
                 self.rate = self.rate.min(self.start_exit(now));
             }
             self.loss_cut_at = Some(now);
-            let from = self.delivered_max.get(now).unwrap_or(0) as u64;
-            self.undrained.on_cut(now, self.rate, from);
+            self.note_cut(now);
             // Losses at a full buffer: the cut drains it, and ends with it.
             if q > target {
                 self.start_drain(now);
@@ -389,8 +395,7 @@ impl RateControl for TargetDelay {
                 };
                 self.cuts += 1;
                 self.drained_at = Some(now);
-                let from = self.delivered_max.get(now).unwrap_or(0) as u64;
-                self.undrained.on_cut(now, self.rate, from);
+                self.note_cut(now);
                 self.start_drain(now);
             }
             self.step = STEP_MIN;
