@@ -3,7 +3,8 @@
 With `run.timeline = true` (or the override `run.timeline=true`) every mpt
 transfer records, every `interval` seconds, each path of the sending daemon:
 its state, the rate its controller paces at, the controller's state and
-queueing estimate, the one-way delay the peer reports, and the Mbit/s the
+queueing estimate (and, once learned, the queue it takes for the link's
+own: `own` on the printed line), the one-way delay the peer reports, and the Mbit/s the
 path sent over the interval (from its byte counter). It lands in raw.json
 under `details.paths_timeline`, and `mptlab timeline RESULTS` prints it beside
 what each trace offered, so that a shortfall can be placed: a path paced
@@ -40,6 +41,7 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
         "pacing_mbps": s.get("pacing_mbps"),
         "control": s.get("control"),
         "queueing_ms": s.get("queueing_ms"),
+        "link_queue_ms": s.get("link_queue_ms"),
         "delivered_mbps": s.get("delivered_mbps"),
         "rtt_ms": p.get("rtt_ms"),
         "stalls": p.get("stalls", 0),
@@ -171,6 +173,8 @@ def render(timeline: list[dict[str, Any]]) -> str:
                 f" paced {_f(p.get('pacing_mbps'))} q {_f(p.get('queueing_ms'))}"
                 f" sent {_f(sent)}"
             )
+            if p.get("link_queue_ms"):
+                cell += f" own {_f(p['link_queue_ms'])}"
             if p.get("offered_mbps") is not None:
                 cell += f" offered {_f(p['offered_mbps'])}"
             if p.get("stalled_now"):

@@ -131,3 +131,20 @@ def test_rows_name_the_losses_that_happened_in_their_interval() -> None:
     text = render(rows)
     assert "+6 recovery.gave_up" in text.splitlines()[1]
     assert "gave_up" not in text.splitlines()[0]
+
+
+def test_a_links_own_queue_is_kept_and_rendered_when_learned() -> None:
+    doc = _doc([1000, 1000])
+    doc["paths"][0]["sending"]["link_queue_ms"] = 8.8
+    doc["paths"][1]["sending"]["link_queue_ms"] = 0.0
+    rows = [
+        {
+            "t": 0.2,
+            "from_ns": 0,
+            "to_ns": 200_000_000,
+            "paths": [{**path_row(p), "sent_mbps": 1.0} for p in doc["paths"]],
+        }
+    ]
+    assert rows[0]["paths"][0]["link_queue_ms"] == 8.8
+    line = render(rows)
+    assert line.count(" own ") == 1 and "own   8.8" in line
