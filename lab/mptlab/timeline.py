@@ -4,9 +4,12 @@ With `run.timeline = true` (or the override `run.timeline=true`) every mpt
 transfer records, every `interval` seconds, each path of the sending daemon:
 its state, the rate its controller paces at, the controller's state and
 queueing estimate (and, once learned, the queue it takes for the link's
-own: `own` on the printed line), the one-way delay the peer reports, and the Mbit/s the
-path sent over the interval (from its byte counter). It lands in raw.json
-under `details.paths_timeline`, and `mptlab timeline RESULTS` prints it beside
+own: `own` on the printed line), what its last rate sample delivered
+beside what was sent while that sample's packets left (`over R` on the
+printed line when that is at least 1.1 times the delivery), the one-way
+delay the peer reports, and the Mbit/s the path sent over the interval
+(from its byte counter). It lands in raw.json under
+`details.paths_timeline`, and `mptlab timeline RESULTS` prints it beside
 what each trace offered, so that a shortfall can be placed: a path paced
 below what its link offered, a queue that the controller drains, a path
 that was down. Each row also names the counters that grew over its interval
@@ -43,6 +46,7 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
         "queueing_ms": s.get("queueing_ms"),
         "link_queue_ms": s.get("link_queue_ms"),
         "delivered_mbps": s.get("delivered_mbps"),
+        "sent_then_mbps": s.get("sent_then_mbps"),
         "rtt_ms": p.get("rtt_ms"),
         "stalls": p.get("stalls", 0),
     }
@@ -175,6 +179,9 @@ def render(timeline: list[dict[str, Any]]) -> str:
             )
             if p.get("link_queue_ms"):
                 cell += f" own {_f(p['link_queue_ms'])}"
+            over = _over(p)
+            if over is not None:
+                cell += f" over {over:4.2f}"
             if p.get("offered_mbps") is not None:
                 cell += f" offered {_f(p['offered_mbps'])}"
             if p.get("stalled_now"):
@@ -185,6 +192,15 @@ def render(timeline: list[dict[str, Any]]) -> str:
             cells.append(" ".join(f"+{v} {k}" for k, v in sorted(grew.items())))
         lines.append(" | ".join(cells))
     return "\n".join(lines)
+
+
+def _over(p: dict[str, Any]) -> float | None:
+    """What was sent while the last sample's packets left, over what it
+    delivered, when at least 1.1 (the path was sent more than it carried)."""
+    sent, got = p.get("sent_then_mbps"), p.get("delivered_mbps")
+    if not sent or not got:
+        return None
+    return sent / got if sent >= 1.1 * got else None
 
 
 def _f(v: float | None) -> str:

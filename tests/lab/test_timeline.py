@@ -148,3 +148,22 @@ def test_a_links_own_queue_is_kept_and_rendered_when_learned() -> None:
     assert rows[0]["paths"][0]["link_queue_ms"] == 8.8
     line = render(rows)
     assert line.count(" own ") == 1 and "own   8.8" in line
+
+
+def test_a_path_sent_more_than_it_delivered_is_marked_over() -> None:
+    doc = _doc([1000, 1000, 1000])
+    rates = [(26.0, 13.0), (20.0, 19.5), (None, 10.0)]
+    for p, (sent, got) in zip(doc["paths"], rates, strict=True):
+        p["sending"]["sent_then_mbps"] = sent
+        p["sending"]["delivered_mbps"] = got
+    rows = [
+        {
+            "t": 0.2,
+            "from_ns": 0,
+            "to_ns": 200_000_000,
+            "paths": [{**path_row(p), "sent_mbps": 1.0} for p in doc["paths"]],
+        }
+    ]
+    assert rows[0]["paths"][0]["sent_then_mbps"] == 26.0
+    line = render(rows)
+    assert line.count(" over ") == 1 and "over 2.00" in line

@@ -254,7 +254,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         if let Some(s) = &p.sending {
             let _ = writeln!(
                 o,
-                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s with {} ms queueing (target {} ms{}), {} ms jitter{}",
+                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s{} with {} ms queueing (target {} ms{}), {} ms jitter{}",
                 s.control,
                 s.samples,
                 s.cuts,
@@ -262,6 +262,8 @@ pub fn render_doc(d: &TunnelDoc) -> String {
                 mbit(s.pacing_mbps),
                 s.cap_mbps.map_or(String::new(), |c| format!(" (cap {c:.0})")),
                 mbit(s.delivered_mbps),
+                s.sent_then_mbps
+                    .map_or(String::new(), |v| format!(" of {v:.1} sent")),
                 ms(s.queueing_ms),
                 ms(s.target_ms),
                 s.link_queue_ms.filter(|&l| l > 0.0).map_or(String::new(), |l| {

@@ -20,6 +20,7 @@ fn sample(mbit: u64, q_ms: u64, growth_ms: i64, limited: bool) -> RateSample {
         congestion_lost: 0,
         link_lost: 0,
         limited,
+        sent_bps: None,
         realtime: false,
     }
 }

@@ -32,12 +32,14 @@
 mod bbr;
 mod bucket;
 mod delay;
+mod sent_marks;
 #[cfg(test)]
 mod tests;
 
 pub use bbr::ProbeBw;
 pub use bucket::TokenBucket;
 pub use delay::{TargetDelay, TARGET_NS};
+pub use sent_marks::{SentMarks, SENT_MARKS};
 
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -111,6 +113,11 @@ pub struct RateSample {
     /// what it was allowed, so the sample measures the path, not the
     /// application.
     pub limited: bool,
+    /// Bits per second sent on the path while the packets this sample
+    /// counted left: over an interval as long as the sample's, ending one
+    /// round trip (the lowest) and the reported queueing delay before it
+    /// (`None`: before the sender's marks reach back that far).
+    pub sent_bps: Option<u64>,
 }
 
 /// A rate-control policy for one path: samples in, pacing rate out.
@@ -164,6 +171,9 @@ pub struct PathSender {
     /// The newest report's send timestamp (orders reports).
     newest_report: u64,
     limited: bool,
+    /// Bytes sent on the path in all, and marked at each report.
+    sent_bytes: u64,
+    sent_marks: SentMarks,
     last_sample: Option<RateSample>,
     queueing_ns: Option<Nanos>,
     /// Until when the path counts as carrying real-time packets.
@@ -180,6 +190,8 @@ impl PathSender {
             mark: None,
             newest_report: 0,
             limited: false,
+            sent_bytes: 0,
+            sent_marks: SentMarks::default(),
             last_sample: None,
             queueing_ns: None,
             realtime_until: 0,
@@ -234,6 +246,7 @@ impl PathSender {
 
     /// `bytes` leave on the path now.
     pub fn on_send(&mut self, bytes: usize) {
+        self.sent_bytes = self.sent_bytes.saturating_add(bytes as u64);
         self.bucket.take(bytes);
         if !self.bucket.has_budget() {
             self.limited = true;
@@ -294,6 +307,7 @@ impl PathSender {
             return None;
         }
         self.newest_report = sent_ns;
+        self.sent_marks.push(now, self.sent_bytes);
         self.queueing_ns =
             (r.queueing_us != QUEUEING_UNKNOWN).then(|| u64::from(r.queueing_us) * 1_000);
         let here = ReportMark {
@@ -321,7 +335,14 @@ impl PathSender {
             self.limited = false;
             return None;
         }
+        // The delivered packets left one round trip and the queue they
+        // waited in before this report.
+        let lag = rtt_min.unwrap_or(0) + self.queueing_ns.unwrap_or(0);
+        let left_by = now.saturating_sub(lag);
         let s = RateSample {
+            sent_bps: self
+                .sent_marks
+                .rate_bps(left_by.saturating_sub(dt), left_by),
             delivered_bps: (u128::from(bytes) * 8 * NANOS_PER_S / u128::from(dt)) as u64,
             interval_ns: dt,
             queueing_ns: self.queueing_ns,
@@ -361,6 +382,7 @@ impl PathSender {
             pacing_mbps: self.pacing_rate_bps(now).map(mbps),
             cap_mbps: self.cap_bps.map(mbps),
             delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
+            sent_then_mbps: self.last_sample.and_then(|s| s.sent_bps).map(mbps),
             queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
             jitter_ms: self.jitter_ns().map(|j| j as f64 / NANOS_PER_MS as f64),
             target_ms: self
@@ -393,6 +415,10 @@ pub struct SenderStatus {
     pub cap_mbps: Option<f64>,
     /// Delivery rate of the last sample, as the peer received it.
     pub delivered_mbps: Option<f64>,
+    /// What was sent on the path while the packets of the last sample
+    /// left (one round trip and the queue before it): above the delivery
+    /// rate while a queue grows, the queue is ours.
+    pub sent_then_mbps: Option<f64>,
     /// Queueing delay the peer reported.
     pub queueing_ms: Option<f64>,
     /// RFC 3550 jitter the peer reported with the last sample.
