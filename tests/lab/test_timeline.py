@@ -133,18 +133,17 @@ def test_rows_name_the_losses_that_happened_in_their_interval() -> None:
     assert "gave_up" not in text.splitlines()[0]
 
 
+def _one_row(doc: dict) -> list[dict]:
+    """A timeline of one 200 ms row from a status document."""
+    paths = [{**path_row(p), "sent_mbps": 1.0} for p in doc["paths"]]
+    return [{"t": 0.2, "from_ns": 0, "to_ns": 200_000_000, "paths": paths}]
+
+
 def test_a_links_own_queue_is_kept_and_rendered_when_learned() -> None:
     doc = _doc([1000, 1000])
     doc["paths"][0]["sending"]["link_queue_ms"] = 8.8
     doc["paths"][1]["sending"]["link_queue_ms"] = 0.0
-    rows = [
-        {
-            "t": 0.2,
-            "from_ns": 0,
-            "to_ns": 200_000_000,
-            "paths": [{**path_row(p), "sent_mbps": 1.0} for p in doc["paths"]],
-        }
-    ]
+    rows = _one_row(doc)
     assert rows[0]["paths"][0]["link_queue_ms"] == 8.8
     line = render(rows)
     assert line.count(" own ") == 1 and "own   8.8" in line
@@ -156,14 +155,7 @@ def test_a_path_sent_more_than_it_delivered_is_marked_over() -> None:
     for p, (sent, got) in zip(doc["paths"], rates, strict=True):
         p["sending"]["sent_then_mbps"] = sent
         p["sending"]["delivered_mbps"] = got
-    rows = [
-        {
-            "t": 0.2,
-            "from_ns": 0,
-            "to_ns": 200_000_000,
-            "paths": [{**path_row(p), "sent_mbps": 1.0} for p in doc["paths"]],
-        }
-    ]
+    rows = _one_row(doc)
     assert rows[0]["paths"][0]["sent_then_mbps"] == 26.0
     line = render(rows)
     assert line.count(" over ") == 1 and "over 2.00" in line
