@@ -39,7 +39,7 @@ mod tests;
 pub use bbr::ProbeBw;
 pub use bucket::TokenBucket;
 pub use delay::{TargetDelay, TARGET_NS};
-pub use sent_marks::{SentMarks, SENT_MARKS};
+use sent_marks::SentMarks;
 
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
