@@ -49,9 +49,14 @@ def test_lost_packets_are_asked_for_and_resent(workdir: Path) -> None:
         # losses are filled, with room for that spread.
         assert lost <= 0.5 * asked, (lost, rx)
         assert tx["retransmitted"] >= rx["recovered"], (rx, tx)
-        # Gaps given up are those asked for in vain (plus any that the
-        # reorder buffer's own timeout released first).
-        assert lost >= rx["gave_up"] and lost <= rx["gave_up"] + 20, (lost, rx)
+        # Gaps given up are those asked for in vain, plus any that the
+        # reorder buffer's release policy or its own timeout released
+        # first (each such release skips at least one): a loaded CI run
+        # read 80 lost against 58 given up, with 17 policy releases and 3
+        # timeouts.
+        released = reorder["policy_releases"] + reorder["timeout_releases"]
+        assert lost >= rx["gave_up"], (lost, rx)
+        assert lost <= rx["gave_up"] + 20 + released, (lost, rx, reorder)
         assert r.retransmits is not None and r.retransmits < asked
         text = b.status_text(verbose=True)
         assert "recovery: asked for" in text, text
