@@ -45,6 +45,7 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
         "control": s.get("control"),
         "queueing_ms": s.get("queueing_ms"),
         "link_queue_ms": s.get("link_queue_ms"),
+        "queue_ahead_ms": s.get("queue_ahead_ms"),
         "delivered_mbps": s.get("delivered_mbps"),
         "sent_then_mbps": s.get("sent_then_mbps"),
         "rtt_ms": p.get("rtt_ms"),
@@ -179,6 +180,8 @@ def render(timeline: list[dict[str, Any]]) -> str:
             )
             if p.get("link_queue_ms"):
                 cell += f" own {_f(p['link_queue_ms'])}"
+            if p.get("queue_ahead_ms"):
+                cell += f" ahead {_f(p['queue_ahead_ms'])}"
             over = _over(p)
             if over is not None:
                 cell += f" over {over:4.2f}"

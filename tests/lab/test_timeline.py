@@ -149,6 +149,16 @@ def test_a_links_own_queue_is_kept_and_rendered_when_learned() -> None:
     assert line.count(" own ") == 1 and "own   8.8" in line
 
 
+def test_the_queue_the_scheduler_expects_is_kept_and_rendered() -> None:
+    doc = _doc([1000, 1000])
+    doc["paths"][0]["sending"]["queue_ahead_ms"] = 12.5
+    doc["paths"][1]["sending"]["queue_ahead_ms"] = 0.0
+    rows = _one_row(doc)
+    assert rows[0]["paths"][0]["queue_ahead_ms"] == 12.5
+    line = render(rows)
+    assert line.count(" ahead ") == 1 and "ahead  12.5" in line
+
+
 def test_a_path_sent_more_than_it_delivered_is_marked_over() -> None:
     doc = _doc([1000, 1000, 1000])
     rates = [(26.0, 13.0), (20.0, 19.5), (None, 10.0)]

@@ -254,7 +254,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         if let Some(s) = &p.sending {
             let _ = writeln!(
                 o,
-                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s{} with {} ms queueing (target {} ms{}), {} ms jitter{}",
+                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s{} with {} ms queueing (target {} ms{}; {} ms of standing queue expected now), {} ms jitter{}",
                 s.control,
                 s.samples,
                 s.cuts,
@@ -269,6 +269,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
                 s.link_queue_ms.filter(|&l| l > 0.0).map_or(String::new(), |l| {
                     format!(" above the link's own {l:.1} ms")
                 }),
+                ms(s.queue_ahead_ms),
                 ms(s.jitter_ms),
                 s.fill_ms.map_or(String::new(), |f| {
                     format!("; holds up to {f:.1} ms before the QoS stage")

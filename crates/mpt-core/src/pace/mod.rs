@@ -68,6 +68,11 @@ pub const RELEASE_BATCH_NS: Nanos = NANOS_PER_MS;
 /// bottleneck queue for empty (tuning knob: above a radio link's jitter
 /// and a probe's overshoot).
 pub const STANDING_QUEUE_NS: Nanos = 10 * NANOS_PER_MS;
+/// How long after its last report a path's bottleneck queue is still
+/// taken to drain in [`PathSender::projected_queue_ns`] (tuning knob: two
+/// report intervals; reports stop when nothing arrives, as in an outage,
+/// and a dead link's queue does not drain).
+pub const PROJECT_DRAIN_NS: Nanos = 2 * FEEDBACK_INTERVAL_NS;
 /// Depth of the pacing bucket of a path that carries real-time packets,
 /// as time at the pacing rate (tuning knob: a real-time packet may wait
 /// that long behind a burst at the bottleneck; the event loop's timers
@@ -176,6 +181,12 @@ pub struct PathSender {
     sent_marks: SentMarks,
     last_sample: Option<RateSample>,
     queueing_ns: Option<Nanos>,
+    /// When the packets the last report's queueing delay measured left
+    /// (local clock: the report's arrival less the lowest round trip and
+    /// that delay), for [`PathSender::projected_queue_ns`].
+    /// And when that report came: the queue is taken to drain only while
+    /// reports keep coming ([`PROJECT_DRAIN_NS`]).
+    queue_seen_at: Option<(Nanos, Nanos)>,
     /// Until when the path counts as carrying real-time packets.
     realtime_until: Nanos,
     pub samples: u64,
@@ -194,6 +205,7 @@ impl PathSender {
             sent_marks: SentMarks::default(),
             last_sample: None,
             queueing_ns: None,
+            queue_seen_at: None,
             realtime_until: 0,
             samples: 0,
         }
@@ -294,6 +306,52 @@ impl PathSender {
             .saturating_sub(STANDING_QUEUE_NS)
     }
 
+    /// The standing queue (above [`STANDING_QUEUE_NS`]) a packet sent at
+    /// `now` is expected to meet, for the scheduler. The last report is up
+    /// to a round trip and its own queue old: the packets it measured left
+    /// then. If since then the path was sent less than half of what it
+    /// delivered at the last sample (the capacity as last seen: on a
+    /// radio link whose capacity fell, lower than any older estimate), the
+    /// scheduler had all but stopped sending on it, and the queue is
+    /// brought forward as a fluid queue draining at that rate: the
+    /// reported delay, plus what was sent since, less the time since
+    /// (credited only up to [`PROJECT_DRAIN_NS`] after the last report: a
+    /// link whose reports stopped may have stopped delivering), and never
+    /// below three times the reported jitter (a link that keeps its
+    /// packets in order holds that much whatever is sent). Otherwise, and
+    /// before the marks reach back that far, the report stands
+    /// ([`PathSender::standing_queue_ns`]): a queue the scheduler keeps
+    /// feeding is measured, not modelled. (On `wifi-lte` the LTE-like
+    /// path was left idle for a round trip after each time its queue
+    /// showed, while the report of the drained queue came back: see
+    /// docs/results-notes.md, "A quiet path's queue brought forward".)
+    pub fn projected_queue_ns(&self, now: Nanos) -> Nanos {
+        let Some(q) = self.queueing_ns else { return 0 };
+        let bw = self.last_sample.map(|s| s.delivered_bps);
+        let (Some((seen, reported)), Some(bw)) = (self.queue_seen_at, bw) else {
+            return self.standing_queue_ns();
+        };
+        if bw == 0 || now < seen {
+            return self.standing_queue_ns();
+        }
+        let Some(then) = self.sent_marks.at(seen) else {
+            return self.standing_queue_ns();
+        };
+        let sent = self.sent_bytes.saturating_sub(then);
+        let fill_ns = (u128::from(sent) * 8 * NANOS_PER_S / u128::from(bw)) as u64;
+        let drained_by = now.min(reported + PROJECT_DRAIN_NS);
+        if fill_ns * 2 > drained_by.saturating_sub(seen) {
+            return self.standing_queue_ns();
+        }
+        // A FIFO link's own delay under load (two to three deviations of
+        // its jitter) does not drain.
+        let own = q.min(3 * self.jitter_ns().unwrap_or(0));
+        (q + fill_ns)
+            .saturating_sub(drained_by.saturating_sub(seen))
+            .max(own)
+            .saturating_sub(STANDING_QUEUE_NS)
+    }
+
     /// A receiver report about this path, sent at `sent_ns` by the
     /// reporter's clock. Returns the sample it completed, if any.
     pub fn on_report(
@@ -310,6 +368,8 @@ impl PathSender {
         self.sent_marks.push(now, self.sent_bytes);
         self.queueing_ns =
             (r.queueing_us != QUEUEING_UNKNOWN).then(|| u64::from(r.queueing_us) * 1_000);
+        self.queue_seen_at =
+            rtt_min.map(|rtt| (now.saturating_sub(rtt + self.queueing_ns.unwrap_or(0)), now));
         let here = ReportMark {
             sent_ns,
             queueing_ns: self.queueing_ns,
@@ -384,6 +444,9 @@ impl PathSender {
             delivered_mbps: self.last_sample.map(|s| mbps(s.delivered_bps)),
             sent_then_mbps: self.last_sample.and_then(|s| s.sent_bps).map(mbps),
             queueing_ms: self.queueing_ns.map(|q| q as f64 / NANOS_PER_MS as f64),
+            queue_ahead_ms: self
+                .queueing_ns
+                .map(|_| self.projected_queue_ns(now) as f64 / NANOS_PER_MS as f64),
             jitter_ms: self.jitter_ns().map(|j| j as f64 / NANOS_PER_MS as f64),
             target_ms: self
                 .control
@@ -421,6 +484,11 @@ pub struct SenderStatus {
     pub sent_then_mbps: Option<f64>,
     /// Queueing delay the peer reported.
     pub queueing_ms: Option<f64>,
+    /// The standing queue the scheduler expects a packet sent now to meet
+    /// at the path's bottleneck (above 10 ms; the report brought forward
+    /// if the path went nearly quiet since, see
+    /// [`PathSender::projected_queue_ns`]).
+    pub queue_ahead_ms: Option<f64>,
     /// RFC 3550 jitter the peer reported with the last sample.
     pub jitter_ms: Option<f64>,
     /// The queueing delay the rate control holds the bottleneck to

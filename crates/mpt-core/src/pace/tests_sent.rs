@@ -35,3 +35,118 @@ fn a_sample_knows_what_was_sent_while_its_packets_left() {
         "after the drop: sent at most {most:.2} times the delivery"
     );
 }
+
+fn report(rx_bytes: u64, queueing_ms: u32) -> ReportBody {
+    ReportBody {
+        rx_bytes,
+        rx_packets: rx_bytes / 1_250,
+        rx_path_seq: 0,
+        hearing_mask: 1,
+        queueing_us: queueing_ms * 1_000,
+        lost_link: 0,
+        lost_congestion: 0,
+        jitter_us: QUEUEING_UNKNOWN,
+    }
+}
+
+/// A 10 Mbit/s path (its cap: no sample has measured it yet) of a 20 ms
+/// round trip.
+fn ten_mbit() -> PathSender {
+    PathSender::new(Box::new(TargetDelay::default()), Some(10_000_000))
+}
+
+const RTT: Option<Nanos> = Some(20 * MS);
+
+/// The queue a packet sent now meets: the report's while the scheduler
+/// keeps sending on the path (at its capacity or above it), brought
+/// forward once it all but stopped.
+#[test]
+fn a_quiet_paths_queue_is_brought_forward_to_now() {
+    let mut s = ten_mbit();
+    assert_eq!(s.projected_queue_ns(0), 0, "no report yet");
+    s.on_report(0, 0, &report(0, 30), RTT);
+    // 1 250 bytes per ms: 10 Mbit/s.
+    for _ in 0..100 {
+        s.on_send(1_250);
+    }
+    s.on_report(100 * MS, 100 * MS, &report(125_000, 30), RTT);
+    // The packets this report measured left at 100 - 20 - 30 = 50 ms,
+    // and 50 ms of the capacity was sent since: the report stands.
+    assert_eq!(
+        s.standing_queue_ns(),
+        20 * MS,
+        "30 ms reported, 10 standing"
+    );
+    assert_eq!(s.projected_queue_ns(100 * MS), 20 * MS, "steady");
+    // 60 ms of the capacity more in 30 ms: twice the capacity, measured.
+    for _ in 0..60 {
+        s.on_send(1_250);
+    }
+    assert_eq!(s.projected_queue_ns(130 * MS), 20 * MS, "fed: the report");
+
+    // Sent 50 ms of the capacity, then nothing: a report of 70 ms at
+    // 100 ms measured packets that left at 10 ms, 40 ms of sending before
+    // the path went quiet.
+    let mut s = ten_mbit();
+    s.on_report(0, 0, &report(0, 0), RTT);
+    for _ in 0..50 {
+        s.on_send(1_250);
+    }
+    s.on_report(50 * MS, 50 * MS, &report(62_500, 0), RTT);
+    // The last sample's delivery rate (10 Mbit/s) drains the queue.
+    s.on_report(100 * MS, 100 * MS, &report(125_000, 70), RTT);
+    assert_eq!(s.projected_queue_ns(100 * MS), 10 * MS, "70 + 40 - 90 - 10");
+    assert_eq!(s.projected_queue_ns(110 * MS), 0, "drained");
+}
+
+/// A queue is taken to drain only while reports come: once they stop
+/// (an outage: nothing arrives), the projection stops falling.
+#[test]
+fn a_queue_drains_only_while_reports_come() {
+    let mut s = ten_mbit();
+    s.on_report(0, 0, &report(0, 0), RTT);
+    for _ in 0..100 {
+        s.on_send(1_250);
+    }
+    s.on_report(100 * MS, 100 * MS, &report(100_000, 0), RTT);
+    for _ in 0..80 {
+        s.on_send(1_250);
+    }
+    // Marks: 0 bytes at 0, 125 000 at 100 ms, 225 000 at 300 ms (the
+    // ring interpolates between them).
+    s.on_report(300 * MS, 300 * MS, &report(350_000, 200), RTT);
+    // Left at 80 ms; 125 000 bytes (100 ms at the capacity) sent since,
+    // under half of the 220 ms: brought forward.
+    assert_eq!(
+        s.projected_queue_ns(300 * MS),
+        70 * MS,
+        "200 + 100 - 220 - 10"
+    );
+    assert_eq!(s.projected_queue_ns(320 * MS), 50 * MS);
+    assert_eq!(
+        s.projected_queue_ns(400 * MS),
+        50 * MS,
+        "no report for 100 ms: no drain after the first 20"
+    );
+}
+
+/// A link that keeps its packets in order holds a delay of a few times
+/// its jitter under load whatever is sent: the projection stops there.
+#[test]
+fn a_quiet_paths_queue_keeps_its_links_own_jitter() {
+    let mut s = ten_mbit();
+    s.on_report(0, 0, &report(0, 0), RTT);
+    for _ in 0..50 {
+        s.on_send(1_250);
+    }
+    s.on_report(50 * MS, 50 * MS, &report(62_500, 0), RTT);
+    let jittery = ReportBody {
+        jitter_us: 10_000,
+        ..report(125_000, 70)
+    };
+    s.on_report(100 * MS, 100 * MS, &jittery, RTT);
+    // Drained to 10 and then 0 with no jitter (the test above); 3 x 10
+    // ms of jitter is the link's own, 20 ms above the 10 standing.
+    assert_eq!(s.projected_queue_ns(100 * MS), 20 * MS);
+    assert_eq!(s.projected_queue_ns(200 * MS), 20 * MS);
+}

@@ -158,7 +158,7 @@ impl Tunnel {
             } else {
                 0
             };
-            let queue_ahead = self.paths[i].queue_ahead_ns();
+            let queue_ahead = self.paths[i].queue_ahead_ns(now);
             let delay = self.paths[i]
                 .state
                 .rtt_min()

@@ -47,7 +47,7 @@ impl Tunnel {
     fn fill_views(&mut self, now: Nanos, len: usize) {
         let paced = self.paced;
         for (i, p) in self.paths.iter_mut().enumerate() {
-            let queue_ahead = p.queue_ahead_ns();
+            let queue_ahead = p.queue_ahead_ns(now);
             let s = &mut p.sender;
             let wait_ns = if paced {
                 s.refill(now);

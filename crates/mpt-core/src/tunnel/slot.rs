@@ -59,18 +59,19 @@ impl PathSlot {
 
     /// The standing queue a packet sent now is expected to meet at the
     /// path's bottleneck, for the schedulers' expected arrival: the
-    /// receiver's estimate ([`PathSender::standing_queue_ns`]), unless
+    /// receiver's estimate brought forward to `now`
+    /// ([`PathSender::projected_queue_ns`]), unless
     /// every data packet we sent on the path has been reported arrived
     /// ([`PathState::nothing_out`]), for then the queue those delays
     /// measured held ours and has drained. After an outage, the delays of
     /// the backlog it released read seconds of queue for a second more,
     /// and kept the scheduler off a link that offered capacity
     /// (`sim_trace.rs`).
-    pub fn queue_ahead_ns(&self) -> Nanos {
+    pub fn queue_ahead_ns(&self, now: Nanos) -> Nanos {
         if self.state.nothing_out() {
             0
         } else {
-            self.sender.standing_queue_ns()
+            self.sender.projected_queue_ns(now)
         }
     }
 }
