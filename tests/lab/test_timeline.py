@@ -139,23 +139,25 @@ def _one_row(doc: dict) -> list[dict]:
     return [{"t": 0.2, "from_ns": 0, "to_ns": 200_000_000, "paths": paths}]
 
 
-def test_a_links_own_queue_is_kept_and_rendered_when_learned() -> None:
+def _rendered_with(key: str, first: float) -> tuple[list[dict], str]:
+    """A row of two paths whose `sending.<key>` is `first` and 0.0, and its
+    rendered line."""
     doc = _doc([1000, 1000])
-    doc["paths"][0]["sending"]["link_queue_ms"] = 8.8
-    doc["paths"][1]["sending"]["link_queue_ms"] = 0.0
+    doc["paths"][0]["sending"][key] = first
+    doc["paths"][1]["sending"][key] = 0.0
     rows = _one_row(doc)
+    return rows, render(rows)
+
+
+def test_a_links_own_queue_is_kept_and_rendered_when_learned() -> None:
+    rows, line = _rendered_with("link_queue_ms", 8.8)
     assert rows[0]["paths"][0]["link_queue_ms"] == 8.8
-    line = render(rows)
     assert line.count(" own ") == 1 and "own   8.8" in line
 
 
 def test_the_queue_the_scheduler_expects_is_kept_and_rendered() -> None:
-    doc = _doc([1000, 1000])
-    doc["paths"][0]["sending"]["queue_ahead_ms"] = 12.5
-    doc["paths"][1]["sending"]["queue_ahead_ms"] = 0.0
-    rows = _one_row(doc)
+    rows, line = _rendered_with("queue_ahead_ms", 12.5)
     assert rows[0]["paths"][0]["queue_ahead_ms"] == 12.5
-    line = render(rows)
     assert line.count(" ahead ") == 1 and "ahead  12.5" in line
 
 

@@ -165,6 +165,15 @@ struct ReportMark {
     lost_congestion: u32,
 }
 
+/// When the packets a report measured left, when it came, and what had
+/// been sent by then (see [`PathSender::projected_queue_ns`]).
+#[derive(Debug, Clone, Copy)]
+struct QueueSeen {
+    seen: Nanos,
+    reported: Nanos,
+    sent_by_seen: Option<u64>,
+}
+
 /// The sender's model of one path. See the module documentation.
 #[derive(Debug)]
 pub struct PathSender {
@@ -184,9 +193,11 @@ pub struct PathSender {
     /// When the packets the last report's queueing delay measured left
     /// (local clock: the report's arrival less the lowest round trip and
     /// that delay), for [`PathSender::projected_queue_ns`].
-    /// And when that report came: the queue is taken to drain only while
-    /// reports keep coming ([`PROJECT_DRAIN_NS`]).
-    queue_seen_at: Option<(Nanos, Nanos)>,
+    /// And when that report came (the queue is taken to drain only while
+    /// reports keep coming, [`PROJECT_DRAIN_NS`]), and the bytes sent in
+    /// all by the first time (`None`: before the marks reach back): both
+    /// fixed per report, so the per-packet projection reads, not searches.
+    queue_seen_at: Option<QueueSeen>,
     /// Until when the path counts as carrying real-time packets.
     realtime_until: Nanos,
     pub samples: u64,
@@ -328,13 +339,11 @@ impl PathSender {
     pub fn projected_queue_ns(&self, now: Nanos) -> Nanos {
         let Some(q) = self.queueing_ns else { return 0 };
         let bw = self.last_sample.map(|s| s.delivered_bps);
-        let (Some((seen, reported)), Some(bw)) = (self.queue_seen_at, bw) else {
+        let (Some(at), Some(bw)) = (self.queue_seen_at, bw) else {
             return self.standing_queue_ns();
         };
-        if bw == 0 || now < seen {
-            return self.standing_queue_ns();
-        }
-        let Some(then) = self.sent_marks.at(seen) else {
+        let (seen, reported) = (at.seen, at.reported);
+        let Some(then) = at.sent_by_seen.filter(|_| bw > 0 && now >= seen) else {
             return self.standing_queue_ns();
         };
         let sent = self.sent_bytes.saturating_sub(then);
@@ -368,8 +377,14 @@ impl PathSender {
         self.sent_marks.push(now, self.sent_bytes);
         self.queueing_ns =
             (r.queueing_us != QUEUEING_UNKNOWN).then(|| u64::from(r.queueing_us) * 1_000);
-        self.queue_seen_at =
-            rtt_min.map(|rtt| (now.saturating_sub(rtt + self.queueing_ns.unwrap_or(0)), now));
+        self.queue_seen_at = rtt_min.map(|rtt| {
+            let seen = now.saturating_sub(rtt + self.queueing_ns.unwrap_or(0));
+            QueueSeen {
+                seen,
+                reported: now,
+                sent_by_seen: self.sent_marks.at(seen),
+            }
+        });
         let here = ReportMark {
             sent_ns,
             queueing_ns: self.queueing_ns,

@@ -57,6 +57,23 @@ fn ten_mbit() -> PathSender {
 
 const RTT: Option<Nanos> = Some(20 * MS);
 
+/// `ms` of sending at 10 Mbit/s (1 250 bytes per ms), all at once.
+fn send_ms(s: &mut PathSender, ms: u64) {
+    for _ in 0..ms {
+        s.on_send(1_250);
+    }
+}
+
+/// A path that sent 50 ms at its capacity and then nothing, with a report
+/// at 0 and at 50 ms of no queue.
+fn quiet_from_50_ms() -> PathSender {
+    let mut s = ten_mbit();
+    s.on_report(0, 0, &report(0, 0), RTT);
+    send_ms(&mut s, 50);
+    s.on_report(50 * MS, 50 * MS, &report(62_500, 0), RTT);
+    s
+}
+
 /// The queue a packet sent now meets: the report's while the scheduler
 /// keeps sending on the path (at its capacity or above it), brought
 /// forward once it all but stopped.
@@ -66,9 +83,7 @@ fn a_quiet_paths_queue_is_brought_forward_to_now() {
     assert_eq!(s.projected_queue_ns(0), 0, "no report yet");
     s.on_report(0, 0, &report(0, 30), RTT);
     // 1 250 bytes per ms: 10 Mbit/s.
-    for _ in 0..100 {
-        s.on_send(1_250);
-    }
+    send_ms(&mut s, 100);
     s.on_report(100 * MS, 100 * MS, &report(125_000, 30), RTT);
     // The packets this report measured left at 100 - 20 - 30 = 50 ms,
     // and 50 ms of the capacity was sent since: the report stands.
@@ -79,20 +94,13 @@ fn a_quiet_paths_queue_is_brought_forward_to_now() {
     );
     assert_eq!(s.projected_queue_ns(100 * MS), 20 * MS, "steady");
     // 60 ms of the capacity more in 30 ms: twice the capacity, measured.
-    for _ in 0..60 {
-        s.on_send(1_250);
-    }
+    send_ms(&mut s, 60);
     assert_eq!(s.projected_queue_ns(130 * MS), 20 * MS, "fed: the report");
 
     // Sent 50 ms of the capacity, then nothing: a report of 70 ms at
     // 100 ms measured packets that left at 10 ms, 40 ms of sending before
     // the path went quiet.
-    let mut s = ten_mbit();
-    s.on_report(0, 0, &report(0, 0), RTT);
-    for _ in 0..50 {
-        s.on_send(1_250);
-    }
-    s.on_report(50 * MS, 50 * MS, &report(62_500, 0), RTT);
+    let mut s = quiet_from_50_ms();
     // The last sample's delivery rate (10 Mbit/s) drains the queue.
     s.on_report(100 * MS, 100 * MS, &report(125_000, 70), RTT);
     assert_eq!(s.projected_queue_ns(100 * MS), 10 * MS, "70 + 40 - 90 - 10");
@@ -105,13 +113,9 @@ fn a_quiet_paths_queue_is_brought_forward_to_now() {
 fn a_queue_drains_only_while_reports_come() {
     let mut s = ten_mbit();
     s.on_report(0, 0, &report(0, 0), RTT);
-    for _ in 0..100 {
-        s.on_send(1_250);
-    }
+    send_ms(&mut s, 100);
     s.on_report(100 * MS, 100 * MS, &report(100_000, 0), RTT);
-    for _ in 0..80 {
-        s.on_send(1_250);
-    }
+    send_ms(&mut s, 80);
     // Marks: 0 bytes at 0, 125 000 at 100 ms, 225 000 at 300 ms (the
     // ring interpolates between them).
     s.on_report(300 * MS, 300 * MS, &report(350_000, 200), RTT);
@@ -134,12 +138,7 @@ fn a_queue_drains_only_while_reports_come() {
 /// its jitter under load whatever is sent: the projection stops there.
 #[test]
 fn a_quiet_paths_queue_keeps_its_links_own_jitter() {
-    let mut s = ten_mbit();
-    s.on_report(0, 0, &report(0, 0), RTT);
-    for _ in 0..50 {
-        s.on_send(1_250);
-    }
-    s.on_report(50 * MS, 50 * MS, &report(62_500, 0), RTT);
+    let mut s = quiet_from_50_ms();
     let jittery = ReportBody {
         jitter_us: 10_000,
         ..report(125_000, 70)
