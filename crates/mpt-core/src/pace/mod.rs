@@ -73,6 +73,13 @@ pub const STANDING_QUEUE_NS: Nanos = 10 * NANOS_PER_MS;
 /// report intervals; reports stop when nothing arrives, as in an outage,
 /// and a dead link's queue does not drain).
 pub const PROJECT_DRAIN_NS: Nanos = 2 * FEEDBACK_INTERVAL_NS;
+/// A path counts as quiet when it was sent less than 1 / this of what its
+/// last sample delivered since the reported packets left (tuning knob).
+pub const PROJECT_QUIET_DIV: u64 = 2;
+/// Times the reported jitter a quiet path's queue never falls below: a
+/// FIFO link's own delay under load (tuning knob: two to three
+/// deviations, `delay_undrained.rs`).
+pub const PROJECT_OWN_JITTERS: u64 = 3;
 /// Depth of the pacing bucket of a path that carries real-time packets,
 /// as time at the pacing rate (tuning knob: a real-time packet may wait
 /// that long behind a burst at the bottleneck; the event loop's timers
@@ -349,12 +356,12 @@ impl PathSender {
         let sent = self.sent_bytes.saturating_sub(then);
         let fill_ns = (u128::from(sent) * 8 * NANOS_PER_S / u128::from(bw)) as u64;
         let drained_by = now.min(reported + PROJECT_DRAIN_NS);
-        if fill_ns * 2 > drained_by.saturating_sub(seen) {
+        if fill_ns * PROJECT_QUIET_DIV > drained_by.saturating_sub(seen) {
             return self.standing_queue_ns();
         }
         // A FIFO link's own delay under load (two to three deviations of
         // its jitter) does not drain.
-        let own = q.min(3 * self.jitter_ns().unwrap_or(0));
+        let own = q.min(PROJECT_OWN_JITTERS * self.jitter_ns().unwrap_or(0));
         (q + fill_ns)
             .saturating_sub(drained_by.saturating_sub(seen))
             .max(own)
