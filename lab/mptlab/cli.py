@@ -247,6 +247,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0 if s["compared"] or args.count == 0 else 1
 
 
+def cmd_sweep_merge(args: argparse.Namespace) -> int:
+    """Join sweeps of one seed: each case's share the median of all their
+    transfers."""
+    from .sweep import summary_line
+    from .sweepmerge import MergeError, load, merge, write
+
+    try:
+        s = merge([load(Path(d)) for d in args.sweeps], [str(d) for d in args.sweeps])
+    except MergeError as e:
+        print(f"error: {e}")
+        return 2
+    write(s, Path(args.out))
+    print(summary_line(s))
+    print(f"{args.out}/sweep.md, sweep.json")
+    return 0
+
+
 def cmd_matrix_report(args: argparse.Namespace) -> int:
     from . import qosmatrix
 
@@ -399,6 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only these case numbers, comma-separated (each as in the whole sweep)",
     )
     sw.set_defaults(func=cmd_sweep)
+    sm = sub.add_parser(
+        "sweep-merge", help="join sweeps of one seed: each case the median of all their transfers"
+    )
+    sm.add_argument("sweeps", nargs="+", help="sweep result folders (each with its sweep.json)")
+    sm.add_argument("--out", required=True, help="folder for the merged sweep.json and sweep.md")
+    sm.set_defaults(func=cmd_sweep_merge)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))

@@ -206,12 +206,31 @@ def run(
             + (f", previous build {_f(b, '.1%')}" if base else "")
             + (f"; errors {errors}" if errors else "")
         )
+    summary = summarize(seed, seconds, repeats, cases, rows, base)
+    (outdir / "sweep.json").write_text(json.dumps(summary, indent=1))
+    (outdir / "sweep.md").write_text(markdown(summary))
+    say(summary_line(summary))
+    return summary
+
+
+def summarize(
+    seed: int,
+    seconds: float,
+    repeats: int,
+    cases_run: list[int] | None,
+    rows: list[dict[str, Any]],
+    base: bool,
+) -> dict[str, Any]:
+    """The sweep's summary of its per-case `rows` (as `run` makes them):
+    p10 and median of mpt's share and of mpt/MPTCP, and how many cases
+    mpt is at or above MPTCP in; with `base`, the same for the previous
+    build."""
     shares = [r["mpt_share"] for r in rows if r["mpt_share"] is not None]
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
-    summary = {
+    summary: dict[str, Any] = {
         "seed": seed,
         "count": len(rows),
-        "cases_run": cases,
+        "cases_run": cases_run,
         "seconds": seconds,
         "repeats": repeats,
         "mpt_share_p10": pct(shares, 0.1),
@@ -223,8 +242,8 @@ def run(
         "cases": rows,
     }
     if base:
-        bases = [r["base_share"] for r in rows if r["base_share"] is not None]
-        vs = [r["base_ratio"] for r in rows if r["base_ratio"] is not None]
+        bases = [r["base_share"] for r in rows if r.get("base_share") is not None]
+        vs = [r["base_ratio"] for r in rows if r.get("base_ratio") is not None]
         summary["base"] = {
             "share_p10": pct(bases, 0.1),
             "share_median": statistics.median(bases) if bases else None,
@@ -232,9 +251,6 @@ def run(
             "mpt_at_least_base": sum(1 for r in vs if r >= 1.0),
             "compared": len(vs),
         }
-    (outdir / "sweep.json").write_text(json.dumps(summary, indent=1))
-    (outdir / "sweep.md").write_text(markdown(summary))
-    say(summary_line(summary))
     return summary
 
 
@@ -245,7 +261,7 @@ def _f(v: float | None, spec: str) -> str:
 def summary_line(s: dict[str, Any]) -> str:
     line = (
         f"sweep seed {s['seed']}, {s['count']} cases"
-        + (f" (median of {s['repeats']} each)" if s.get("repeats", 1) > 1 else "")
+        + _repeats(s)
         + ": mpt's share of capacity p10 "
         f"{_f(s['mpt_share_p10'], '.1%')}, median {_f(s['mpt_share_median'], '.1%')}; "
         f"mpt/MPTCP p10 {_f(s['ratio_p10'], '.3f')}, median {_f(s['ratio_median'], '.3f')}; "
@@ -260,18 +276,33 @@ def summary_line(s: dict[str, Any]) -> str:
     return line
 
 
+def _repeats(s: dict[str, Any]) -> str:
+    """How many transfers each case's figure is the median of."""
+    lo, hi = s.get("repeats", 1), s.get("transfers_max", s.get("repeats", 1))
+    if s.get("merged_from"):
+        n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        return f" (median of {n} transfers each, {len(s['merged_from'])} sweeps merged)"
+    return f" (median of {lo} each)" if lo > 1 else ""
+
+
 def markdown(s: dict[str, Any]) -> str:
     base = "base" in s
-    lines = [
-        f"`mptlab sweep --seed {s['seed']} "
-        + (
-            f"--cases {','.join(map(str, s['cases_run']))}"
-            if s.get("cases_run")
-            else f"--count {s['count']}"
+    if s.get("merged_from"):
+        head = "`mptlab sweep-merge --out OUT " + " ".join(s["merged_from"]) + "`"
+    else:
+        head = (
+            f"`mptlab sweep --seed {s['seed']} "
+            + (
+                f"--cases {','.join(map(str, s['cases_run']))}"
+                if s.get("cases_run")
+                else f"--count {s['count']}"
+            )
+            + f" --seconds {s['seconds']:g}"
+            + (f" --repeats {s['repeats']}" if s.get("repeats", 1) > 1 else "")
+            + (" --base`" if base else "`")
         )
-        + f" --seconds {s['seconds']:g}"
-        + (f" --repeats {s['repeats']}" if s.get("repeats", 1) > 1 else "")
-        + (" --base`" if base else "`"),
+    lines = [
+        head,
         "",
         "| case | links (rate/delay±jitter loss) | mpt | MPTCP | mpt/MPTCP |"
         + (" previous build | mpt/previous |" if base else ""),
