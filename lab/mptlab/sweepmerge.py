@@ -46,7 +46,31 @@ def load(folder: Path) -> dict[str, Any]:
     for k in ("seed", "seconds"):
         if k not in s:
             raise MergeError(f"{f}: not a sweep summary (no {k!r})")
+    if not isinstance(s["seed"], int) or not isinstance(s["seconds"], (int, float)):
+        raise MergeError(f"{f}: seed must be a whole number and seconds a number")
+    for n, row in enumerate(s["cases"]):
+        try:
+            _check_row(row)
+        except (TypeError, ValueError) as e:
+            raise MergeError(f"{f}: case entry {n}: {e}") from e
     return s
+
+
+def _check_row(row: Any) -> None:
+    """Raise if `row` is not a sweep's case row as `transfers` reads it."""
+    if not isinstance(row, dict):
+        raise TypeError("not an object")
+    if not isinstance(row.get("case"), int) or row["case"] < 0:
+        raise ValueError("no case number")
+    shares = [row.get(k) for k in SHARE_KEYS.values()]
+    runs = row.get("runs")
+    if isinstance(runs, dict):
+        shares += [x for v in runs.values() for x in (v if isinstance(v, list) else [v])]
+    elif runs is not None:
+        raise TypeError("runs is not an object of lists")
+    for x in shares:
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
+            raise TypeError(f"share {x!r} is not a number")
 
 
 def transfers(row: dict[str, Any]) -> dict[str, list[float]]:

@@ -101,3 +101,19 @@ def test_the_cli_writes_a_report_mptlab_report_reads(tmp_path: Path, capsys) -> 
     s = json.loads((out / "sweep.json").read_text())
     assert s["merged_from"] == [str(a), str(b)]
     assert (out / "sweep.md").read_text().startswith("`mptlab sweep-merge")
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [{"links": "10M/30ms"}],
+        ["case 0"],
+        [{"case": 0, "mpt_share": "high"}],
+        [{"case": 0, "runs": {"mpt": [0.5, "x"]}}],
+        [{"case": 0, "runs": [0.5]}],
+    ],
+)
+def test_a_malformed_case_is_named_not_a_crash(tmp_path: Path, rows: list) -> None:
+    d = _sweep(tmp_path, "bad", rows)
+    with pytest.raises(MergeError, match="case entry 0"):
+        load(d)
