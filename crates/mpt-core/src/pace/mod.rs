@@ -197,13 +197,13 @@ pub struct PathSender {
     sent_marks: SentMarks,
     last_sample: Option<RateSample>,
     queueing_ns: Option<Nanos>,
-    /// When the packets the last report's queueing delay measured left
-    /// (local clock: the report's arrival less the lowest round trip and
-    /// that delay), for [`PathSender::projected_queue_ns`].
-    /// And when that report came (the queue is taken to drain only while
-    /// reports keep coming, [`PROJECT_DRAIN_NS`]), and the bytes sent in
-    /// all by the first time (`None`: before the marks reach back): both
-    /// fixed per report, so the per-packet projection reads, not searches.
+    /// The last report's queue, for [`PathSender::projected_queue_ns`]:
+    /// when the packets it measured left (local clock: the report's
+    /// arrival less the lowest round trip and the reported delay), when
+    /// the report came (the queue drains only while reports keep coming,
+    /// [`PROJECT_DRAIN_NS`]), and the bytes sent in all by the first time
+    /// (`None` before the marks reach back). Fixed per report, so the
+    /// per-packet projection reads them rather than searching the marks.
     queue_seen_at: Option<QueueSeen>,
     /// Until when the path counts as carrying real-time packets.
     realtime_until: Nanos,
