@@ -31,7 +31,7 @@ from typing import Any
 
 from .daemon import TUNNEL_V4, TUNNEL_V6, PathOpts, Peer, TunnelOpts, start_pair
 from .netns import Topology, link_addr
-from .util import CommandError, base_binary, run
+from .util import CommandError, base_binary, need_tool, run
 
 # The in-kernel path manager allows at most 8 endpoints and 8 additional
 # subflows: the initial subflow plus 8, so 9 links at most.
@@ -113,6 +113,7 @@ def mpt(
 
 @contextmanager
 def mptcp(topo: Topology, path_v: int) -> Iterator[Target]:
+    need_tool("mptcpize", "to run iperf3 over the kernel's MPTCP (the mptcp system)")
     extra = min(topo.n - 1, MPTCP_MAX_EXTRA_SUBFLOWS)
     for ns in (topo.a, topo.b):
         run(["sysctl", "-qw", "net.mptcp.enabled=1"], ns=ns)
