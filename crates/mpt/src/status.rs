@@ -254,10 +254,16 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         if let Some(s) = &p.sending {
             let _ = writeln!(
                 o,
-                "    sending: {} ({} samples, {} cuts), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s{} with {} ms queueing (target {} ms{}; {} ms of standing queue expected now), {} ms jitter{}",
+                "    sending: {} ({} samples, {} cuts{}), capacity {} Mbit/s, paced at {} Mbit/s{}, peer received {} Mbit/s{} with {} ms queueing (target {} ms{}; {} ms of standing queue expected now), {} ms jitter{}",
                 s.control,
                 s.samples,
                 s.cuts,
+                s.random_loss_pct.filter(|&l| l > 0.0).map_or(String::new(), |l| {
+                    format!(
+                        "; random loss {l:.2} %, {} losses at a queue taken for it",
+                        s.losses_excused
+                    )
+                }),
                 mbit(s.bandwidth_mbps),
                 mbit(s.pacing_mbps),
                 s.cap_mbps.map_or(String::new(), |c| format!(" (cap {c:.0})")),

@@ -73,7 +73,8 @@
 //!   counts as ours only a whole target above it;
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
-//!   whose queue is empty are the link's, not ours, and cut nothing);
+//!   whose queue is empty are the link's, not ours, and cut nothing; nor
+//!   do those a lossy link's random loss explains, `delay_random.rs`);
 //! * while the path carries real-time packets (a QoS real-time class,
 //!   [`super::RateSample::realtime`]), the rate stays below
 //!   [`REALTIME_HEADROOM`] × the capacity measured with a standing queue
@@ -128,6 +129,8 @@ use crate::Nanos;
 mod dips;
 #[path = "delay_judge.rs"]
 mod judge;
+#[path = "delay_random.rs"]
+mod random;
 #[path = "delay_knobs.rs"]
 mod knobs;
 #[path = "delay_undrained.rs"]
@@ -206,6 +209,8 @@ pub struct TargetDelay {
     target_ns: Nanos,
     /// The queue a cut did not drain: the link's own (`delay_undrained.rs`).
     undrained: undrained::Undrained,
+    /// The link's random loss (`delay_random.rs`).
+    random: random::RandomLoss,
 }
 
 impl Default for TargetDelay {
@@ -241,6 +246,7 @@ impl Default for TargetDelay {
             overflow_bytes: Windowed::new(OVERFLOW_MEMORY_NS, false),
             target_ns: TARGET_NS,
             undrained: undrained::Undrained::default(),
+            random: random::RandomLoss::default(),
         }
     }
 }
@@ -289,7 +295,9 @@ impl TargetDelay {
 impl RateControl for TargetDelay {
     fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
         let q = self.excess(now, s);
-        if s.congestion_lost > 0 && q > 0 {
+        // Congestion losses beyond what the link's random loss explains.
+        let lost_ours = self.random.on_sample(now, s, rtt_min);
+        if lost_ours && q > 0 {
             let bytes = u128::from(q) * u128::from(s.delivered_bps) / 8_000_000_000;
             self.overflow_bytes.update(now, bytes as i64);
         }
@@ -328,7 +336,7 @@ impl RateControl for TargetDelay {
         // No cut yet: the rate is still the guess the path started at
         // (or grew from it), not a measurement.
         let first_cut = self.cuts == 0;
-        if q > target || s.congestion_lost > 0 {
+        if q > target || lost_ours {
             self.starting = false;
         }
         // On a link that holds a queue of its own, the delay moves by its
@@ -338,7 +346,7 @@ impl RateControl for TargetDelay {
         } else {
             target / 2
         };
-        if s.congestion_lost > 0
+        if lost_ours
             && q >= loss_queue
             && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
         {
@@ -524,6 +532,10 @@ impl RateControl for TargetDelay {
 
     fn link_queue_ns(&self) -> Option<Nanos> {
         Some(self.undrained.floor_ns())
+    }
+
+    fn random_loss(&self) -> Option<(f64, u64)> {
+        Some((self.random.rate(), self.random.excused()))
     }
 
     fn on_start_rtt(&mut self, rtt_ns: Nanos) {

@@ -144,3 +144,13 @@ pub(super) const CAPACITY_SPAN_SLOW_NS: Nanos = 300 * NANOS_PER_MS;
 pub(super) const RECENT_SAMPLES: usize = 12;
 /// Shortest interval between two loss cuts (tuning knob, with the RTT).
 pub(super) const LOSS_CUT_MIN_NS: Nanos = 40 * NANOS_PER_MS;
+/// A link's random loss (`delay_random.rs`; tuning knobs): the packets
+/// over which its rate is measured before the sums are halved (about 20 s
+/// at 2,000 packets per second), the shortest span whose congestion
+/// losses are weighed against it, and how many standard deviations of a
+/// Poisson count above the expected random losses still pass as the
+/// link's (two: a 20 Mbit/s link with 1.5 % loss sees 2 or more above its
+/// mean in a tenth of its round trips, 4 or more in one in two hundred).
+pub const RANDOM_WINDOW_PACKETS: u64 = 40_000;
+pub const RANDOM_SPAN_MIN_NS: Nanos = 100 * NANOS_PER_MS;
+pub const RANDOM_Z: f64 = 2.0;

@@ -13,6 +13,7 @@ const MBIT: u64 = 1_000_000;
 fn sample(mbit: u64, q_ms: u64, growth_ms: i64, limited: bool) -> RateSample {
     RateSample {
         delivered_bps: mbit * MBIT,
+        delivered_packets: 0,
         interval_ns: 30 * MS,
         queueing_ns: Some(q_ms * MS),
         queue_growth_ns: Some(growth_ms * MS as i64),
@@ -248,4 +249,56 @@ fn a_radio_links_target_follows_the_depth_its_buffer_overflowed_at() {
     assert_eq!(c.radio_target(now), RADIO_TARGET_MAX_NS);
     now += OVERFLOW_MEMORY_NS + 1_000 * MS;
     assert_eq!(c.radio_target(now), RADIO_TARGET_NS, "forgotten");
+}
+
+/// A link of 40 Mbit/s that loses 2 % of its packets at random and whose
+/// jitter (2 ms between packets, so a 21 ms target) holds the measured
+/// queue at 4 or 12 ms whatever the rate: the receiver counts its losses
+/// as link loss at 4 ms and as congestion at 12. Those are the link's
+/// (`delay_random.rs`): the rate keeps growing to the link's. (Cut by
+/// `LOSS_BETA` for each, seed 1's sweep case 29 held a 120 Mbit/s link at
+/// 3-7 Mbit/s.)
+#[test]
+fn a_lossy_links_random_losses_at_its_jitter_do_not_cut() {
+    let (mut c, mut now) = settled();
+    for i in 0..300u64 {
+        now += 30 * MS;
+        let rate = c.pacing_rate_bps(now).unwrap().min(40 * MBIT);
+        let packets = rate * 30 / 1000 / (1500 * 8);
+        let lost = packets / 50;
+        let q_ms = if i % 2 == 0 { 4 } else { 12 };
+        let s = RateSample {
+            delivered_packets: packets - lost,
+            jitter_ns: Some(2 * MS),
+            link_lost: if q_ms < 10 { lost } else { 0 },
+            congestion_lost: if q_ms < 10 { 0 } else { lost },
+            ..sample(rate / MBIT, q_ms, 0, true)
+        };
+        c.on_sample(now, &s, Some(RTT));
+    }
+    let rate = c.pacing_rate_bps(now).unwrap();
+    assert!(rate >= 36 * MBIT, "paced at {rate} on a 40 Mbit/s link");
+}
+
+/// The same link, sent more than it carries: a tenth of what is sent
+/// overflows its buffer, far beyond the random losses, and is cut for.
+#[test]
+fn a_lossy_links_full_buffer_still_cuts() {
+    let (mut c, mut now) = settled();
+    let cuts = c.cuts();
+    for i in 0..40u64 {
+        now += 30 * MS;
+        let packets = 50;
+        let q_ms = if i % 2 == 0 { 4 } else { 25 };
+        let overflow = if i >= 20 && q_ms > 10 { 10 } else { 0 };
+        let s = RateSample {
+            delivered_packets: packets,
+            jitter_ns: Some(2 * MS),
+            link_lost: u64::from(q_ms < 10),
+            congestion_lost: u64::from(q_ms >= 10) + overflow,
+            ..sample(20, q_ms, 0, true)
+        };
+        c.on_sample(now, &s, Some(RTT));
+    }
+    assert!(c.cuts() > cuts, "no cut for a tenth of the packets lost");
 }

@@ -101,6 +101,8 @@ const NANOS_PER_S: u128 = 1_000_000_000;
 pub struct RateSample {
     /// Bytes delivered per second over the interval (receiver's clock).
     pub delivered_bps: u64,
+    /// Packets delivered over the interval.
+    pub delivered_packets: u64,
     pub interval_ns: Nanos,
     /// The receiver's queueing delay at the end of the interval.
     pub queueing_ns: Option<Nanos>,
@@ -160,6 +162,12 @@ pub trait RateControl: Send + std::fmt::Debug {
     fn link_queue_ns(&self) -> Option<Nanos> {
         None
     }
+    /// The link's random loss rate as the policy measured it, and the
+    /// congestion losses it took for that rather than cut for (status
+    /// output).
+    fn random_loss(&self) -> Option<(f64, u64)> {
+        None
+    }
 }
 
 /// The last report a sample started from.
@@ -168,6 +176,7 @@ struct ReportMark {
     sent_ns: u64,
     queueing_ns: Option<Nanos>,
     rx_bytes: u64,
+    rx_packets: u64,
     lost_link: u32,
     lost_congestion: u32,
 }
@@ -396,6 +405,7 @@ impl PathSender {
             sent_ns,
             queueing_ns: self.queueing_ns,
             rx_bytes: r.rx_bytes,
+            rx_packets: r.rx_packets,
             lost_link: r.lost_link,
             lost_congestion: r.lost_congestion,
         };
@@ -426,6 +436,7 @@ impl PathSender {
                 .sent_marks
                 .rate_bps(left_by.saturating_sub(dt), left_by),
             delivered_bps: (u128::from(bytes) * 8 * NANOS_PER_S / u128::from(dt)) as u64,
+            delivered_packets: r.rx_packets.wrapping_sub(m.rx_packets).min(1 << 40),
             interval_ns: dt,
             queueing_ns: self.queueing_ns,
             queue_growth_ns: self
@@ -478,6 +489,8 @@ impl PathSender {
                 .control
                 .link_queue_ns()
                 .map(|t| t as f64 / NANOS_PER_MS as f64),
+            random_loss_pct: self.control.random_loss().map(|(p, _)| 100.0 * p),
+            losses_excused: self.control.random_loss().map_or(0, |(_, n)| n),
             samples: self.samples,
             cuts: self.control.cuts(),
             fill_ms: None,
@@ -521,6 +534,12 @@ pub struct SenderStatus {
     /// load), learned from cuts that did not drain it; the target counts
     /// above it.
     pub link_queue_ms: Option<f64>,
+    /// The link's random loss, percent: its losses with an empty queue
+    /// over the packets that met one (`delay_random.rs`).
+    pub random_loss_pct: Option<f64>,
+    /// Losses the peer counted as congestion that the random loss
+    /// explained, so the rate was not cut for them.
+    pub losses_excused: u64,
     /// With QoS: how long this path's queue in mpt may grow before what
     /// follows waits in the QoS stage (its delay gap to the slowest usable
     /// path, plus a margin that grows with its jitter).

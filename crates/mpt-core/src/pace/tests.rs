@@ -248,6 +248,7 @@ fn finds_capacity_within_a_second_and_keeps_the_queue_short() {
 fn the_state_shows_startup_until_the_first_queue() {
     let sample = |queue_ms: u64, limited: bool| RateSample {
         delivered_bps: 10_000_000,
+        delivered_packets: 0,
         interval_ns: 30 * MS,
         queueing_ns: Some(queue_ms * MS),
         queue_growth_ns: Some(0),
@@ -435,6 +436,7 @@ fn a_path_with_real_time_packets_keeps_its_bottleneck_queue_drained() {
 fn a_drop_below_an_unlimited_load_is_followed() {
     let rate = |bps: u64, growth_ms: i64, limited: bool| RateSample {
         delivered_bps: bps,
+        delivered_packets: 0,
         interval_ns: 30 * MS,
         queueing_ns: Some(20 * MS),
         queue_growth_ns: Some(growth_ms * MS as i64),
@@ -475,6 +477,7 @@ fn a_drop_below_an_unlimited_load_is_followed() {
 fn a_path_that_queued_is_paced_close_to_its_delivery_rate() {
     let sample = |q_ms: u64| RateSample {
         delivered_bps: 100_000_000,
+        delivered_packets: 0,
         interval_ns: 30 * MS,
         queueing_ns: Some(q_ms * MS),
         queue_growth_ns: Some(0),
