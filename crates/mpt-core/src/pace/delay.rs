@@ -129,10 +129,10 @@ use crate::Nanos;
 mod dips;
 #[path = "delay_judge.rs"]
 mod judge;
-#[path = "delay_random.rs"]
-mod random;
 #[path = "delay_knobs.rs"]
 mod knobs;
+#[path = "delay_random.rs"]
+mod random;
 #[path = "delay_undrained.rs"]
 mod undrained;
 use judge::Judgement;
@@ -346,10 +346,7 @@ impl RateControl for TargetDelay {
         } else {
             target / 2
         };
-        if lost_ours
-            && q >= loss_queue
-            && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
-        {
+        if lost_ours && q >= loss_queue && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap) {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
             if first_cut {
                 // The start overflowed the buffer: the bottleneck was busy,

@@ -14,7 +14,10 @@
 //!   link loss. So the rate is the link losses over the packets delivered
 //!   in the samples whose queue read below that bound (the same rule on
 //!   the sender's side of it), both sums halved once the packets pass
-//!   [`RANDOM_WINDOW_PACKETS`] (a link's loss may change).
+//!   [`RANDOM_WINDOW_PACKETS`] (a link's loss may change). The packets
+//!   start at [`RANDOM_PRIOR_PACKETS`] with no loss: on a path whose queue
+//!   rarely reads low, two losses among its first hundred packets there
+//!   (a buffer that overflowed early) are no 2 % random loss.
 //! * The allowance: over the last round trip (at least
 //!   [`RANDOM_SPAN_MIN_NS`]), the congestion losses are the link's while
 //!   they stay within what its random loss explains, `λ + Z √λ` with `λ`
@@ -29,7 +32,7 @@
 //! Invariants: no allocation; the sums only grow until halved; with no
 //! link loss counted the verdict is "ours" for any congestion loss.
 
-use super::knobs::{RANDOM_SPAN_MIN_NS, RANDOM_WINDOW_PACKETS, RANDOM_Z};
+use super::knobs::{RANDOM_PRIOR_PACKETS, RANDOM_SPAN_MIN_NS, RANDOM_WINDOW_PACKETS, RANDOM_Z};
 use super::RateSample;
 use crate::estimate::LINK_LOSS_QUEUE_NS;
 use crate::Nanos;
@@ -59,7 +62,8 @@ impl RandomLoss {
         if self.link_lost == 0 || self.low_packets == 0 {
             return 0.0;
         }
-        (self.link_lost as f64 / (self.low_packets + self.link_lost) as f64).min(1.0)
+        let packets = self.low_packets + self.link_lost + RANDOM_PRIOR_PACKETS;
+        (self.link_lost as f64 / packets as f64).min(1.0)
     }
 
     /// Congestion losses taken for the link's so far.

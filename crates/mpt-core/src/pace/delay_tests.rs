@@ -261,11 +261,14 @@ fn a_radio_links_target_follows_the_depth_its_buffer_overflowed_at() {
 #[test]
 fn a_lossy_links_random_losses_at_its_jitter_do_not_cut() {
     let (mut c, mut now) = settled();
+    let mut owed = 0.0;
     for i in 0..300u64 {
         now += 30 * MS;
         let rate = c.pacing_rate_bps(now).unwrap().min(40 * MBIT);
         let packets = rate * 30 / 1000 / (1500 * 8);
-        let lost = packets / 50;
+        owed += packets as f64 / 50.0;
+        let lost = owed as u64;
+        owed -= lost as f64;
         let q_ms = if i % 2 == 0 { 4 } else { 12 };
         let s = RateSample {
             delivered_packets: packets - lost,
