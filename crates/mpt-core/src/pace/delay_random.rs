@@ -158,14 +158,19 @@ mod tests {
         assert!(ours <= 4, "{ours} of 200 samples cut");
     }
 
+    /// `n` samples of `s`, 30 ms apart, from `now`; the time after them.
+    fn feed(r: &mut RandomLoss, mut now: Nanos, n: usize, s: &RateSample) -> Nanos {
+        for _ in 0..n {
+            now += 30 * NANOS_PER_MS;
+            r.on_sample(now, s, None);
+        }
+        now
+    }
+
     #[test]
     fn a_full_buffer_on_a_lossy_link_still_cuts() {
         let mut r = RandomLoss::default();
-        let mut now = 0;
-        for _ in 0..100 {
-            now += 30 * NANOS_PER_MS;
-            r.on_sample(now, &sample(4, 98, 2, 0), None);
-        }
+        let mut now = feed(&mut r, 0, 100, &sample(4, 98, 2, 0));
         // Sent 10 % above the capacity: a tenth of the packets overflow,
         // until a cut takes effect. It is seen within the round trip.
         let rtt = Some(100 * NANOS_PER_MS);
@@ -179,16 +184,9 @@ mod tests {
     #[test]
     fn the_rate_follows_a_link_that_stops_losing() {
         let mut r = RandomLoss::default();
-        let mut now = 0;
-        for _ in 0..200 {
-            now += 30 * NANOS_PER_MS;
-            r.on_sample(now, &sample(4, 100, 3, 0), None);
-        }
+        let now = feed(&mut r, 0, 200, &sample(4, 100, 3, 0));
         let before = r.rate();
-        for _ in 0..5_000 {
-            now += 30 * NANOS_PER_MS;
-            r.on_sample(now, &sample(4, 100, 0, 0), None);
-        }
+        feed(&mut r, now, 5_000, &sample(4, 100, 0, 0));
         assert!(r.rate() < before / 4.0, "{} then {}", before, r.rate());
     }
 }

@@ -469,6 +469,7 @@ impl PathSender {
     /// Snapshot for status output.
     pub fn status(&self, now: Nanos) -> SenderStatus {
         let mbps = |b: u64| b as f64 / 1e6;
+        let random_loss = self.control.random_loss();
         SenderStatus {
             control: self.control.state().into(),
             bandwidth_mbps: self.control.bandwidth_bps().map(mbps),
@@ -489,8 +490,8 @@ impl PathSender {
                 .control
                 .link_queue_ns()
                 .map(|t| t as f64 / NANOS_PER_MS as f64),
-            random_loss_pct: self.control.random_loss().map(|(p, _)| 100.0 * p),
-            losses_excused: self.control.random_loss().map_or(0, |(_, n)| n),
+            random_loss_pct: random_loss.map(|(p, _)| 100.0 * p),
+            losses_excused: random_loss.map_or(0, |(_, n)| n),
             samples: self.samples,
             cuts: self.control.cuts(),
             fill_ms: None,
