@@ -305,3 +305,58 @@ fn a_lossy_links_full_buffer_still_cuts() {
     }
     assert!(c.cuts() > cuts, "no cut for a tenth of the packets lost");
 }
+
+/// A FIFO link with jitter, far below its capacity: the path delivers
+/// what it is sent (the scheduler's bursts: 28-36 Mbit/s, the pacer
+/// holding packets back), and the queue reads 8-20 ms, up and down from
+/// one sample to the next (3-15 ms above its floor, the most of which
+/// taken for jitter is 5 ms), around the 5 ms target. Before
+/// `delay_keptup.rs` every such reading above the target cut the rate
+/// (a 149 Mbit/s link paced at 28 for ten seconds); now the rate grows.
+/// A queue that stands still at the same depth is still cut.
+#[test]
+fn a_jittery_link_that_keeps_up_is_not_cut_for_its_jitter() {
+    let run = |q: &dyn Fn(u64) -> u64| {
+        let mut c = TargetDelay::default();
+        let mut now = 0;
+        for i in 0..100u64 {
+            now += 30 * MS;
+            let mbit = c.pacing_rate_bps(now).unwrap() / MBIT;
+            let mut s = sample(mbit, q(i), 0, true);
+            s.sent_bps = Some(mbit * MBIT);
+            s.jitter_ns = Some(MS / 4);
+            c.on_sample(now, &s, Some(150 * MS));
+        }
+        (
+            c.pacing_rate_bps(now).unwrap(),
+            c.cuts(),
+            c.queues_excused(),
+        )
+    };
+    let (rate, cuts, excused) = run(&|i| if i % 2 == 0 { 20 } else { 8 });
+    assert!(rate > 100 * MBIT, "paced at {rate} with cuts {cuts}");
+    assert!(excused > 30, "{excused} excused");
+    // The same queue, standing still: ours, and cut.
+    let (rate, cuts, excused) = run(&|_| 15);
+    assert!(cuts > 0 && rate < 50 * MBIT, "paced at {rate}, cuts {cuts}");
+    assert_eq!(excused, 0);
+}
+
+/// A queue of ours growing on a jittery link: fed above the capacity, the
+/// path delivers less than it is sent, and the readings climb under the
+/// jitter. Nothing is excused; the rate is cut.
+#[test]
+fn a_growing_queue_on_a_jittery_link_is_still_cut() {
+    let mut c = TargetDelay::default();
+    let mut now = 0;
+    for i in 0..40u64 {
+        now += 30 * MS;
+        let mut s = sample(20, 6 + i / 2 + if i % 2 == 0 { 3 } else { 0 }, 0, true);
+        s.sent_bps = Some(24 * MBIT);
+        s.jitter_ns = Some(MS / 4);
+        c.on_sample(now, &s, Some(80 * MS));
+    }
+    assert_eq!(c.queues_excused(), 0);
+    assert!(c.cuts() > 0);
+    assert!(c.pacing_rate_bps(now).unwrap() <= 20 * MBIT);
+}
