@@ -6,8 +6,7 @@ its state, the rate its controller paces at, the controller's state and
 queueing estimate (and, once learned, the queue it takes for the link's
 own: `own` on the printed line), what its last rate sample delivered
 beside what was sent while that sample's packets left (`over R` on the
-printed line when that is at least 1.1 times the delivery), how many
-samples' queues it took for the link's jitter (`jit N`, in all), the one-way
+printed line when that is at least 1.1 times the delivery), the one-way
 delay the peer reports, and the Mbit/s the path sent over the interval
 (from its byte counter). It lands in raw.json under
 `details.paths_timeline`, and `mptlab timeline RESULTS` prints it beside
@@ -49,7 +48,6 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
         "queue_ahead_ms": s.get("queue_ahead_ms"),
         "delivered_mbps": s.get("delivered_mbps"),
         "sent_then_mbps": s.get("sent_then_mbps"),
-        "queues_excused": s.get("queues_excused", 0),
         "rtt_ms": p.get("rtt_ms"),
         "stalls": p.get("stalls", 0),
     }
@@ -184,8 +182,6 @@ def render(timeline: list[dict[str, Any]]) -> str:
                 cell += f" own {_f(p['link_queue_ms'])}"
             if p.get("queue_ahead_ms"):
                 cell += f" ahead {_f(p['queue_ahead_ms'])}"
-            if p.get("queues_excused"):
-                cell += f" jit {p['queues_excused']}"
             over = _over(p)
             if over is not None:
                 cell += f" over {over:4.2f}"

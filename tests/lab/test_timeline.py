@@ -161,12 +161,6 @@ def test_the_queue_the_scheduler_expects_is_kept_and_rendered() -> None:
     assert line.count(" ahead ") == 1 and "ahead  12.5" in line
 
 
-def test_queues_taken_for_jitter_are_kept_and_rendered() -> None:
-    rows, line = _rendered_with("queues_excused", 17)
-    assert rows[0]["paths"][0]["queues_excused"] == 17
-    assert line.count(" jit ") == 1 and "jit 17" in line
-
-
 def test_a_path_sent_more_than_it_delivered_is_marked_over() -> None:
     doc = _doc([1000, 1000, 1000])
     rates = [(26.0, 13.0), (20.0, 19.5), (None, 10.0)]

@@ -263,10 +263,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
                         "; random loss {l:.2} %, {} losses at a queue taken for it",
                         s.losses_excused
                     )
-                }) + &match s.queues_excused {
-                    0 => String::new(),
-                    n => format!("; {n} queues taken for the link's jitter (delivered what was sent)"),
-                },
+                }),
                 mbit(s.bandwidth_mbps),
                 mbit(s.pacing_mbps),
                 s.cap_mbps.map_or(String::new(), |c| format!(" (cap {c:.0})")),

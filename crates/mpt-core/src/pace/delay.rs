@@ -71,13 +71,6 @@
 //!   it was paced at, is the link's own (a FIFO link's jitter under load,
 //!   `delay_undrained.rs`): the queue is judged above it, and a loss
 //!   counts as ours only a whole target above it;
-//! * a queue above half the target that the link's jitter explains, on a
-//!   path that over the last round trip (at least 300 ms) delivered what
-//!   it was sent, is not ours either (`delay_keptup.rs`): its readings
-//!   moved up and down rather than grew, the link kept up, and the rate
-//!   grows as below a quarter of the target (a 149 Mbit/s link with
-//!   3.6 ms of jitter beside three small ones was paced at 28 for ten
-//!   seconds in the simulation, now at 130-150);
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
 //!   whose queue is empty are the link's, not ours, and cut nothing; nor
@@ -136,8 +129,6 @@ use crate::Nanos;
 mod dips;
 #[path = "delay_judge.rs"]
 mod judge;
-#[path = "delay_keptup.rs"]
-mod keptup;
 #[path = "delay_knobs.rs"]
 mod knobs;
 #[path = "delay_random.rs"]
@@ -220,8 +211,6 @@ pub struct TargetDelay {
     undrained: undrained::Undrained,
     /// The link's random loss (`delay_random.rs`).
     random: random::RandomLoss,
-    /// What the path delivered of what it was sent (`delay_keptup.rs`).
-    kept: keptup::KeptUp,
 }
 
 impl Default for TargetDelay {
@@ -258,7 +247,6 @@ impl Default for TargetDelay {
             target_ns: TARGET_NS,
             undrained: undrained::Undrained::default(),
             random: random::RandomLoss::default(),
-            kept: keptup::KeptUp::default(),
         }
     }
 }
@@ -345,25 +333,6 @@ impl RateControl for TargetDelay {
         if measures {
             self.remember(now, s);
         }
-        // A queue above half the target on a link that delivered what we
-        // sent over the last round trip (at least CAPACITY_SPAN_SLOW_NS),
-        // that did not grow fast and that the link's jitter explains: the
-        // link's, not ours (`delay_keptup.rs`). Read as a quarter of the
-        // target: no cut, and while the pacer holds packets back the rate
-        // grows, its step doubling once per round trip, until the path
-        // stops keeping up (a 149 Mbit/s link with 3.6 ms of jitter beside
-        // three small ones, paced at 28 before, in the simulation).
-        self.kept.on_sample(now, s);
-        let q = if q > target / 2
-            && !fast
-            && !lost_ours
-            && !s.realtime
-            && self.kept.excuses(now, q, rtt.max(CAPACITY_SPAN_SLOW_NS))
-        {
-            target / 4
-        } else {
-            q
-        };
         // No cut yet: the rate is still the guess the path started at
         // (or grew from it), not a measurement.
         let first_cut = self.cuts == 0;
@@ -560,10 +529,6 @@ impl RateControl for TargetDelay {
 
     fn link_queue_ns(&self) -> Option<Nanos> {
         Some(self.undrained.floor_ns())
-    }
-
-    fn queues_excused(&self) -> u64 {
-        self.kept.excused()
     }
 
     fn random_loss(&self) -> Option<(f64, u64)> {

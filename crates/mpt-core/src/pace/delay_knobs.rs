@@ -159,21 +159,3 @@ pub const RANDOM_WINDOW_PACKETS: u64 = 40_000;
 pub const RANDOM_PRIOR_PACKETS: u64 = 300;
 pub const RANDOM_SPAN_MIN_NS: Nanos = 100 * NANOS_PER_MS;
 pub const RANDOM_Z: f64 = 2.0;
-/// A queue reading the link's jitter explains, on a path that kept up
-/// with what it was sent (`delay_keptup.rs`; tuning knobs): the share of
-/// the bits sent that a path must deliver over the span to have kept up
-/// (a rate 5 % above a link's capacity delivers
-/// 0.95 of it, and grows a queue of 15 ms in 300 ms; the jitter's
-/// misalignment of a 300 ms span's ends is about 2 % on the lab's links).
-pub const KEPT_UP_SHARE: f64 = 0.97;
-/// Samples kept (tuning knob: 16 samples of 30 ms span the 300 ms and a
-/// round trip up to 480 ms).
-pub const KEPT_RING: usize = 16;
-/// Least movement of the queue readings over the span (the sum of their
-/// sample-to-sample changes), and the largest share of it their net
-/// growth may be, for a reading to be excused (tuning knobs: a FIFO
-/// link's jitter moved them by 10-40 ms over 300 ms in the simulation, a
-/// queue of ours fed 2 % above a clean link's capacity grows 6 ms in
-/// 300 ms and moves by as much).
-pub const KEPT_MOVED_MIN_NS: Nanos = 4 * NANOS_PER_MS;
-pub const KEPT_GROWTH_SHARE: f64 = 0.7;

@@ -168,12 +168,6 @@ pub trait RateControl: Send + std::fmt::Debug {
     fn random_loss(&self) -> Option<(f64, u64)> {
         None
     }
-    /// Samples whose queue above the target the policy took for the
-    /// link's jitter, as the path delivered what it was sent (status
-    /// output).
-    fn queues_excused(&self) -> u64 {
-        0
-    }
 }
 
 /// The last report a sample started from.
@@ -498,7 +492,6 @@ impl PathSender {
                 .map(|t| t as f64 / NANOS_PER_MS as f64),
             random_loss_pct: random_loss.map(|(p, _)| 100.0 * p),
             losses_excused: random_loss.map_or(0, |(_, n)| n),
-            queues_excused: self.control.queues_excused(),
             samples: self.samples,
             cuts: self.control.cuts(),
             fill_ms: None,
@@ -548,10 +541,6 @@ pub struct SenderStatus {
     /// Losses the peer counted as congestion that the random loss
     /// explained, so the rate was not cut for them.
     pub losses_excused: u64,
-    /// Samples whose queue above the target was taken for the link's
-    /// jitter: the path delivered what it was sent and the queue moved up
-    /// and down rather than grew (`delay_keptup.rs`).
-    pub queues_excused: u64,
     /// With QoS: how long this path's queue in mpt may grow before what
     /// follows waits in the QoS stage (its delay gap to the slowest usable
     /// path, plus a margin that grows with its jitter).
