@@ -464,7 +464,8 @@ fn one_case() {
 /// A timeline of the paths' rate control: open loop at 1.3 times the
 /// links' sum over `SIM_LINKS` ("rate,delay_ms,sd_ms,loss,queue_ms;...",
 /// default one clean 20 Mbit/s link of 30 ms with a 20 ms buffer) for
-/// 10 s; each path's pacing rate, delivery rate, queue, state and cuts
+/// 10 s; each path's pacing rate, delivery rate, queue, target, the
+/// queue taken for the link's own, state and cuts
 /// every 100 ms (`SIM_QUIET`: not), and at the end what was lost and the
 /// share of the capacity carried. `SIM_SQUARE="period_ms,factor"` steps
 /// link 0's rate up by `factor` for the second half of each period. A
@@ -533,11 +534,13 @@ fn rate_timeline() {
                 let got = (c - carried_at[i]) as f64 * 8.0 / 0.1 / 1e6;
                 carried_at[i] = c;
                 line += &format!(
-                    " | p{i} pace {:5.1} dlv {:5.1} got {:5.1} q {:5.1} {:7} cuts {}",
+                    " | p{i} pace {:5.1} dlv {:5.1} got {:5.1} q {:5.1} t {:4.1} own {:4.1} {:7} cuts {}",
                     s.pacing_mbps.unwrap_or(0.0),
                     s.delivered_mbps.unwrap_or(0.0),
                     got,
                     s.queueing_ms.unwrap_or(0.0),
+                    s.target_ms.unwrap_or(0.0),
+                    s.link_queue_ms.unwrap_or(0.0),
                     s.control,
                     s.cuts
                 );
