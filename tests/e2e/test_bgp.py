@@ -79,11 +79,21 @@ def test_a_site_moves_to_the_other_concentrator_and_bgp_follows(tmp_path: Path) 
             f"end-to-end outage (host behind the core -> LAN behind the client) {outage:.2f} s; "
             f"{len(after)} replies after it"
         )
+        # Every gap over 80 ms, as (seconds after the kill, length).
+        long_gaps = [
+            (round(a - killed, 3), round(b - a, 3))
+            for a, b in zip(seen, seen[1:], strict=False)
+            if b - a > 0.08
+        ]
+        print(f"gaps over 80 ms after the kill: {long_gaps}")
         assert outage <= 2.0, out[-2000:]
         # Traffic runs on through concentrator 2 (ping -c 450: 9 s or more),
-        # with one outage only.
+        # with one outage only. A second outage (a route that flaps back, a
+        # second failover) would last the failover's 500 ms or more; a
+        # shorter gap is the host's scheduling (a CI run once saw 0.30 s on a
+        # machine the hypervisor stole 38 s from), so 0.5 s is the bound.
         assert after[-1] - killed > 6.0, out[-2000:]
-        assert sorted(gaps)[-2] < 0.2, sorted(gaps)[-3:]
+        assert sorted(gaps)[-2] < 0.5, long_gaps
         log = clients[0].log_text()
         assert "moving to another server" in log, log[-2000:]
         assert bgp.core_route() == second
