@@ -3,7 +3,8 @@
 With `run.timeline = true` (or the override `run.timeline=true`) every mpt
 transfer records, every `interval` seconds, each path of the sending daemon:
 its state, the rate its controller paces at, the controller's state and
-queueing estimate (and, once learned, the queue it takes for the link's
+queueing estimate, its target and the jitter the peer reports (`t` and
+`j` on the printed line) (and, once learned, the queue it takes for the link's
 own: `own` on the printed line), what its last rate sample delivered
 beside what was sent while that sample's packets left (`over R` on the
 printed line when that is at least 1.1 times the delivery), the one-way
@@ -45,6 +46,8 @@ def path_row(p: dict[str, Any]) -> dict[str, Any]:
         "control": s.get("control"),
         "queueing_ms": s.get("queueing_ms"),
         "link_queue_ms": s.get("link_queue_ms"),
+        "target_ms": s.get("target_ms"),
+        "jitter_ms": s.get("jitter_ms"),
         "queue_ahead_ms": s.get("queue_ahead_ms"),
         "delivered_mbps": s.get("delivered_mbps"),
         "sent_then_mbps": s.get("sent_then_mbps"),
@@ -178,6 +181,10 @@ def render(timeline: list[dict[str, Any]]) -> str:
                 f" paced {_f(p.get('pacing_mbps'))} q {_f(p.get('queueing_ms'))}"
                 f" sent {_f(sent)}"
             )
+            if p.get("target_ms") is not None:
+                cell += f" t {_f(p['target_ms'])}"
+            if p.get("jitter_ms"):
+                cell += f" j {_f(p['jitter_ms'])}"
             if p.get("link_queue_ms"):
                 cell += f" own {_f(p['link_queue_ms'])}"
             if p.get("queue_ahead_ms"):
