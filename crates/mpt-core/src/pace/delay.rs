@@ -312,7 +312,9 @@ impl TargetDelay {
                 self.jitter_peak.update(now, j as i64);
             }
         }
-        of(j.max(self.jitter_peak.get(now).unwrap_or(0).max(0) as Nanos))
+        let peak = self.jitter_peak.get(now).unwrap_or(0).max(0) as Nanos;
+        let from_peak = TARGET_NS.saturating_add(peak.saturating_mul(JITTER_PEAK_GAIN));
+        of(j).max(from_peak.min(TARGET_MAX_NS))
     }
 }
 

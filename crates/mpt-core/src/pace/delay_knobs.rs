@@ -19,6 +19,7 @@ pub const TARGET_MAX_NS: Nanos = 30 * NANOS_PER_MS;
 /// How long the highest jitter a sample with no queue of ours reported
 /// sets the target (tuning knob: longer than a transfer's start, when the
 /// rate is low and the jitter shows whole, to its steady state).
+pub const JITTER_PEAK_GAIN: u64 = 3;
 pub const JITTER_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// Smallest and largest growth step per sample (tuning knobs).
 pub const STEP_MIN: f64 = 0.01;
