@@ -65,17 +65,18 @@
 //!   behind a late one read, under load, as a queue of about two standard
 //!   deviations of the jitter that no rate cut can drain; the consecutive
 //!   packets' jitter is a fraction of that deviation under load, hence the
-//!   gain. The jitter taken is the highest reported within
-//!   [`JITTER_MEMORY_NS`] by a sample with no queue of ours (under
-//!   [`TARGET_NS`], moved by less than the jitter over the sample), or the
-//!   sample's own if higher: under load the FIFO bunches packets behind a
-//!   late one, so the reported jitter falls as the rate grows while the
-//!   queue it reads rises, and a target from the current jitter alone held
-//!   a 149 Mbit/s link with 3.6 ms of jitter at 30 (the lab's sweep, seed
-//!   1, case 12; 39 % of four links' capacity in the simulation, 96 % with
-//!   the peak). A queue that grows reads as jitter too (each packet later
-//!   than the last), hence the samples' conditions. A wired path's jitter
-//!   is microseconds and leaves the target as it is;
+//!   gain. Under load the FIFO bunches packets behind a late one, so the
+//!   reported jitter falls as the rate grows while the queue it reads
+//!   rises: a target from the current jitter alone held a 149 Mbit/s link
+//!   with 3.6 ms of jitter at 30 (the lab's sweep, seed 1, case 12; 39 %
+//!   of its four links' capacity in the simulation). So the target is at
+//!   least [`JITTER_PEAK_GAIN`] times the highest jitter reported within
+//!   [`JITTER_MEMORY_NS`] by a sample with no queue of ours (under the
+//!   sample's own target, and moved by less than its jitter over the
+//!   sample: a queue that grows reads as jitter too, each packet later
+//!   than the last), as at a low rate the jitter shows whole (95 % in the
+//!   simulation). A wired path's jitter is microseconds and leaves the
+//!   target as it is;
 //! * a queue that the cuts did not drain, while the path delivered what
 //!   it was paced at, is the link's own (a FIFO link's jitter under load,
 //!   `delay_undrained.rs`): the queue is judged above it, and a loss
@@ -297,9 +298,9 @@ impl TargetDelay {
         }
     }
 
-    /// The target queueing delay for a path with the sample's jitter, or
-    /// the highest jitter that a sample with no queue of ours reported
-    /// within [`JITTER_MEMORY_NS`].
+    /// The target queueing delay for a path with the sample's jitter, and
+    /// at least [`JITTER_PEAK_GAIN`] times the highest jitter a sample
+    /// with no queue of ours reported within [`JITTER_MEMORY_NS`].
     fn target(&mut self, now: Nanos, s: &RateSample) -> Nanos {
         let of = |j: Nanos| {
             TARGET_NS
