@@ -302,20 +302,20 @@ impl TargetDelay {
     /// at least [`JITTER_PEAK_GAIN`] times the highest jitter a sample
     /// with no queue of ours reported within [`JITTER_MEMORY_NS`].
     fn target(&mut self, now: Nanos, s: &RateSample) -> Nanos {
-        let of = |j: Nanos| {
+        let of = |jitter: Nanos, gain: u64| {
             TARGET_NS
-                .saturating_add(j.saturating_mul(JITTER_TARGET_GAIN))
+                .saturating_add(jitter.saturating_mul(gain))
                 .min(TARGET_MAX_NS)
         };
         let j = s.jitter_ns.unwrap_or(0);
+        let current = of(j, JITTER_TARGET_GAIN);
         if let (Some(q), Some(g)) = (s.queueing_ns, s.queue_growth_ns) {
-            if q < of(j) && g.unsigned_abs() <= j {
+            if q < current && g.unsigned_abs() <= j {
                 self.jitter_peak.update(now, j as i64);
             }
         }
         let peak = self.jitter_peak.get(now).unwrap_or(0).max(0) as Nanos;
-        let from_peak = TARGET_NS.saturating_add(peak.saturating_mul(JITTER_PEAK_GAIN));
-        of(j).max(from_peak.min(TARGET_MAX_NS))
+        current.max(of(peak, JITTER_PEAK_GAIN))
     }
 }
 

@@ -13,6 +13,7 @@
 //! delivered exactly once and in order; paths die and return as their links
 //! do; traffic moves to the surviving paths.
 
+pub mod capacity;
 pub mod tcp;
 pub mod trace;
 
