@@ -285,6 +285,7 @@ def cmd_matrix_report(args: argparse.Namespace) -> int:
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     """Print the per-path timelines a run recorded (`run.timeline = true`)."""
+    from .tcpinfo import render as render_tcp
     from .timeline import render
 
     raw = Path(args.results) / "raw.json"
@@ -297,14 +298,19 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     for p in doc.get("points", []):
         det = p.get("details") or {}
         tl = det.get("paths_timeline")
-        if not tl:
+        tcp = det.get("tcp_timeline")
+        if not tl and not tcp:
             continue
         print(f"== {p.get('system')} {p.get('ip')} N={p.get('links')} {p.get('traffic')}")
-        print(render(tl))
+        if tl:
+            print(render(tl))
         back = det.get("paths_timeline_back")
         if back:
             print("-- the receiver's paths (the reverse direction: ACKs)")
             print(render(back))
+        if tcp:
+            print("-- the inner TCP at the sender (ss -tin)")
+            print(render_tcp(tcp))
         shown += 1
     if not shown:
         print(f"mptlab timeline: {raw}: no timeline (run with run.timeline=true)", file=sys.stderr)

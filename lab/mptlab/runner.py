@@ -41,6 +41,7 @@ from .scenario import Scenario
 from .shapers import shaper_delta
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
 from .systems import MPT_VARIANTS, without_qos
+from .tcpinfo import TcpSampler
 from .timeline import StatusSampler, add_offered
 from .trace import link_offered_mbit, offered_mbit, transfer_stall_s
 from .traffic import http_download, iperf3, receiver_details
@@ -158,6 +159,8 @@ class Runner:
             sides = {"a": topo.a, "b": topo.b}
             sampler = CpuSampler(target.pids, namespaces=sides).start()
             paths = StatusSampler(target.peers[0]).start() if sc.timeline and target.peers else None
+            # The inner TCP's window, round trip and limits (any system).
+            tcp = TcpSampler(topo.a).start() if sc.timeline and point.traffic == "tcp" else None
             # The receiver's side: where the reverse direction (the inner
             # TCP's ACKs) goes, and whether its paths stall.
             back = (
@@ -276,6 +279,8 @@ class Runner:
                     )
                 if back is not None:
                     d["paths_timeline_back"] = back.stop()
+                if tcp is not None:
+                    d["tcp_timeline"] = tcp.stop()
             d["bottleneck"] = shaper_delta(shapers_before, topo.shaper_counters())
             results.append(mbps)
             if traced:

@@ -1,0 +1,163 @@
+"""The inner TCP over time: `ss -tin` polled in the sender's namespace.
+
+A tunnel's share of its links is what the inner TCP makes of them: a flow
+that left slow start early (HyStart takes a round trip that grew by an
+eighth for a queue), that waited on the receiver's window, or that met a
+loss the tunnel gave up, carries less whatever the paths offered. With
+`run.timeline = true`, every TCP transfer (mpt, MPTCP, the plain link)
+records every `interval` seconds the sender's sockets to the iperf3
+server's port: congestion window in bytes, smoothed round trip, the bytes
+in flight, retransmissions so far, and the time the socket spent limited
+by the receiver's window and by its own send buffer (Linux's chronograph
+counters, `tcp_info`'s `rwnd_limited` and `sndbuf_limited`). An MPTCP
+connection's subflows are summed (windows, flight, retransmissions; the
+round trip is the flight-weighted mean). It lands in raw.json under
+`details.tcp_timeline`, and `mptlab timeline RESULTS` prints it under
+each transfer's paths.
+
+Invariants: the sampler only reads (one `ss` per interval); a poll that
+fails or finds no socket is a gap, never raised; `stop` joins the thread,
+so no poll outlives the transfer; iperf3's control connection (a few
+hundred bytes) is left out once a data socket has sent more.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from .util import run
+
+#: Fields of one socket in `ss -tin` output that the timeline keeps.
+_NUM = {
+    "cwnd": re.compile(r"\bcwnd:(\d+)"),
+    "mss": re.compile(r"\bmss:(\d+)"),
+    "unacked": re.compile(r"\bunacked:(\d+)"),
+    "bytes_sent": re.compile(r"\bbytes_sent:(\d+)"),
+    "bytes_retrans": re.compile(r"\bbytes_retrans:(\d+)"),
+    "rwnd_limited_ms": re.compile(r"\brwnd_limited:(\d+)ms"),
+    "sndbuf_limited_ms": re.compile(r"\bsndbuf_limited:(\d+)ms"),
+}
+_RTT = re.compile(r"\brtt:([\d.]+)/([\d.]+)")
+_RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
+#: Sockets that sent less are iperf3's control connection.
+CONTROL_BYTES_MAX = 64 * 1024
+
+
+def parse_ss(text: str) -> list[dict[str, float]]:
+    """The sockets of `ss -tinH` output: one dict per socket (its info
+    line is the one after its address line, or the same line)."""
+    out: list[dict[str, float]] = []
+    for line in text.splitlines():
+        if "cwnd:" not in line:
+            continue
+        s: dict[str, float] = {}
+        for k, rx in _NUM.items():
+            m = rx.search(line)
+            if m:
+                s[k] = float(m.group(1))
+        m = _RTT.search(line)
+        if m:
+            s["rtt_ms"] = float(m.group(1))
+        m = _RETRANS.search(line)
+        s["retrans"] = float(m.group(1)) if m else 0.0
+        out.append(s)
+    return out
+
+
+def combine(sockets: list[dict[str, float]]) -> dict[str, Any] | None:
+    """One row for the data sockets of a transfer (subflows summed), or
+    None when there is none."""
+    data = [s for s in sockets if s.get("bytes_sent", 0) > CONTROL_BYTES_MAX]
+    if not data:
+        data = sorted(sockets, key=lambda s: s.get("bytes_sent", 0))[-1:]
+    if not data:
+        return None
+    flight = [s.get("unacked", 0) * s.get("mss", 0) for s in data]
+    total = sum(flight)
+    rtts = [(s.get("rtt_ms"), f) for s, f in zip(data, flight, strict=True)]
+    known = [(r, f) for r, f in rtts if r is not None]
+    if total > 0 and known:
+        rtt = sum(r * f for r, f in known) / max(sum(f for _, f in known), 1)
+    else:
+        rtt = min((r for r, _ in known), default=None)
+    return {
+        "sockets": len(data),
+        "cwnd_bytes": int(sum(s.get("cwnd", 0) * s.get("mss", 0) for s in data)),
+        "inflight_bytes": int(total),
+        "rtt_ms": None if rtt is None else round(rtt, 2),
+        "retrans": int(sum(s.get("retrans", 0) for s in data)),
+        "rwnd_limited_ms": int(max((s.get("rwnd_limited_ms", 0) for s in data), default=0)),
+        "sndbuf_limited_ms": int(max((s.get("sndbuf_limited_ms", 0) for s in data), default=0)),
+    }
+
+
+class TcpSampler:
+    """Polls the sender's TCP sockets to `port` in namespace `ns` every
+    `interval` s on a thread of its own."""
+
+    def __init__(self, ns: str, port: int = 5201, interval: float = 0.2):
+        self.ns = ns
+        self.port = port
+        self.interval = interval
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> TcpSampler:
+        self._thread.start()
+        return self
+
+    def poll(self) -> dict[str, Any] | None:
+        """One sample of the sockets now (None: no socket, or `ss` failed)."""
+        try:
+            p = run(
+                ["ss", "-tinH", "state", "established", "dport", "=", f":{self.port}"],
+                ns=self.ns,
+                check=False,
+                timeout=5,
+            )
+        except Exception:  # noqa: BLE001 - a failed poll is a gap, not an error
+            return None
+        if p.returncode != 0:
+            return None
+        return combine(parse_ss(p.stdout))
+
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        while True:
+            row = self.poll()
+            if row is not None:
+                self.samples.append({"t": round(time.monotonic() - t0, 3), **row})
+            if self._stop.wait(self.interval):
+                return
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop polling; the samples."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return self.samples
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """One line per sample: window, flight, round trip, retransmissions
+    and the time limited by the receiver's window or the send buffer."""
+    lines = []
+    for r in rows:
+        rtt = r.get("rtt_ms")
+        line = (
+            f"{r['t']:6.2f}s | cwnd {r.get('cwnd_bytes', 0) / 1e6:6.2f} MB"
+            f" flight {r.get('inflight_bytes', 0) / 1e6:6.2f} MB"
+            f" rtt {'    -' if rtt is None else f'{rtt:5.1f}'} ms"
+            f" retrans {r.get('retrans', 0)}"
+        )
+        if r.get("rwnd_limited_ms"):
+            line += f" rwnd-limited {r['rwnd_limited_ms']} ms"
+        if r.get("sndbuf_limited_ms"):
+            line += f" sndbuf-limited {r['sndbuf_limited_ms']} ms"
+        if r.get("sockets", 1) > 1:
+            line += f" ({r['sockets']} subflows)"
+        lines.append(line)
+    return "\n".join(lines)

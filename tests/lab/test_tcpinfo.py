@@ -1,0 +1,55 @@
+"""The inner TCP's timeline: `ss -tin` output parsed, subflows summed,
+iperf3's control connection left out, and rendered."""
+
+from mptlab.tcpinfo import combine, parse_ss, render
+
+# Two sockets as `ss -tinH state established dport = :5201` prints them:
+# iperf3's control connection, then the data connection.
+CONTROL_INFO = (
+    "\t cubic wscale:9,9 rto:304 rtt:101.4/20.1 ato:40 mss:1448 pmtu:1500 cwnd:10"
+    " bytes_sent:187 bytes_acked:188 send 1.1Mbps app_limited busy:20ms unacked:0 retrans:0/0"
+)
+DATA_INFO = (
+    "\t cubic wscale:9,9 rto:360 rtt:150.2/12.3 ato:40 mss:8948 pmtu:9000 cwnd:460"
+    " ssthresh:140 bytes_sent:52000000 bytes_retrans:17896 bytes_acked:48000000 unacked:420"
+    " retrans:0/2 busy:6000ms rwnd_limited:504ms(8.4%) sndbuf_limited:116ms(1.9%)"
+)
+SS = (
+    "0      0      10.99.0.1:40100 10.99.0.2:5201\n"
+    + CONTROL_INFO
+    + "\n0      4194000 10.99.0.1:40102 10.99.0.2:5201\n"
+    + DATA_INFO
+    + "\n"
+)
+
+
+def test_the_data_socket_is_kept_and_its_limits_read() -> None:
+    socks = parse_ss(SS)
+    assert len(socks) == 2
+    row = combine(socks)
+    assert row is not None
+    assert row["sockets"] == 1, "the control connection is left out"
+    assert row["cwnd_bytes"] == 460 * 8948
+    assert row["inflight_bytes"] == 420 * 8948
+    assert row["rtt_ms"] == 150.2
+    assert row["retrans"] == 2
+    assert (row["rwnd_limited_ms"], row["sndbuf_limited_ms"]) == (504, 116)
+
+
+def test_subflows_are_summed_and_the_round_trip_weighted_by_flight() -> None:
+    a = {"cwnd": 100, "mss": 1000, "unacked": 100, "bytes_sent": 1e6, "rtt_ms": 100.0}
+    b = {"cwnd": 300, "mss": 1000, "unacked": 300, "bytes_sent": 3e6, "rtt_ms": 200.0}
+    row = combine([a, b, {"cwnd": 10, "mss": 1000, "bytes_sent": 200}])
+    assert row is not None
+    assert (row["sockets"], row["cwnd_bytes"], row["inflight_bytes"]) == (2, 400_000, 400_000)
+    assert row["rtt_ms"] == 175.0
+    text = render([{"t": 1.0, **row}])
+    assert "cwnd   0.40 MB" in text and "rtt 175.0 ms" in text and "(2 subflows)" in text
+
+
+def test_no_socket_gives_no_row_and_garbage_parses_to_nothing() -> None:
+    assert combine([]) is None
+    assert parse_ss("not ss output\n\x00\xff") == []
+    # Before the data connection has sent much, the busiest socket stands.
+    row = combine(parse_ss(SS.split("0      4194000")[0]))
+    assert row is not None and row["cwnd_bytes"] == 10 * 1448
