@@ -447,12 +447,17 @@ class Runner:
         if p.error:
             what = f"ERROR {p.error}"
         else:
-            eff = f" = {p.efficiency:.1%} of {p.sum_mbit:g}" if p.efficiency is not None else ""
+            # A trace's share is of what it offered during the transfer,
+            # not of its mean rate (the links' sum).
+            offered = p.details.get("offered_median_mbit")
+            ref = offered or p.sum_mbit
+            of = f"{offered:g} offered" if offered else f"{p.sum_mbit:g}"
+            eff = f" = {p.efficiency:.1%} of {of}" if p.efficiency is not None else ""
             extra = ""
-            if p.details.get("steady_mbps") is not None and p.sum_mbit:
+            if p.details.get("steady_mbps") is not None and ref:
                 extra = (
                     f", from {p.details['steady_after_s']:g} s on"
-                    f" {p.details['steady_mbps'] / p.sum_mbit:.1%}"
+                    f" {p.details['steady_mbps'] / ref:.1%}"
                 )
             if "stall_s" in p.details:
                 extra += f", longest stall {p.details['stall_s']:.1f} s"
