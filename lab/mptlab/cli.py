@@ -241,7 +241,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return 2
     out = Path(args.out or f"results/sweep-{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
     s = sweep(
-        args.seed, args.count, args.seconds, out, base=args.base, repeats=args.repeats, cases=cases
+        args.seed,
+        args.count,
+        args.seconds,
+        out,
+        base=args.base,
+        repeats=args.repeats,
+        cases=cases,
+        timeline=args.timeline,
     )
     print(f"{out}/sweep.md, sweep.json")
     return 0 if s["compared"] or args.count == 0 else 1
@@ -420,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     sw.add_argument(
         "--cases",
         help="only these case numbers, comma-separated (each as in the whole sweep)",
+    )
+    sw.add_argument(
+        "--timeline",
+        action="store_true",
+        help="record each transfer's paths and inner TCP, and print what held each TCP back",
     )
     sw.set_defaults(func=cmd_sweep)
     sm = sub.add_parser(

@@ -26,9 +26,11 @@ import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import results
 from .netns import Shape
 from .runner import Runner
 from .scenario import Event, Scenario
@@ -102,7 +104,7 @@ def draw(seed: int, index: int, seconds: float, workdir: Path) -> Case:
     return Case(index, shapes, step, notes)
 
 
-def _scenario(case: Case, seconds: float, systems: list[str]) -> Scenario:
+def _scenario(case: Case, seconds: float, systems: list[str], timeline: bool = False) -> Scenario:
     return Scenario(
         name=f"sweep-case{case.index}",
         description="",
@@ -114,7 +116,40 @@ def _scenario(case: Case, seconds: float, systems: list[str]) -> Scenario:
         traffic=["tcp"],
         seconds=seconds,
         events=[case.step] if case.step else [],
+        timeline=timeline,
     )
+
+
+def tcp_summary(rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """What held one transfer's inner TCP back, from its timeline
+    (`tcpinfo.py`): the median round trip, the largest window, the
+    retransmissions and the seconds limited by the send buffer and by the
+    receiver's window (None without a timeline)."""
+    if not rows:
+        return None
+    rtts = [r["rtt_ms"] for r in rows if r.get("rtt_ms") is not None]
+    last = rows[-1]
+    return {
+        "rtt_ms_median": round(statistics.median(rtts), 1) if rtts else None,
+        "cwnd_mb_max": round(max(r.get("cwnd_bytes", 0) for r in rows) / 1e6, 2),
+        "retrans": last.get("retrans", 0),
+        "sndbuf_limited_s": round(last.get("sndbuf_limited_ms", 0) / 1000, 2),
+        "rwnd_limited_s": round(last.get("rwnd_limited_ms", 0) / 1000, 2),
+    }
+
+
+def tcp_line(name: str, t: dict[str, Any]) -> str:
+    """One system's inner-TCP summary for the sweep's progress output."""
+    rtt = t.get("rtt_ms_median")
+    out = (
+        f"{name} rtt {'-' if rtt is None else f'{rtt:.0f}'} ms, window up to"
+        f" {t['cwnd_mb_max']:.2f} MB, {t['retrans']} retransmitted"
+    )
+    if t.get("sndbuf_limited_s"):
+        out += f", send-buffer limited {t['sndbuf_limited_s']:.1f} s"
+    if t.get("rwnd_limited_s"):
+        out += f", receive-window limited {t['rwnd_limited_s']:.1f} s"
+    return out
 
 
 def capacity(case: Case, seconds: float, point: Any) -> float:
@@ -149,6 +184,7 @@ def run(
     base: bool = False,
     repeats: int = 1,
     cases: list[int] | None = None,
+    timeline: bool = False,
 ) -> dict[str, Any]:
     """The sweep; with `base`, the previous build ($MPT_BASE_BIN, as
     `mpt-base`) runs in each case too, between the two others, and the
@@ -158,7 +194,9 @@ def run(
     median of its transfers: one transfer per case moved a case by up to
     14 points between two sweeps of the same build. With `cases`, only
     those indices run (each is the case it is in the whole sweep: to
-    rerun the ones that lost)."""
+    rerun the ones that lost). With `timeline`, each transfer records the
+    mpt sender's paths and the inner TCP (`mptlab timeline` on a case's
+    folder), and each case prints what held each system's TCP back."""
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in cases if cases else range(count):
@@ -167,16 +205,31 @@ def run(
         order = first[::-1] if i % 2 == 1 else first
         say(f"case {i}: {case.describe()}" + (f" ({'; '.join(case.notes)})" if case.notes else ""))
         runs: dict[str, list[float]] = {}
+        tcp: dict[str, list[dict[str, Any]]] = {}
         errors = {}
         for r in range(repeats):
             this = order[::-1] if r % 2 == 1 else order
-            sc = _scenario(case, seconds, this)
+            sc = _scenario(case, seconds, this, timeline)
             work = outdir / f"case{i}" / f"r{r}" if repeats > 1 else outdir / f"case{i}"
             try:
+                started = datetime.now(UTC).isoformat(timespec="seconds")
                 points = Runner(sc, work, progress=lambda m: None).run()
+                # Each case's raw.json, as `mptlab run` writes it (for
+                # `mptlab timeline` and `mptlab plot` on the case's folder).
+                results.write(
+                    work,
+                    sc.name,
+                    f"mptlab sweep --seed {seed} --cases {i} --seconds {seconds:g}",
+                    points,
+                    started,
+                    {"seconds": seconds, "case": case.describe()},
+                )
                 for p in points:
                     if p.mbps is not None:
                         runs.setdefault(p.system, []).append(p.mbps / capacity(case, seconds, p))
+                    t = tcp_summary(p.details.get("tcp_timeline"))
+                    if t is not None:
+                        tcp.setdefault(p.system, []).append(t)
                     if p.error:
                         errors[p.system] = p.error
             except Exception as e:  # noqa: BLE001 - the next case runs all the same
@@ -196,6 +249,8 @@ def run(
         }
         if repeats > 1:
             row["runs"] = runs
+        if tcp:
+            row["tcp"] = tcp
         if base:
             row["base_share"] = b
             row["base_ratio"] = m / b if m is not None and b else None
@@ -206,6 +261,12 @@ def run(
             + (f", previous build {_f(b, '.1%')}" if base else "")
             + (f"; errors {errors}" if errors else "")
         )
+        if tcp:
+            names = {"mpt": "mpt", "mptcp": "MPTCP", "mpt-base": "previous"}
+            say(
+                "  inner TCP: "
+                + "; ".join(tcp_line(names.get(k, k), v[-1]) for k, v in sorted(tcp.items()))
+            )
     summary = summarize(seed, seconds, repeats, cases, rows, base)
     (outdir / "sweep.json").write_text(json.dumps(summary, indent=1))
     (outdir / "sweep.md").write_text(markdown(summary))

@@ -53,3 +53,34 @@ def test_no_socket_gives_no_row_and_garbage_parses_to_nothing() -> None:
     # Before the data connection has sent much, the busiest socket stands.
     row = combine(parse_ss(SS.split("0      4194000")[0]))
     assert row is not None and row["cwnd_bytes"] == 10 * 1448
+
+
+def test_a_sweep_case_summarises_what_held_each_tcp_back() -> None:
+    from mptlab.sweep import tcp_line, tcp_summary
+
+    assert tcp_summary(None) is None and tcp_summary([]) is None
+    rows = [
+        {"t": 0.2, "cwnd_bytes": 1_000_000, "rtt_ms": 100.0, "retrans": 0},
+        {"t": 0.4, "cwnd_bytes": 4_120_000, "rtt_ms": 180.0, "retrans": 2},
+        {
+            "t": 0.6,
+            "cwnd_bytes": 4_120_000,
+            "rtt_ms": None,
+            "retrans": 3,
+            "sndbuf_limited_ms": 660,
+            "rwnd_limited_ms": 504,
+        },
+    ]
+    t = tcp_summary(rows)
+    assert t == {
+        "rtt_ms_median": 140.0,
+        "cwnd_mb_max": 4.12,
+        "retrans": 3,
+        "sndbuf_limited_s": 0.66,
+        "rwnd_limited_s": 0.5,
+    }
+    line = tcp_line("mpt", t)
+    assert line == (
+        "mpt rtt 140 ms, window up to 4.12 MB, 3 retransmitted,"
+        " send-buffer limited 0.7 s, receive-window limited 0.5 s"
+    )
