@@ -41,7 +41,7 @@ from .scenario import Scenario
 from .shapers import shaper_delta
 from .site import LanView, add_lans, lan_host, mpt_routes, plain_routes
 from .systems import MPT_VARIANTS, without_qos
-from .tcpinfo import TcpSampler
+from .tcpinfo import TcpSampler, tcp_line, tcp_summary
 from .timeline import StatusSampler, add_offered
 from .trace import link_offered_mbit, offered_mbit, transfer_stall_s
 from .traffic import http_download, iperf3, receiver_details
@@ -468,6 +468,9 @@ class Runner:
                     f", owd {p.details['owd_mean_ms']:.2f} ms jitter "
                     f"{p.details['jitter_ms']:.3f} ms loss {p.details['loss']:.2%}"
                 )
+            t = tcp_summary(p.details.get("tcp_timeline"))
+            if t is not None:
+                extra += "; inner TCP " + tcp_line("", t).lstrip()
             dropped = sum(v["drops"] for v in (p.details.get("bottleneck") or {}).values())
             if dropped:
                 extra += f", {dropped} dropped at the links' shapers"

@@ -34,6 +34,7 @@ from . import results
 from .netns import Shape
 from .runner import Runner
 from .scenario import Event, Scenario
+from .tcpinfo import tcp_line, tcp_summary
 from .trace import generate
 
 
@@ -120,36 +121,31 @@ def _scenario(case: Case, seconds: float, systems: list[str], timeline: bool = F
     )
 
 
-def tcp_summary(rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-    """What held one transfer's inner TCP back, from its timeline
-    (`tcpinfo.py`): the median round trip, the largest window, the
-    retransmissions and the seconds limited by the send buffer and by the
-    receiver's window (None without a timeline)."""
-    if not rows:
-        return None
-    rtts = [r["rtt_ms"] for r in rows if r.get("rtt_ms") is not None]
-    last = rows[-1]
-    return {
-        "rtt_ms_median": round(statistics.median(rtts), 1) if rtts else None,
-        "cwnd_mb_max": round(max(r.get("cwnd_bytes", 0) for r in rows) / 1e6, 2),
-        "retrans": last.get("retrans", 0),
-        "sndbuf_limited_s": round(last.get("sndbuf_limited_ms", 0) / 1000, 2),
-        "rwnd_limited_s": round(last.get("rwnd_limited_ms", 0) / 1000, 2),
-    }
-
-
-def tcp_line(name: str, t: dict[str, Any]) -> str:
-    """One system's inner-TCP summary for the sweep's progress output."""
-    rtt = t.get("rtt_ms_median")
-    out = (
-        f"{name} rtt {'-' if rtt is None else f'{rtt:.0f}'} ms, window up to"
-        f" {t['cwnd_mb_max']:.2f} MB, {t['retrans']} retransmitted"
-    )
-    if t.get("sndbuf_limited_s"):
-        out += f", send-buffer limited {t['sndbuf_limited_s']:.1f} s"
-    if t.get("rwnd_limited_s"):
-        out += f", receive-window limited {t['rwnd_limited_s']:.1f} s"
-    return out
+def _write_case(
+    work: Path,
+    name: str,
+    seed: int,
+    index: int,
+    seconds: float,
+    case: Case,
+    points: list[Any],
+    started: str,
+    say: Callable[[str], None],
+) -> None:
+    """Each case's raw.json, as `mptlab run` writes it (for `mptlab
+    timeline` and `mptlab plot` on the case's folder). A file that cannot
+    be written costs the file, not the case's figures."""
+    try:
+        results.write(
+            work,
+            name,
+            f"mptlab sweep --seed {seed} --cases {index} --seconds {seconds:g}",
+            points,
+            started,
+            {"seconds": seconds, "case": case.describe()},
+        )
+    except (OSError, TypeError, ValueError) as e:
+        say(f"  (no raw.json for case {index}: {type(e).__name__}: {e})")
 
 
 def capacity(case: Case, seconds: float, point: Any) -> float:
@@ -214,16 +210,6 @@ def run(
             try:
                 started = datetime.now(UTC).isoformat(timespec="seconds")
                 points = Runner(sc, work, progress=lambda m: None).run()
-                # Each case's raw.json, as `mptlab run` writes it (for
-                # `mptlab timeline` and `mptlab plot` on the case's folder).
-                results.write(
-                    work,
-                    sc.name,
-                    f"mptlab sweep --seed {seed} --cases {i} --seconds {seconds:g}",
-                    points,
-                    started,
-                    {"seconds": seconds, "case": case.describe()},
-                )
                 for p in points:
                     if p.mbps is not None:
                         runs.setdefault(p.system, []).append(p.mbps / capacity(case, seconds, p))
@@ -232,6 +218,7 @@ def run(
                         tcp.setdefault(p.system, []).append(t)
                     if p.error:
                         errors[p.system] = p.error
+                _write_case(work, sc.name, seed, i, seconds, case, points, started, say)
             except Exception as e:  # noqa: BLE001 - the next case runs all the same
                 errors["case"] = f"{type(e).__name__}: {e}"
         share = {k: statistics.median(v) for k, v in runs.items() if v}

@@ -24,6 +24,7 @@ hundred bytes) is left out once a data socket has sent more.
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 import time
 from typing import Any
@@ -161,3 +162,36 @@ def render(rows: list[dict[str, Any]]) -> str:
             line += f" ({r['sockets']} subflows)"
         lines.append(line)
     return "\n".join(lines)
+
+
+def tcp_summary(rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """What held one transfer's inner TCP back, from its timeline
+    (`tcpinfo.py`): the median round trip, the largest window, the
+    retransmissions and the seconds limited by the send buffer and by the
+    receiver's window (None without a timeline)."""
+    if not rows:
+        return None
+    rtts = [r["rtt_ms"] for r in rows if r.get("rtt_ms") is not None]
+    last = rows[-1]
+    return {
+        "rtt_ms_median": round(statistics.median(rtts), 1) if rtts else None,
+        "cwnd_mb_max": round(max(r.get("cwnd_bytes", 0) for r in rows) / 1e6, 2),
+        "retrans": last.get("retrans", 0),
+        "sndbuf_limited_s": round(last.get("sndbuf_limited_ms", 0) / 1000, 2),
+        "rwnd_limited_s": round(last.get("rwnd_limited_ms", 0) / 1000, 2),
+    }
+
+
+def tcp_line(name: str, t: dict[str, Any]) -> str:
+    """One system's inner-TCP summary for the progress output of `mptlab
+    run` and `mptlab sweep` (a limit under 0.05 s is left out)."""
+    rtt = t.get("rtt_ms_median")
+    out = (
+        f"{name} rtt {'-' if rtt is None else f'{rtt:.0f}'} ms, window up to"
+        f" {t['cwnd_mb_max']:.2f} MB, {t['retrans']} retransmitted"
+    )
+    if t.get("sndbuf_limited_s", 0) >= 0.05:
+        out += f", send-buffer limited {t['sndbuf_limited_s']:.1f} s"
+    if t.get("rwnd_limited_s", 0) >= 0.05:
+        out += f", receive-window limited {t['rwnd_limited_s']:.1f} s"
+    return out

@@ -56,7 +56,7 @@ def test_no_socket_gives_no_row_and_garbage_parses_to_nothing() -> None:
 
 
 def test_a_sweep_case_summarises_what_held_each_tcp_back() -> None:
-    from mptlab.sweep import tcp_line, tcp_summary
+    from mptlab.tcpinfo import tcp_line, tcp_summary
 
     assert tcp_summary(None) is None and tcp_summary([]) is None
     rows = [
