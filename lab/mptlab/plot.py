@@ -6,7 +6,10 @@
 * CPU (sum over the involved processes) against the number of links;
 * throughput over time for runs with events, each cut, restore or reshape
   marked;
-* one-way delay CDFs of VoIP streams, every system on one figure.
+* one-way delay CDFs of VoIP streams, every system on one figure;
+* the inner TCP over time (window and round trip at the sender, from
+  `ss -tin`, `tcpinfo.py`), every system on one figure, for runs with
+  `run.timeline = true`.
 
 Invariant: plots are drawn from raw.json only; matplotlib runs headless.
 """
@@ -200,6 +203,7 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         made += _save(fig, outdir, f"owd-cdf-{tr}")
+    made += _plot_inner_tcp(doc, outdir)
     # Timelines of runs with events (cut, restore, shape).
     for p in pts:
         det = p.get("details") or {}
@@ -246,4 +250,35 @@ def plot_all(doc: dict[str, Any], outdir: Path) -> list[Path]:
         ax.legend()
         tag = label_ip(p["ip"]).replace("IPv", "v")
         made += _save(fig, outdir, f"{p['scenario']}-{p['system']}-{tag}-{p['links']}")
+    return made
+
+
+def _plot_inner_tcp(doc: dict[str, Any], outdir: Path) -> list[Path]:
+    """Per link count and traffic, the window and round trip of each
+    system's inner TCP over time (`details.tcp_timeline`)."""
+    made: list[Path] = []
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    for p in doc["points"]:
+        if (p.get("details") or {}).get("tcp_timeline"):
+            groups[(p["links"], p["traffic"])].append(p)
+    for (links, tr), ps in sorted(groups.items()):
+        fig, (win, rtt) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
+        for p in ps:
+            rows = p["details"]["tcp_timeline"]
+            colour = STYLE.get(p["system"], ("tab:red", ""))[0]
+            t = [r["t"] for r in rows]
+            win.plot(t, [r.get("cwnd_bytes", 0) / 1e6 for r in rows], color=colour, label=_who(p))
+            rt = [(r["t"], r["rtt_ms"]) for r in rows if r.get("rtt_ms") is not None]
+            if rt:
+                rtt.plot(*zip(*rt, strict=True), color=colour, label=_who(p))
+        win.set(
+            ylabel="window, MB",
+            title=f"{_setup(doc, [links])}\n{tr.upper()}: the inner TCP at the sender (ss)",
+        )
+        rtt.set(xlabel="seconds", ylabel="smoothed round trip, ms")
+        for ax in (win, rtt):
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        win.legend(fontsize=8)
+        made += _save(fig, outdir, f"inner-tcp-{tr}-{links}")
     return made

@@ -84,3 +84,38 @@ def test_a_sweep_case_summarises_what_held_each_tcp_back() -> None:
         "mpt rtt 140 ms, window up to 4.12 MB, 3 retransmitted,"
         " send-buffer limited 0.7 s, receive-window limited 0.5 s"
     )
+
+
+def test_the_inner_tcp_is_plotted_per_link_count_with_every_system(tmp_path) -> None:
+    from mptlab.plot import plot_all
+
+    def point(system: str, rtt: float) -> dict:
+        rows = [
+            {"t": 0.2 * i, "cwnd_bytes": 100_000 * i, "rtt_ms": rtt + i, "retrans": 0}
+            for i in range(1, 6)
+        ]
+        rows[2]["rtt_ms"] = None  # a sample without a round trip yet
+        return {
+            "system": system,
+            "ip": "4in4",
+            "links": 2,
+            "traffic": "tcp",
+            "mbps": 50.0,
+            "mbps_min": 50.0,
+            "mbps_max": 50.0,
+            "sum_mbit": 100.0,
+            "efficiency": 0.5,
+            "tunnel_v": 4,
+            "path_v": 4,
+            "cpu_pct": None,
+            "details": {"tcp_timeline": rows},
+        }
+
+    doc = {
+        "scenario": "x",
+        "setup": {"seconds": 1},
+        "points": [point("mpt", 60), point("mptcp", 40)],
+    }
+    made = plot_all(doc, tmp_path)
+    assert tmp_path / "inner-tcp-tcp-2.png" in made
+    assert (tmp_path / "inner-tcp-tcp-2.svg").stat().st_size > 0
