@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import re
 import statistics
-import threading
-import time
 from typing import Any
 
+from .timeline import Poller
 from .util import run
 
 #: Fields of one socket in `ss -tin` output that the timeline keeps.
@@ -95,51 +94,30 @@ def combine(sockets: list[dict[str, float]]) -> dict[str, Any] | None:
     }
 
 
-class TcpSampler:
+class TcpSampler(Poller):
     """Polls the sender's TCP sockets to `port` in namespace `ns` every
     `interval` s on a thread of its own."""
 
     def __init__(self, ns: str, port: int = 5201, interval: float = 0.2):
+        super().__init__(interval)
         self.ns = ns
         self.port = port
-        self.interval = interval
-        self.samples: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def start(self) -> TcpSampler:
-        self._thread.start()
-        return self
 
     def poll(self) -> dict[str, Any] | None:
         """One sample of the sockets now (None: no socket, or `ss` failed)."""
-        try:
-            p = run(
-                ["ss", "-tinH", "state", "established", "dport", "=", f":{self.port}"],
-                ns=self.ns,
-                check=False,
-                timeout=5,
-            )
-        except Exception:  # noqa: BLE001 - a failed poll is a gap, not an error
-            return None
+        p = run(
+            ["ss", "-tinH", "state", "established", "dport", "=", f":{self.port}"],
+            ns=self.ns,
+            check=False,
+            timeout=5,
+        )
         if p.returncode != 0:
             return None
         return combine(parse_ss(p.stdout))
 
-    def _loop(self) -> None:
-        t0 = time.monotonic()
-        while True:
-            row = self.poll()
-            if row is not None:
-                self.samples.append({"t": round(time.monotonic() - t0, 3), **row})
-            if self._stop.wait(self.interval):
-                return
-
     def stop(self) -> list[dict[str, Any]]:
         """Stop polling; the samples."""
-        self._stop.set()
-        self._thread.join(timeout=10)
-        return self.samples
+        return self.halt()
 
 
 def render(rows: list[dict[str, Any]]) -> str:

@@ -115,17 +115,22 @@ def rows_with_rates(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-class StatusSampler:
-    """Polls `peer.status()` every `interval` s on a thread of its own."""
+class Poller:
+    """Calls `poll()` every `interval` s on a thread of its own and keeps
+    each row it returns, stamped (`t`: seconds since the start, `t_ns`:
+    the monotonic clock); a poll that raises or returns None is a gap.
+    `stop` joins the thread, so no poll outlives it."""
 
-    def __init__(self, peer: _Peer, interval: float = 0.2):
-        self.peer = peer
+    def __init__(self, interval: float = 0.2):
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def start(self) -> StatusSampler:
+    def poll(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def start(self) -> Poller:
         self._thread.start()
         return self
 
@@ -133,26 +138,41 @@ class StatusSampler:
         t0 = time.monotonic()
         while True:
             try:
-                doc = self.peer.status()
+                row = self.poll()
             except Exception:  # noqa: BLE001 - a failed poll is a gap, not an error
-                doc = None
-            if doc is not None:
-                self.samples.append(
-                    {
-                        "t": round(time.monotonic() - t0, 3),
-                        "t_ns": time.monotonic_ns(),
-                        "paths": [path_row(p) for p in doc.get("paths", [])],
-                        "counters": counters(doc),
-                    }
-                )
+                row = None
+            if row is not None:
+                stamp = {"t": round(time.monotonic() - t0, 3), "t_ns": time.monotonic_ns()}
+                self.samples.append({**stamp, **row})
             if self._stop.wait(self.interval):
                 return
 
-    def stop(self) -> list[dict[str, Any]]:
-        """Stop polling; the samples with each path's rate over its interval."""
+    def halt(self) -> list[dict[str, Any]]:
+        """Stop polling; the samples as taken."""
         self._stop.set()
         self._thread.join(timeout=10)
-        return rows_with_rates(self.samples)
+        return self.samples
+
+
+class StatusSampler(Poller):
+    """Polls `peer.status()` every `interval` s on a thread of its own."""
+
+    def __init__(self, peer: _Peer, interval: float = 0.2):
+        super().__init__(interval)
+        self.peer = peer
+
+    def poll(self) -> dict[str, Any] | None:
+        doc = self.peer.status()
+        if doc is None:
+            return None
+        return {
+            "paths": [path_row(p) for p in doc.get("paths", [])],
+            "counters": counters(doc),
+        }
+
+    def stop(self) -> list[dict[str, Any]]:
+        """Stop polling; the samples with each path's rate over its interval."""
+        return rows_with_rates(self.halt())
 
 
 def add_offered(
