@@ -39,6 +39,7 @@ pub mod concentrator;
 pub mod crypto;
 pub mod ecn_tunnel;
 pub mod estimate;
+pub mod fec;
 pub mod ip;
 pub mod mss;
 pub mod pace;

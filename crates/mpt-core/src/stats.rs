@@ -94,6 +94,9 @@ pub enum DropReason {
     /// A fragment (type 11) whose header is malformed: index or count out
     /// of range.
     BadFragment,
+    /// A repair packet (forward error correction) whose fields are out
+    /// of range.
+    BadRepair,
     /// An inner packet that was cut into fragments and lost a piece: what
     /// arrived of it is dropped, counted once per packet (and once per
     /// piece that arrives after its packet was given up). At the sender:
@@ -107,7 +110,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 35] = [
+    pub const ALL: [DropReason; 36] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -141,6 +144,7 @@ impl DropReason {
         Self::SourceNotAllowed,
         Self::LinkLocal,
         Self::BadFragment,
+        Self::BadRepair,
         Self::FragmentIncomplete,
         Self::EcnCeNotEct,
     ];
@@ -180,6 +184,7 @@ impl DropReason {
             Self::SourceNotAllowed => "source_not_allowed",
             Self::LinkLocal => "link_local",
             Self::BadFragment => "bad_fragment",
+            Self::BadRepair => "bad_repair",
             Self::FragmentIncomplete => "fragment_incomplete",
             Self::EcnCeNotEct => "ecn_ce_not_ect",
         }

@@ -12,6 +12,7 @@
 //! [`TARGETS`] names every target in `fuzz/Cargo.toml` exactly once.
 
 mod config;
+mod fec;
 mod io;
 mod qos;
 #[cfg(feature = "testing")]
@@ -19,6 +20,7 @@ mod tunnel;
 mod wire;
 
 pub use config::{config_parse, control_request};
+pub use fec::fec_repair;
 pub use io::{offload, probe_recv};
 pub use qos::qos_classify;
 #[cfg(feature = "testing")]
@@ -31,7 +33,7 @@ pub type Target = (&'static str, fn(&[u8]));
 
 /// Every fuzz target, in the order of `fuzz/Cargo.toml`.
 #[cfg(feature = "testing")]
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 9] = [
     ("wire_parse", wire_parse),
     ("tunnel_recv", tunnel_recv),
     ("config_parse", config_parse),
@@ -40,4 +42,5 @@ pub const TARGETS: [Target; 8] = [
     ("qos_classify", qos_classify),
     ("control_request", control_request),
     ("probe_recv", probe_recv),
+    ("fec_repair", fec_repair),
 ];

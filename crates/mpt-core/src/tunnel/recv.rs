@@ -78,6 +78,7 @@ impl Tunnel {
                     WireError::BadType => DropReason::BadType,
                     WireError::BadName => DropReason::UnknownPath,
                     WireError::BadFragment => DropReason::BadFragment,
+                    WireError::BadRepair => DropReason::BadRepair,
                 };
                 return RecvStart::Done(self.drop_counted(r));
             }

@@ -44,6 +44,7 @@
 
 mod body;
 mod fragment;
+mod repair;
 
 pub use body::{
     NackBody, NackKind, PathName, ProbeBody, ReportBody, ReportForBody, NACK_MAX_SEQS,
@@ -51,6 +52,9 @@ pub use body::{
 };
 pub use fragment::{
     piece_range, pieces, write_fragment_header, Fragment, FRAGMENT_HEADER_LEN, MAX_FRAGMENTS,
+};
+pub use repair::{
+    RepairBody, REPAIR_HEADER_LEN, REPAIR_ORIGINALS_MAX, REPAIR_SHARDS_MAX, REPAIR_SHARD_MAX,
 };
 
 use crate::PathId;
@@ -183,6 +187,8 @@ pub enum WireError {
     BadName,
     /// A fragment's index or count is out of range ([`Fragment::parse`]).
     BadFragment,
+    /// A repair body's fields are out of range ([`RepairBody::parse`]).
+    BadRepair,
 }
 
 /// Header fields as plain values, exactly as wide as on the wire; used to
