@@ -100,6 +100,7 @@ impl TestConfig {
                 recover: false,
                 qos: None,
                 mss_clamp: None,
+                fec: None,
             },
         }
     }

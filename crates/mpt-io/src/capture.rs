@@ -438,6 +438,7 @@ fn type_name(t: PacketType) -> &'static str {
         PacketType::Report => "report",
         PacketType::ReportFor => "report_for",
         PacketType::Fragment => "fragment",
+        PacketType::Repair => "repair",
     }
 }
 

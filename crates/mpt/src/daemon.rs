@@ -110,6 +110,12 @@ pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig
         mss_clamp: (cfg.tunnel.mss_clamp && cfg.tunnel.mtu > cfg.tunnel.datagram_body).then(|| {
             mpt_core::mss::MssClamp::new(&cfg.tunnel.addresses, cfg.tunnel.datagram_body as usize)
         }),
+        // Forward error correction: `MPT_FEC=k,m` (experimental, both
+        // peers; no configuration key yet).
+        fec: std::env::var("MPT_FEC").ok().and_then(|v| {
+            let (k, m) = v.split_once(',')?;
+            Some((k.trim().parse().ok()?, m.trim().parse().ok()?))
+        }),
     }
 }
 

@@ -74,4 +74,8 @@ pub struct TunnelConfig {
     /// Lower the MSS of routed TCP SYNs that leave through the tunnel to
     /// what fits one datagram (`mss.rs`); `None`: never.
     pub mss_clamp: Option<crate::mss::MssClamp>,
+    /// Forward error correction (`fec.rs`, `tunnel/fec.rs`): blocks of
+    /// this many data packets per path with this many repair packets
+    /// each; `None`: off. Both peers need it.
+    pub fec: Option<(usize, usize)>,
 }

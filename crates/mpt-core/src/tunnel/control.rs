@@ -264,6 +264,9 @@ impl Tunnel {
         if let Some(t) = self.poll_recovery(now, buf) {
             return Some(t);
         }
+        if let Some(t) = self.poll_repair(now, buf) {
+            return Some(t);
+        }
         if let Some(t) = self.poll_validation(now, buf) {
             return Some(t);
         }

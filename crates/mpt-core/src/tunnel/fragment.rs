@@ -352,7 +352,7 @@ impl Tunnel {
     }
 
     /// A buffer for a packet that waits in `frag.ready`.
-    fn ready_buffer(&mut self, bytes: &[u8]) -> Vec<u8> {
+    pub(super) fn ready_buffer(&mut self, bytes: &[u8]) -> Vec<u8> {
         let mut b = self.frag.pool.pop().unwrap_or_default();
         b.clear();
         b.extend_from_slice(bytes);

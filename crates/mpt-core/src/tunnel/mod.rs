@@ -34,6 +34,7 @@
 mod address;
 mod control;
 mod ecn;
+mod fec;
 pub use ecn::EcnStats;
 mod config;
 mod fragment;
@@ -238,6 +239,8 @@ pub struct Tunnel {
     adapt_to_loss: bool,
     reorder_max_delay: Nanos,
     recovery: Option<recovery::Recovery>,
+    /// Forward error correction (`fec.rs`); `None`: off.
+    fec: Option<fec::Fec>,
     /// The QoS stage (`qos.rs`); `None` with QoS off.
     qos: Option<Qos>,
     /// The key of the QoS flow hash (from the seed).
@@ -322,6 +325,7 @@ impl Tunnel {
             adapt_to_loss: cfg.adapt_to_loss,
             reorder_max_delay: cfg.reorder_max_delay,
             recovery: cfg.recover.then(recovery::Recovery::new),
+            fec: cfg.fec.map(|(k, m)| fec::Fec::new(0, k, m)),
             qos: cfg
                 .qos
                 .map(|q| Qos::new(q, qos::qos_key(&cfg.seed), cfg.mtu, cfg.queue_max)),
@@ -469,6 +473,11 @@ impl Tunnel {
             tunnel_seq: tunnel_seq as u32,
         };
         wire::write_header(buf, ty, &f);
+        if matches!(ty, PacketType::Data | PacketType::Fragment)
+            && class & wire::CLASS_UNORDERED == 0
+        {
+            self.fec_on_sent(now, path, path_seq as u16, &buf[..HEADER_LEN + body_len]);
+        }
         Some((total, ticket))
     }
 

@@ -209,7 +209,7 @@ impl Tunnel {
     }
 
     /// Charge `len` bytes sent on `path` to its pacer.
-    fn pacing_charge(&mut self, path: PathId, len: usize) {
+    pub(in crate::tunnel) fn pacing_charge(&mut self, path: PathId, len: usize) {
         if self.paced {
             self.paths[usize::from(path)].sender.on_send(len);
         }

@@ -198,8 +198,10 @@ impl Tunnel {
             }
             PacketType::Data | PacketType::Fragment => {
                 self.paths[pid as usize].on_data(now);
+                self.fec_on_received(pid, f.path_seq, &buf[..HEADER_LEN + body_len]);
                 self.recv_data(now, pid, w.tunnel_seq, body)
             }
+            PacketType::Repair => self.recv_repair(now, pid, body),
             PacketType::Report => self.recv_report(now, pid, &w, body),
             PacketType::ReportFor => self.recv_report_for(now, pid, &w, body),
             PacketType::Nack => self.recv_nack(now, pid, w.tunnel_seq, body),
@@ -225,7 +227,7 @@ impl Tunnel {
         (sent, transit)
     }
 
-    fn recv_data(&mut self, now: Nanos, pid: PathId, seq: u64, body: &[u8]) -> Received {
+    pub(super) fn recv_data(&mut self, now: Nanos, pid: PathId, seq: u64, body: &[u8]) -> Received {
         let resyncs = self.reorder.stats().resyncs;
         let accept = self.reorder.insert(seq, body, now);
         if self.reorder.stats().resyncs != resyncs {

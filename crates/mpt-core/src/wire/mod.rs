@@ -74,8 +74,9 @@ use crate::PathId;
 /// Version 8: path NACKs ([`NackKind::Path`]), which name packets lost on
 /// one path by their path sequence numbers. Version 9: reports about one
 /// path carried on another ([`PacketType::ReportFor`]), for a path whose
-/// reverse direction is out.
-pub const VERSION: u8 = 9;
+/// reverse direction is out. Version 10: repair packets (type 13,
+/// [`RepairBody`]), forward error correction over a path's data.
+pub const VERSION: u8 = 10;
 /// Class-byte flag of a real-time data packet: its tunnel sequence counts
 /// real-time packets only, and the receiver delivers it on arrival
 /// without reordering, dropping duplicates (spec constant).
@@ -151,6 +152,9 @@ pub enum PacketType {
     /// ([`ReportForBody`]): sent while that path's own reports do not
     /// arrive (its reverse direction is out), not answered.
     ReportFor = 12,
+    /// A recovery shard of a block of data packets a path carried
+    /// ([`RepairBody`], forward error correction).
+    Repair = 13,
 }
 
 impl PacketType {
@@ -168,6 +172,7 @@ impl PacketType {
             10 => Some(Self::Report),
             11 => Some(Self::Fragment),
             12 => Some(Self::ReportFor),
+            13 => Some(Self::Repair),
             _ => None,
         }
     }

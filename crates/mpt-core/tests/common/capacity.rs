@@ -44,6 +44,11 @@ pub fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -
                 c.mtu = 1500;
                 c.reorder_window = 4096;
                 c.reorder_max_delay = 100 * MS;
+                // SIM_FEC="k,m": forward error correction (a bench knob).
+                c.fec = std::env::var("SIM_FEC").ok().and_then(|v| {
+                    let (k, m) = v.split_once(',')?;
+                    Some((k.parse().ok()?, m.parse().ok()?))
+                });
             })
             .tunnel()
     };
