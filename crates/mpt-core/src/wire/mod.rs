@@ -372,7 +372,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x09, 0x01, 0x05, 0x83, // version 9, data, path 5, class 3, real-time
+        0x0a, 0x01, 0x05, 0x83, // version 10, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -409,7 +409,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x09, 0x03, 0x00, 0x00, // version 9, echo, path 0, class 0
+        0x0a, 0x03, 0x00, 0x00, // version 10, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3
@@ -472,10 +472,12 @@ mod tests {
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         v[0] = 8; // version 8: no reports carried for another path
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        v[0] = 9; // version 9: no repair packets
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 13;
+        v[1] = 14;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
         // A fragment needs its two-byte header and a piece.
         let mut d = [0u8; HEADER_LEN + FRAGMENT_HEADER_LEN + 1];
