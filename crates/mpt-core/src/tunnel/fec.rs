@@ -18,6 +18,26 @@ use super::*;
 use crate::fec::{BlockDecoder, BlockEncoder, RepairSet};
 use crate::wire::RepairBody;
 
+/// Bytes a repair packet carries beyond the largest datagram body it
+/// covers: its own body header and a record's length, type, class and
+/// tunnel sequence number.
+pub(super) const REPAIR_OVERHEAD: usize = wire::REPAIR_HEADER_LEN + 2 + COMPACT_HEADER_LEN;
+/// What of a covered datagram's header its record keeps: type, class and
+/// tunnel sequence number (the rest is the repair's, or not needed).
+const COMPACT_HEADER_LEN: usize = 6;
+
+/// A covered datagram as its record holds it: type, class, tunnel
+/// sequence number (u32) and body, from its plaintext (header and body).
+fn compact(plain: &[u8]) -> Option<Vec<u8>> {
+    let h = plain.get(..HEADER_LEN)?;
+    let mut c = Vec::with_capacity(COMPACT_HEADER_LEN + plain.len() - HEADER_LEN);
+    c.push(h[1]);
+    c.push(h[3]);
+    c.extend_from_slice(&h[20..24]);
+    c.extend_from_slice(&plain[HEADER_LEN..]);
+    Some(c)
+}
+
 /// Per-tunnel FEC state: one encoder and decoder per path.
 #[derive(Debug)]
 pub(super) struct Fec {
@@ -65,7 +85,10 @@ impl Tunnel {
             return;
         };
         f.grow(n);
-        if let Some(set) = f.tx[path as usize].on_sent(now, path_seq, plain) {
+        let Some(c) = compact(plain) else {
+            return;
+        };
+        if let Some(set) = f.tx[path as usize].on_sent(now, path_seq, &c) {
             f.out.push_back((path, set, 0));
         }
     }
@@ -74,7 +97,9 @@ impl Tunnel {
     pub(super) fn fec_on_received(&mut self, pid: PathId, path_seq: u16, plain: &[u8]) {
         if let Some(f) = self.fec.as_mut() {
             if f.rx_on.get(pid as usize).copied().unwrap_or(false) {
-                f.rx[pid as usize].on_received(path_seq, plain);
+                if let Some(c) = compact(plain) {
+                    f.rx[pid as usize].on_received(path_seq, &c);
+                }
             }
         }
     }
@@ -108,25 +133,27 @@ impl Tunnel {
         let p = pid as usize;
         f.rx_on[p] = true;
         let rebuilt = f.rx[p].on_repair(&r);
-        for plain in rebuilt {
-            let Ok(h) = wire::Header::new_checked(&plain) else {
+        for c in rebuilt {
+            let Some((&[ty, class, a, b, c2, d], body)) = c
+                .split_first_chunk::<COMPACT_HEADER_LEN>()
+                .map(|(h, b)| (h, b))
+            else {
                 self.drops.add(DropReason::BadRepair);
                 continue;
             };
-            let (ty, fields) = (h.packet_type(), h.fields());
-            let body = &plain[HEADER_LEN..];
-            let ordered = fields.class & wire::CLASS_UNORDERED == 0;
+            let tunnel_seq = u32::from_be_bytes([a, b, c2, d]);
+            let ordered = class & wire::CLASS_UNORDERED == 0;
             let valid = ordered
                 && match ty {
-                    PacketType::Data => wire::inner_ip_version(body).is_some(),
-                    PacketType::Fragment => wire::Fragment::parse(body).is_ok(),
+                    t if t == PacketType::Data as u8 => wire::inner_ip_version(body).is_some(),
+                    t if t == PacketType::Fragment as u8 => wire::Fragment::parse(body).is_ok(),
                     _ => false,
                 };
             if !valid {
                 self.drops.add(DropReason::BadRepair);
                 continue;
             }
-            let seq = wire::widen_u32(fields.tunnel_seq, self.reorder.next_seq());
+            let seq = wire::widen_u32(tunnel_seq, self.reorder.next_seq());
             if let Received::Deliver { .. } = self.recv_data(now, pid, seq, body) {
                 // In order: delivered from a buffer of its own, as the
                 // repair's datagram does not hold it.
