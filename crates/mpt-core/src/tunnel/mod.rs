@@ -310,11 +310,15 @@ impl Tunnel {
                 // much smaller, so that a repair fits the path's datagram.
                 cfg.datagram_body
                     .unwrap_or(cfg.mtu)
-                    .saturating_sub(if cfg.fec.is_some() { fec::REPAIR_OVERHEAD } else { 0 })
+                    .saturating_sub(if cfg.fec.is_some() {
+                        fec::REPAIR_OVERHEAD
+                    } else {
+                        0
+                    })
                     .clamp(
-                    wire::FRAGMENT_HEADER_LEN + 1,
-                    cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
-                ),
+                        wire::FRAGMENT_HEADER_LEN + 1,
+                        cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
+                    ),
                 cfg.mss_clamp.clone(),
             ),
             ecn_in: ecn::EcnIn::default(),
