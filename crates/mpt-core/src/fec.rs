@@ -73,6 +73,35 @@ impl RepairSet {
     }
 }
 
+/// How many repairs a block carries.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Repairs {
+    /// From the path's random loss rate ([`repairs_for`]); no block while
+    /// that rate is under [`FEC_LOSS_MIN`].
+    ByLoss,
+    /// This many (1..=[`REPAIR_SHARDS_MAX`]) per block, whatever the loss.
+    Fixed(usize),
+}
+
+/// The random loss rate (a fraction) under which a path sends no repairs
+/// with [`Repairs::ByLoss`] (tuning knob: at one loss in 300 packets a
+/// resend's hold is rarely open, and one repair per 32 packets would cost
+/// ten times the capacity the losses do).
+pub const FEC_LOSS_MIN: f64 = 0.003;
+/// The margin over a block's expected losses, in standard deviations of
+/// a Poisson count (tuning knob: `λ + 2√λ` repairs rebuild a block of 32
+/// at 2 % loss (λ = 0.64) unless it lost 3 or more, about 3 % of blocks).
+pub const FEC_LOSS_Z: f64 = 3.0;
+
+/// Repairs for a block of `originals` packets on a path losing `loss` (a
+/// fraction) of them at random: the block's expected losses `λ` plus
+/// [`FEC_LOSS_Z`] √λ, rounded up, within 1..=[`REPAIR_SHARDS_MAX`].
+pub fn repairs_for(originals: usize, loss: f64) -> usize {
+    let lambda = originals as f64 * loss.clamp(0.0, 1.0);
+    let m = (lambda + FEC_LOSS_Z * lambda.sqrt()).ceil();
+    (m as usize).clamp(1, REPAIR_SHARDS_MAX)
+}
+
 /// A record: the datagram's length and bytes, padded to `shard_len`.
 fn record(datagram: &[u8], shard_len: usize) -> Vec<u8> {
     let mut r = Vec::with_capacity(shard_len);
@@ -91,7 +120,9 @@ fn shard_len_for(longest: usize) -> usize {
 #[derive(Debug)]
 pub struct BlockEncoder {
     originals_max: usize,
-    repairs: usize,
+    repairs: Repairs,
+    /// The path's random loss rate, for [`Repairs::ByLoss`].
+    loss: f64,
     first: Option<u16>,
     opened_at: Nanos,
     covered: u64,
@@ -100,12 +131,12 @@ pub struct BlockEncoder {
 
 impl BlockEncoder {
     /// Blocks of `originals` packets (1..=[`REPAIR_ORIGINALS_MAX`]) with
-    /// `repairs` shards each (1..=[`REPAIR_SHARDS_MAX`]); out-of-range
-    /// values are clamped.
-    pub fn new(originals: usize, repairs: usize) -> Self {
+    /// `repairs` shards each; out-of-range values are clamped.
+    pub fn new(originals: usize, repairs: Repairs) -> Self {
         let mut e = Self {
             originals_max: 1,
-            repairs: 1,
+            repairs: Repairs::Fixed(1),
+            loss: 0.0,
             first: None,
             opened_at: 0,
             covered: 0,
@@ -117,9 +148,33 @@ impl BlockEncoder {
 
     /// The block shape from the next block on (clamped to the ranges of
     /// [`Self::new`]).
-    pub fn set_shape(&mut self, originals: usize, repairs: usize) {
+    pub fn set_shape(&mut self, originals: usize, repairs: Repairs) {
         self.originals_max = originals.clamp(1, REPAIR_ORIGINALS_MAX);
-        self.repairs = repairs.clamp(1, REPAIR_SHARDS_MAX);
+        self.repairs = match repairs {
+            Repairs::Fixed(m) => Repairs::Fixed(m.clamp(1, REPAIR_SHARDS_MAX)),
+            Repairs::ByLoss => Repairs::ByLoss,
+        };
+    }
+
+    /// The path's random loss rate now (a fraction), for
+    /// [`Repairs::ByLoss`].
+    pub fn set_loss(&mut self, loss: f64) {
+        self.loss = loss;
+    }
+
+    /// Whether the next datagram is to be covered: a block is open, the
+    /// repairs are fixed, or the path loses enough.
+    pub fn covers(&self) -> bool {
+        !self.datagrams.is_empty()
+            || match self.repairs {
+                Repairs::Fixed(_) => true,
+                Repairs::ByLoss => self.loss >= FEC_LOSS_MIN,
+            }
+    }
+
+    /// When the open block was opened (`None`: no block is open).
+    pub fn opened_at(&self) -> Option<Nanos> {
+        (!self.datagrams.is_empty()).then_some(self.opened_at)
     }
 
     /// Packets in the open block.
@@ -170,7 +225,11 @@ impl BlockEncoder {
         let longest = datagrams.iter().map(Vec::len).max()?;
         let shard_len = shard_len_for(longest);
         let records: Vec<Vec<u8>> = datagrams.iter().map(|d| record(d, shard_len)).collect();
-        let shards = reed_solomon_simd::encode(records.len(), self.repairs, &records).ok()?;
+        let repairs = match self.repairs {
+            Repairs::Fixed(m) => m,
+            Repairs::ByLoss => repairs_for(records.len(), self.loss),
+        };
+        let shards = reed_solomon_simd::encode(records.len(), repairs, &records).ok()?;
         Some(RepairSet {
             first_path_seq: first,
             covered,
@@ -232,6 +291,12 @@ impl BlockDecoder {
             }
             None => *slot = Some((path_seq, datagram.to_vec())),
         }
+    }
+
+    /// Whether the datagram with `path_seq` arrived or was rebuilt (and is
+    /// still in the ring).
+    pub fn holds(&self, path_seq: u16) -> bool {
+        self.stored(path_seq).is_some()
     }
 
     fn stored(&self, path_seq: u16) -> Option<&[u8]> {

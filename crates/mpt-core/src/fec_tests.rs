@@ -16,7 +16,7 @@ fn send(
     k: usize,
     m: usize,
 ) -> (Vec<(u16, Vec<u8>)>, Vec<RepairSet>) {
-    let mut e = BlockEncoder::new(k, m);
+    let mut e = BlockEncoder::new(k, Repairs::Fixed(m));
     let mut sent = vec![];
     let mut sets = vec![];
     for i in 0..n {
@@ -93,7 +93,7 @@ fn a_block_spans_probes_and_the_wrap_of_the_path_sequence() {
 
 #[test]
 fn a_block_closes_at_its_span_and_after_its_age() {
-    let mut e = BlockEncoder::new(64, 1);
+    let mut e = BlockEncoder::new(64, Repairs::Fixed(1));
     assert!(e.on_sent(0, 0, &[1; 10]).is_none());
     // Path seq 64 does not fit a span of 64 from 0: the block closes.
     let set = e.on_sent(1, 64, &[2; 10]).expect("the first block closes");

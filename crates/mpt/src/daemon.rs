@@ -114,7 +114,11 @@ pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig
         // peers; no configuration key yet).
         fec: std::env::var("MPT_FEC").ok().and_then(|v| {
             let (k, m) = v.split_once(',')?;
-            Some((k.trim().parse().ok()?, m.trim().parse().ok()?))
+            let m = match m.trim() {
+                "loss" => mpt_core::fec::Repairs::ByLoss,
+                m => mpt_core::fec::Repairs::Fixed(m.parse().ok()?),
+            };
+            Some((k.trim().parse().ok()?, m))
         }),
     }
 }

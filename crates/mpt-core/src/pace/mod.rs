@@ -461,6 +461,12 @@ impl PathSender {
         self.newest_report = 0;
     }
 
+    /// The path's random loss rate as its rate control measured it (a
+    /// fraction; 0 if it does not tell links' losses from its own).
+    pub fn random_loss_rate(&self) -> f64 {
+        self.control.random_loss().map_or(0.0, |(p, _)| p)
+    }
+
     /// The RFC 3550 jitter the receiver reported with the last sample.
     pub fn jitter_ns(&self) -> Option<Nanos> {
         self.last_sample.and_then(|s| s.jitter_ns)

@@ -75,7 +75,7 @@ pub struct TunnelConfig {
     /// what fits one datagram (`mss.rs`); `None`: never.
     pub mss_clamp: Option<crate::mss::MssClamp>,
     /// Forward error correction (`fec.rs`, `tunnel/fec.rs`): blocks of
-    /// this many data packets per path with this many repair packets
-    /// each; `None`: off. Both peers need it.
-    pub fec: Option<(usize, usize)>,
+    /// up to this many data packets per path, with repairs fixed or by
+    /// the path's loss; `None`: off. Both peers need it.
+    pub fec: Option<(usize, crate::fec::Repairs)>,
 }

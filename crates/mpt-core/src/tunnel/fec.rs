@@ -11,12 +11,40 @@
 //! arrived, and is delivered from a buffer of its own (it is not in the
 //! datagram that brought the repair); a path's decoder stores packets only
 //! once a repair arrived on it, so a peer without FEC costs nothing.
+//!
+//! A block is closed after its `k` packets or once it is
+//! [`FEC_BLOCK_AGE_NS`] old (so the packets before a lull are covered
+//! too). A loss seen on a path whose repairs arrive is not asked for at
+//! once (`path_loss.rs`) but [`FEC_NACK_DEFER_NS`] later, and only if its
+//! block's repairs did not rebuild it by then: a rebuilt loss costs no
+//! round trip and no resend; one the code could not rebuild costs the
+//! deferral more than without FEC. The deferred losses are bounded
+//! ([`super::recovery::MAX_PENDING`]); what does not fit is asked for at
+//! once.
 
 use std::collections::VecDeque;
 
+use serde::{Deserialize, Serialize};
+
 use super::*;
-use crate::fec::{BlockDecoder, BlockEncoder, RepairSet};
+use crate::fec::{BlockDecoder, BlockEncoder, RepairSet, Repairs};
 use crate::wire::RepairBody;
+use crate::NANOS_PER_MS;
+
+/// Longest a block stays open (tuning knob: at 20 Mbit/s a block of 32
+/// full datagrams takes 18 ms; a loss in a block the rate would fill
+/// more slowly waits at most this long plus the repairs' flight for them).
+pub const FEC_BLOCK_AGE_NS: Nanos = 8 * NANOS_PER_MS;
+/// How long the receiver waits for a block's repairs to rebuild a loss
+/// before it asks for the loss by NACK (tuning knob: the block's age
+/// bound, its repairs' pacing behind it and the path's jitter).
+pub const FEC_NACK_DEFER_NS: Nanos = 16 * NANOS_PER_MS;
+
+/// How long after its last repair a path's data is still stored and its
+/// losses still wait for repairs (tuning knob: a sender closes a block at
+/// least every [`FEC_BLOCK_AGE_NS`] while it sends; one that stopped
+/// sending repairs, its path no longer lossy, stops costing the wait).
+pub const FEC_RX_FRESH_NS: Nanos = 100 * NANOS_PER_MS;
 
 /// Bytes a repair packet carries beyond the largest datagram body it
 /// covers: its own body header and a record's length, type, class and
@@ -43,28 +71,122 @@ fn compact(plain: &[u8]) -> Option<Vec<u8>> {
 pub(super) struct Fec {
     tx: Vec<BlockEncoder>,
     rx: Vec<BlockDecoder>,
-    /// A repair arrived on the path: its data packets are stored.
-    rx_on: Vec<bool>,
+    /// When a repair last arrived on the path: while that is within
+    /// [`FEC_RX_FRESH_NS`], its data packets are stored and its losses
+    /// wait for repairs.
+    rx_last: Vec<Option<Nanos>>,
     /// Repair sets waiting to leave, with the next shard to send.
     out: VecDeque<(PathId, RepairSet, usize)>,
+    /// Receiver: path losses waiting for their block's repairs:
+    /// (the peer's path id, our path id, path sequence, when to ask).
+    deferred: VecDeque<(u8, PathId, u16, Nanos)>,
     originals: usize,
-    repairs: usize,
-    pub sent: u64,
+    repairs: Repairs,
+    pub stats: FecStats,
+}
+
+/// FEC counters, in `mpt status` under `fec`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct FecStats {
+    /// Sender: blocks closed and repair packets sent.
+    pub blocks: u64,
+    pub repairs_sent: u64,
+    /// Receiver: repair packets taken, and the datagrams they rebuilt.
+    pub repairs_received: u64,
+    pub rebuilt: u64,
+    /// Receiver: blocks with more losses than repairs came for.
+    pub unrecoverable: u64,
+    /// Repairs inconsistent with what was stored, or that failed to decode.
+    pub inconsistent: u64,
+    /// Receiver: path losses that waited for their block's repairs, those
+    /// rebuilt in that wait (no NACK sent), and those asked for after it.
+    pub losses_deferred: u64,
+    pub nacks_saved: u64,
+    pub nacks_after_wait: u64,
 }
 
 impl Fec {
-    pub fn new(paths: usize, originals: usize, repairs: usize) -> Self {
+    pub fn new(paths: usize, originals: usize, repairs: Repairs) -> Self {
         Self {
             tx: (0..paths)
                 .map(|_| BlockEncoder::new(originals, repairs))
                 .collect(),
             rx: (0..paths).map(|_| BlockDecoder::default()).collect(),
-            rx_on: vec![false; paths],
+            rx_last: vec![None; paths],
             out: VecDeque::new(),
+            deferred: VecDeque::new(),
             originals,
             repairs,
-            sent: 0,
+            stats: FecStats::default(),
         }
+    }
+
+    /// Whether repairs arrive on our path `pid`: its data is stored and
+    /// its losses wait for them.
+    pub fn defers(&self, now: Nanos, pid: PathId) -> bool {
+        self.rx_last
+            .get(usize::from(pid))
+            .copied()
+            .flatten()
+            .is_some_and(|t| now.saturating_sub(t) < FEC_RX_FRESH_NS)
+    }
+
+    /// Defer the loss of `path_seq` on `pid` (the peer's `peer_path`);
+    /// `false` if the deferred losses are full (ask at once).
+    pub fn defer(&mut self, now: Nanos, peer_path: u8, pid: PathId, path_seq: u16) -> bool {
+        if self.deferred.len() >= super::recovery::MAX_PENDING {
+            return false;
+        }
+        self.deferred
+            .push_back((peer_path, pid, path_seq, now + FEC_NACK_DEFER_NS));
+        self.stats.losses_deferred += 1;
+        true
+    }
+
+    /// When a timer has work: a deferred loss's time, or a block's age.
+    pub fn deadline(&self) -> Option<Nanos> {
+        let open = self.tx.iter().filter_map(|e| e.opened_at()).min();
+        let ask = self.deferred.front().map(|d| d.3);
+        open.map(|t| t + FEC_BLOCK_AGE_NS).into_iter().chain(ask).min()
+    }
+
+    /// Close blocks at their age; the deferred losses due at `now` that
+    /// were not rebuilt, as (peer's path, path sequence), to ask for.
+    pub fn on_timeout(&mut self, now: Nanos) -> Vec<(u8, u16)> {
+        for (i, e) in self.tx.iter_mut().enumerate() {
+            if let Some(set) = e.flush_due(now, FEC_BLOCK_AGE_NS) {
+                self.out.push_back((i as PathId, set, 0));
+                self.stats.blocks += 1;
+            }
+        }
+        let mut ask = Vec::new();
+        while let Some(&(peer_path, pid, seq, due)) = self.deferred.front() {
+            if due > now {
+                break;
+            }
+            self.deferred.pop_front();
+            if self.rx[usize::from(pid)].holds(seq) {
+                self.stats.nacks_saved += 1;
+            } else {
+                self.stats.nacks_after_wait += 1;
+                ask.push((peer_path, seq));
+            }
+        }
+        ask
+    }
+
+    /// The counters, the decoders' summed in.
+    pub fn stats(&self) -> FecStats {
+        let mut s = self.stats.clone();
+        for d in &self.rx {
+            let ds = d.stats();
+            s.repairs_received += ds.repairs;
+            s.rebuilt += ds.rebuilt;
+            s.unrecoverable += ds.unrecoverable;
+            s.inconsistent += ds.inconsistent;
+        }
+        s
     }
 
     fn grow(&mut self, paths: usize) {
@@ -72,7 +194,7 @@ impl Fec {
             self.tx
                 .push(BlockEncoder::new(self.originals, self.repairs));
             self.rx.push(BlockDecoder::default());
-            self.rx_on.push(false);
+            self.rx_last.push(None);
         }
     }
 }
@@ -85,18 +207,25 @@ impl Tunnel {
             return;
         };
         f.grow(n);
+        let loss = self.paths[usize::from(path)].sender.random_loss_rate();
+        let e = &mut f.tx[usize::from(path)];
+        e.set_loss(loss);
+        if !e.covers() {
+            return;
+        }
         let Some(c) = compact(plain) else {
             return;
         };
         if let Some(set) = f.tx[path as usize].on_sent(now, path_seq, &c) {
             f.out.push_back((path, set, 0));
+            f.stats.blocks += 1;
         }
     }
 
     /// A covered datagram arrived on `pid` (its plaintext).
-    pub(super) fn fec_on_received(&mut self, pid: PathId, path_seq: u16, plain: &[u8]) {
+    pub(super) fn fec_on_received(&mut self, now: Nanos, pid: PathId, path_seq: u16, plain: &[u8]) {
         if let Some(f) = self.fec.as_mut() {
-            if f.rx_on.get(pid as usize).copied().unwrap_or(false) {
+            if f.defers(now, pid) {
                 if let Some(c) = compact(plain) {
                     f.rx[pid as usize].on_received(path_seq, &c);
                 }
@@ -113,7 +242,7 @@ impl Tunnel {
         if index + 1 < set.shards.len() {
             f.out.push_front((path, set, index + 1));
         }
-        f.sent += 1;
+        f.stats.repairs_sent += 1;
         let seq_now = self.next_tunnel_seq;
         let t = self.control_transmit(now, path, PacketType::Repair, 0, seq_now, buf, len)?;
         self.pacing_charge(path, t.len);
@@ -131,7 +260,7 @@ impl Tunnel {
         };
         f.grow(n);
         let p = pid as usize;
-        f.rx_on[p] = true;
+        f.rx_last[p] = Some(now);
         let rebuilt = f.rx[p].on_repair(&r);
         for c in rebuilt {
             let Some((&[ty, class, a, b, c2, d], body)) = c
@@ -162,5 +291,22 @@ impl Tunnel {
             }
         }
         Received::Consumed
+    }
+}
+
+impl Tunnel {
+    /// FEC's timers: blocks closed by age, deferred losses asked for.
+    pub(super) fn fec_timeout(&mut self, now: Nanos) {
+        let Some(f) = self.fec.as_mut() else {
+            return;
+        };
+        for (peer_path, seq) in f.on_timeout(now) {
+            self.recovery_ask_path(peer_path, seq);
+        }
+    }
+
+    /// FEC's counters (`None`: off).
+    pub fn fec_stats(&self) -> Option<FecStats> {
+        self.fec.as_ref().map(Fec::stats)
     }
 }

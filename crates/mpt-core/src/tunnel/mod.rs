@@ -60,6 +60,7 @@ mod status;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
+pub use fec::FecStats;
 pub use recovery::RecoveryStats;
 pub use split::{OpenTicket, Opener, RecvStart, SealTicket, Sealer};
 pub use status::{QueueStatus, ReorderStatus, TunnelStatus};
@@ -565,6 +566,7 @@ impl Tunnel {
                 .and_then(recovery::Recovery::deadline)
                 .into_iter()
                 .chain(self.resend_deadline(now))
+                .chain(self.fec.as_ref().and_then(fec::Fec::deadline))
                 .min(),
             self.validation_deadline(),
             self.removal_deadline(),
@@ -578,6 +580,7 @@ impl Tunnel {
         self.update_qos_paths();
         self.update_late_bounds(now);
         self.reorder.handle_timeout(now);
+        self.fec_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);
         }

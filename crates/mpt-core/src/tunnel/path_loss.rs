@@ -82,9 +82,18 @@ impl SentByPath {
 }
 
 impl Tunnel {
-    /// Path `peer_path` of the peer (its own id) showed `count` packets
-    /// lost from path sequence `first` on: ask for them by path sequence.
-    pub(super) fn recovery_on_path_loss(&mut self, peer_path: u8, first: u64, count: u64) {
+    /// Path `peer_path` of the peer (its own id), our `pid`, showed
+    /// `count` packets lost from path sequence `first` on: ask for them by
+    /// path sequence, or, where the path's repairs arrive, once they had
+    /// their chance to rebuild them (`fec.rs`).
+    pub(super) fn recovery_on_path_loss(
+        &mut self,
+        now: Nanos,
+        peer_path: u8,
+        pid: PathId,
+        first: u64,
+        count: u64,
+    ) {
         let Some(r) = self.recovery.as_mut() else {
             return;
         };
@@ -93,13 +102,27 @@ impl Tunnel {
             return;
         }
         for k in 0..count {
-            if r.path_nack_out.len() >= super::recovery::MAX_PENDING {
-                r.stats.pending_full += 1;
-                return;
+            let seq = (first + k) as u16;
+            if let Some(f) = self.fec.as_mut().filter(|f| f.defers(now, pid)) {
+                if f.defer(now, peer_path, pid, seq) {
+                    continue;
+                }
             }
-            r.path_nack_out.push_back((peer_path, (first + k) as u16));
-            r.stats.path_losses_requested += 1;
+            self.recovery_ask_path(peer_path, seq);
         }
+    }
+
+    /// Ask for path sequence `seq` of the peer's path `peer_path`.
+    pub(super) fn recovery_ask_path(&mut self, peer_path: u8, seq: u16) {
+        let Some(r) = self.recovery.as_mut() else {
+            return;
+        };
+        if r.path_nack_out.len() >= super::recovery::MAX_PENDING {
+            r.stats.pending_full += 1;
+            return;
+        }
+        r.path_nack_out.push_back((peer_path, seq));
+        r.stats.path_losses_requested += 1;
     }
 
     /// Path `pid` stalled or went down (`path/stall.rs`): send again, on

@@ -184,7 +184,7 @@ impl Tunnel {
         let (sent_ns, transit) = self.peer_time(now, f.timestamp_us);
         let lost = self.paths[pid as usize].on_receive(now, buf.len(), f.path_seq, transit);
         if let Some((first, count)) = lost {
-            self.recovery_on_path_loss(peer_path, first, count);
+            self.recovery_on_path_loss(now, peer_path, pid, first, count);
         }
         self.refresh_up(pid, now);
         let w = Widened {
@@ -198,7 +198,7 @@ impl Tunnel {
             }
             PacketType::Data | PacketType::Fragment => {
                 self.paths[pid as usize].on_data(now);
-                self.fec_on_received(pid, f.path_seq, &buf[..HEADER_LEN + body_len]);
+                self.fec_on_received(now, pid, f.path_seq, &buf[..HEADER_LEN + body_len]);
                 self.recv_data(now, pid, w.tunnel_seq, body)
             }
             PacketType::Repair => self.recv_repair(now, pid, body),

@@ -71,6 +71,9 @@ pub struct TunnelStatus {
     pub drops: BTreeMap<Cow<'static, str>, u64>,
     /// Loss recovery counters; `None` when recovery is off.
     pub recovery: Option<super::RecoveryStats>,
+    /// Forward error correction counters; `None` when FEC is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<super::fec::FecStats>,
     /// Traffic classes, in matching order; `None` with QoS off.
     pub qos: Option<Vec<crate::qos::ClassStatus>>,
     /// The peer's paths whose names match none of ours (`pairing.rs`).
@@ -161,6 +164,7 @@ impl Tunnel {
             security: self.crypto.as_ref().map(|c| c.status(now)),
             drops: self.drops.iter().map(|(k, n)| (k.into(), n)).collect(),
             recovery: self.recovery_stats().cloned(),
+            fec: self.fec_stats(),
             qos: self
                 .qos
                 .as_ref()

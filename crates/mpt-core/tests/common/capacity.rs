@@ -47,7 +47,11 @@ pub fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -
                 // SIM_FEC="k,m": forward error correction (a bench knob).
                 c.fec = std::env::var("SIM_FEC").ok().and_then(|v| {
                     let (k, m) = v.split_once(',')?;
-                    Some((k.parse().ok()?, m.parse().ok()?))
+                    let m = match m {
+                        "loss" => mpt_core::fec::Repairs::ByLoss,
+                        m => mpt_core::fec::Repairs::Fixed(m.parse().ok()?),
+                    };
+                    Some((k.parse().ok()?, m))
                 });
             })
             .tunnel()
