@@ -151,6 +151,10 @@ pub struct ReorderSection {
     /// Ask the peer to resend data packets found lost (both peers).
     /// Default: on with path-aware sending (`ecf`), off with `wrr`.
     pub recover: bool,
+    /// Forward error correction on lossy paths (`fec = "auto"`, the
+    /// default; `"off"`): repairs sized by each path's random loss, none
+    /// on a clean path (both peers).
+    pub fec: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -21,7 +21,7 @@ use crate::{
 
 const METRICS_KEYS: &[&str] = &["listen"];
 const SCHEDULER_KEYS: &[&str] = &["mode", "share", "adapt_to_loss", "queue_ms"];
-const REORDER_KEYS: &[&str] = &["window", "max_delay_ms", "release", "recover"];
+const REORDER_KEYS: &[&str] = &["window", "max_delay_ms", "release", "recover", "fec"];
 const ROUTE_KEYS: &[&str] = &["network", "metric"];
 
 /// `[reorder]`; `recover` is left `None` when not written (its default
@@ -44,12 +44,14 @@ pub(crate) fn read_reorder(
         _ => Release::Frontier,
     };
     let recover_set = rr.boolean(ctx, "recover");
+    let fec = !matches!(rr.choice(ctx, "fec", &["auto", "off"]), Some("off"));
     rr.finish(ctx);
     let section = ReorderSection {
         window,
         max_delay_ms,
         release,
         recover: recover_set.unwrap_or(false),
+        fec,
     };
     (section, recover_set)
 }

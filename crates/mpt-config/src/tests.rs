@@ -140,6 +140,14 @@ fn scheduler_mode_follows_weights_and_rejects_mixtures() {
     assert!(forced.reorder.recover);
     let off = parse(&format!("{MINIMAL}[reorder]\nrecover = false\n")).unwrap();
     assert!(!off.reorder.recover);
+    assert!(off.reorder.fec, "forward error correction: on by default");
+    let no_fec = parse(&format!("{MINIMAL}[reorder]\nfec = \"off\"\n")).unwrap();
+    assert!(!no_fec.reorder.fec);
+    let e = errors(&format!("{MINIMAL}[reorder]\nfec = \"on\"\n"));
+    assert!(
+        e[0].contains("reorder.fec: 'on' is not one of auto, off"),
+        "{e:?}"
+    );
     let capped = MINIMAL.replace(
         "remote = \"192.168.1.2:5000\"",
         "remote = \"192.168.1.2:5000\"\nrate_mbit = 10",

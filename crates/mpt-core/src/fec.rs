@@ -20,7 +20,12 @@
 //! yields the block's `m` recovery shards, each sent as one repair packet
 //! ([`crate::wire::RepairBody`]) on the same path. Each original is a
 //! record: its length (u16, big-endian) and its bytes, zero-padded to the
-//! block's shard length (the longest record, rounded up to even).
+//! block's record length (the longest record, rounded up to even). A
+//! repair must fit one datagram with its own header, so when the records
+//! are longer than that room (full datagrams) each enters the code as its
+//! two halves (record length a multiple of four): twice the originals and
+//! twice the repairs, each half as long; a lost packet is then two
+//! erasures.
 //!
 //! The receiver's [`BlockDecoder`] keeps the plaintext of the last
 //! [`DECODER_RING`] datagrams it received on the path, by path sequence
@@ -38,7 +43,7 @@
 //! shard length cannot hold a stored record, or whose decode fails, yields
 //! nothing and is counted.
 
-use crate::wire::{RepairBody, REPAIR_ORIGINALS_MAX, REPAIR_SHARDS_MAX};
+use crate::wire::{RepairBody, REPAIR_ORIGINALS_MAX, REPAIR_SHARDS_MAX, REPAIR_SHARD_MAX};
 use crate::Nanos;
 
 /// Datagrams the decoder keeps per path, by path sequence number (tuning
@@ -55,6 +60,8 @@ pub struct RepairSet {
     pub first_path_seq: u16,
     pub covered: u64,
     pub originals: u8,
+    /// Each packet entered the code as its record's two halves.
+    pub halves: bool,
     /// One per repair packet; all of one length (even).
     pub shards: Vec<Vec<u8>>,
 }
@@ -68,6 +75,7 @@ impl RepairSet {
             originals: self.originals,
             repairs: u8::try_from(self.shards.len()).ok()?,
             index: u8::try_from(index).ok()?,
+            halves: self.halves,
             shard: self.shards.get(index)?,
         })
     }
@@ -111,9 +119,10 @@ fn record(datagram: &[u8], shard_len: usize) -> Vec<u8> {
     r
 }
 
-/// The shard length for records of at most `longest` datagram bytes.
-fn shard_len_for(longest: usize) -> usize {
-    (longest + 2).next_multiple_of(2)
+/// The record length for datagrams of at most `longest` bytes: even, and
+/// a multiple of four when records are halved (each half even).
+fn record_len_for(longest: usize, halves: bool) -> usize {
+    (longest + 2).next_multiple_of(if halves { 4 } else { 2 })
 }
 
 /// The sender's side, one per path. See the module documentation.
@@ -123,6 +132,8 @@ pub struct BlockEncoder {
     repairs: Repairs,
     /// The path's random loss rate, for [`Repairs::ByLoss`].
     loss: f64,
+    /// Longest shard a repair packet has room for.
+    shard_max: usize,
     first: Option<u16>,
     opened_at: Nanos,
     covered: u64,
@@ -137,6 +148,7 @@ impl BlockEncoder {
             originals_max: 1,
             repairs: Repairs::Fixed(1),
             loss: 0.0,
+            shard_max: REPAIR_SHARD_MAX,
             first: None,
             opened_at: 0,
             covered: 0,
@@ -160,6 +172,14 @@ impl BlockEncoder {
     /// [`Repairs::ByLoss`].
     pub fn set_loss(&mut self, loss: f64) {
         self.loss = loss;
+    }
+
+    /// The longest shard a repair packet has room for (the path's
+    /// datagram body less the repair's header): a block whose records are
+    /// longer enters the code as their halves (twice the originals and the
+    /// repairs, each half as long).
+    pub fn set_shard_max(&mut self, bytes: usize) {
+        self.shard_max = bytes.max(4);
     }
 
     /// Whether the next datagram is to be covered: a block is open, the
@@ -223,17 +243,32 @@ impl BlockEncoder {
         let covered = std::mem::take(&mut self.covered);
         let datagrams = std::mem::take(&mut self.datagrams);
         let longest = datagrams.iter().map(Vec::len).max()?;
-        let shard_len = shard_len_for(longest);
-        let records: Vec<Vec<u8>> = datagrams.iter().map(|d| record(d, shard_len)).collect();
-        let repairs = match self.repairs {
-            Repairs::Fixed(m) => m,
-            Repairs::ByLoss => repairs_for(records.len(), self.loss),
-        };
-        let shards = reed_solomon_simd::encode(records.len(), repairs, &records).ok()?;
+        let halves = record_len_for(longest, false) > self.shard_max;
+        let record_len = record_len_for(longest, halves);
+        let per = if halves { 2 } else { 1 };
+        let mut parts = Vec::with_capacity(datagrams.len() * per);
+        for d in &datagrams {
+            let r = record(d, record_len);
+            if halves {
+                let (a, b) = r.split_at(record_len / 2);
+                parts.push(a.to_vec());
+                parts.push(b.to_vec());
+            } else {
+                parts.push(r);
+            }
+        }
+        let repairs = per
+            * match self.repairs {
+                Repairs::Fixed(m) => m,
+                Repairs::ByLoss => repairs_for(datagrams.len(), self.loss),
+            };
+        let repairs = repairs.min(REPAIR_SHARDS_MAX);
+        let shards = reed_solomon_simd::encode(parts.len(), repairs, &parts).ok()?;
         Some(RepairSet {
             first_path_seq: first,
             covered,
-            originals: u8::try_from(records.len()).ok()?,
+            originals: u8::try_from(datagrams.len()).ok()?,
+            halves,
             shards,
         })
     }
@@ -259,6 +294,7 @@ struct Pending {
     covered: u64,
     originals: u8,
     repairs: u8,
+    halves: bool,
     shard_len: usize,
     shards: Vec<(usize, Vec<u8>)>,
     done: bool,
@@ -315,7 +351,10 @@ impl BlockDecoder {
             .map(|i| r.first_path_seq.wrapping_add(i))
             .collect();
         let at = match self.pending.iter().position(|p| {
-            p.first == r.first_path_seq && p.covered == r.covered && p.shard_len == r.shard.len()
+            p.first == r.first_path_seq
+                && p.covered == r.covered
+                && p.shard_len == r.shard.len()
+                && p.halves == r.halves
         }) {
             Some(i) => i,
             None => {
@@ -330,6 +369,7 @@ impl BlockDecoder {
                     covered: r.covered,
                     originals: r.originals,
                     repairs: r.repairs,
+                    halves: r.halves,
                     shard_len: r.shard.len(),
                     shards: Vec::new(),
                     done: false,
@@ -350,7 +390,8 @@ impl BlockDecoder {
             p.done = true;
             return Vec::new();
         }
-        if p.shards.len() < missing.len() {
+        // Each missing packet is one erasure, or two with halves.
+        if p.shards.len() < missing.len() * if p.halves { 2 } else { 1 } {
             if p.shards.len() == usize::from(p.repairs) {
                 // Every repair came and the losses are more: given up.
                 p.done = true;
@@ -372,19 +413,20 @@ impl BlockDecoder {
     /// Decode block `at`: the missing datagrams as (path seq, plaintext).
     fn decode(&mut self, at: usize, seqs: &[u16], missing: &[usize]) -> Vec<(u16, Vec<u8>)> {
         let p = &self.pending[at];
-        let (k, m, shard_len) = (
-            usize::from(p.originals),
-            usize::from(p.repairs),
-            p.shard_len,
-        );
+        let per = if p.halves { 2 } else { 1 };
+        let (k, m) = (usize::from(p.originals) * per, usize::from(p.repairs));
+        let record_len = p.shard_len * per;
         let mut originals = Vec::with_capacity(k);
         for (i, &s) in seqs.iter().enumerate() {
             if let Some(d) = self.stored(s) {
-                if d.len() + 2 > shard_len {
+                if d.len() + 2 > record_len {
                     self.stats.inconsistent += 1;
                     return Vec::new();
                 }
-                originals.push((i, record(d, shard_len)));
+                let r = record(d, record_len);
+                for (h, part) in r.chunks(p.shard_len).enumerate() {
+                    originals.push((i * per + h, part.to_vec()));
+                }
             }
         }
         let recovery = p.shards.iter().map(|(i, s)| (*i, s));
@@ -394,12 +436,16 @@ impl BlockDecoder {
         };
         let mut out = Vec::with_capacity(missing.len());
         for &i in missing {
-            let Some(r) = restored.get(&i) else {
-                self.stats.inconsistent += 1;
-                continue;
-            };
-            let len = usize::from(u16::from_be_bytes([r[0], r[1]]));
-            match r.get(2..2 + len) {
+            let mut r = Vec::with_capacity(record_len);
+            for h in 0..per {
+                if let Some(part) = restored.get(&(i * per + h)) {
+                    r.extend_from_slice(part);
+                }
+            }
+            let len = r
+                .first_chunk::<2>()
+                .map_or(usize::MAX, |b| usize::from(u16::from_be_bytes(*b)));
+            match (r.len() == record_len).then(|| r.get(2..2 + len)).flatten() {
                 Some(d) => out.push((seqs[i], d.to_vec())),
                 None => self.stats.inconsistent += 1,
             }

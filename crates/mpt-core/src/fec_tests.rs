@@ -132,6 +132,7 @@ fn a_shard_too_short_for_what_was_stored_is_counted_not_trusted() {
         originals: 2,
         repairs: 1,
         index: 0,
+        halves: false,
         shard: &shard,
     };
     assert!(d.on_repair(&body).is_empty());
@@ -149,6 +150,7 @@ fn the_decoder_holds_a_bounded_number_of_blocks_whatever_arrives() {
             originals: 64,
             repairs: 16,
             index: (first % 16) as u8,
+            halves: false,
             shard: &shard,
         };
         assert!(d.on_repair(&body).is_empty());
@@ -168,6 +170,7 @@ fn repairs_that_disagree_on_the_block_shape_are_counted_not_trusted() {
         originals: 2,
         repairs: 1,
         index: 0,
+        halves: false,
         shard: &shard,
     };
     // The first says one repair, the next says three and is index 2.
@@ -177,4 +180,71 @@ fn repairs_that_disagree_on_the_block_shape_are_counted_not_trusted() {
     let _ = d.on_repair(&body);
     let s = d.stats();
     assert_eq!(s.repairs, 2);
+}
+
+#[test]
+fn repairs_by_loss_follow_the_expected_losses_with_a_margin() {
+    // λ = k p; λ + 3 √λ rounded up, at least one, at most the wire's 16.
+    assert_eq!(repairs_for(32, 0.0), 1);
+    assert_eq!(repairs_for(32, 0.005), 2, "λ 0.16: 0.16 + 1.2");
+    assert_eq!(repairs_for(32, 0.01), 3, "λ 0.32: 0.32 + 1.7");
+    assert_eq!(repairs_for(32, 0.024), 4, "λ 0.77: 0.77 + 2.6");
+    assert_eq!(repairs_for(8, 0.024), 2, "a block closed by age is smaller");
+    assert_eq!(repairs_for(64, 1.0), REPAIR_SHARDS_MAX);
+    assert_eq!(repairs_for(32, f64::NAN), 1, "no estimate is no loss");
+}
+
+#[test]
+fn by_loss_a_clean_path_is_not_covered_and_a_lossy_one_is() {
+    let mut e = BlockEncoder::new(32, Repairs::ByLoss);
+    assert!(!e.covers(), "no loss measured yet");
+    e.set_loss(FEC_LOSS_MIN / 2.0);
+    assert!(!e.covers());
+    e.set_loss(0.02);
+    assert!(e.covers());
+    for i in 0..31u16 {
+        assert!(e.on_sent(0, i, &datagram(i.into())).is_none());
+    }
+    // The loss fell meanwhile: the open block is still finished.
+    e.set_loss(0.0);
+    assert!(e.covers(), "a block is open");
+    let set = e.on_sent(0, 31, &datagram(31)).expect("the 32nd closes it");
+    assert_eq!(set.shards.len(), 1, "sized by the loss at its close");
+    assert!(!e.covers());
+    assert_eq!(e.opened_at(), None);
+}
+
+#[test]
+fn records_longer_than_a_repair_s_room_enter_the_code_as_halves() {
+    // Datagrams of 40-1440 bytes; a repair has room for 800 bytes of
+    // shard: each packet is two originals, each repair half a record.
+    let mut e = BlockEncoder::new(8, Repairs::Fixed(2));
+    e.set_shard_max(800);
+    let sent: Vec<(u16, Vec<u8>)> = (0..8).map(|i| (i as u16, datagram(i * 30))).collect();
+    let longest = sent.iter().map(|s| s.1.len()).max().unwrap();
+    assert!(longest + 2 > 800);
+    let mut sets = vec![];
+    for (seq, d) in &sent {
+        sets.extend(e.on_sent(0, *seq, d));
+    }
+    assert_eq!(sets.len(), 1);
+    let set = &sets[0];
+    assert!(set.halves);
+    assert_eq!(
+        (set.originals, set.shards.len()),
+        (8, 4),
+        "two per repair asked"
+    );
+    assert!(set
+        .shards
+        .iter()
+        .all(|s| s.len() <= 800 && s.len() % 2 == 0));
+    // Two losses (four erasures) are rebuilt exactly from the four halves.
+    let (d, rebuilt) = receive(&sent, &sets, &[2, 5]);
+    assert_eq!(rebuilt, vec![sent[2].1.clone(), sent[5].1.clone()]);
+    assert_eq!(d.stats().inconsistent, 0);
+    // Three losses are more than the repairs: nothing, counted.
+    let (d, rebuilt) = receive(&sent, &sets, &[1, 2, 5]);
+    assert!(rebuilt.is_empty());
+    assert_eq!(d.stats().unrecoverable, 1);
 }

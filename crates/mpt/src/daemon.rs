@@ -110,18 +110,19 @@ pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig
         mss_clamp: (cfg.tunnel.mss_clamp && cfg.tunnel.mtu > cfg.tunnel.datagram_body).then(|| {
             mpt_core::mss::MssClamp::new(&cfg.tunnel.addresses, cfg.tunnel.datagram_body as usize)
         }),
-        // Forward error correction: `MPT_FEC=k,m` (experimental, both
-        // peers; no configuration key yet).
-        fec: std::env::var("MPT_FEC").ok().and_then(|v| {
-            let (k, m) = v.split_once(',')?;
-            let m = match m.trim() {
-                "loss" => mpt_core::fec::Repairs::ByLoss,
-                m => mpt_core::fec::Repairs::Fixed(m.parse().ok()?),
-            };
-            Some((k.trim().parse().ok()?, m))
-        }),
+        // Forward error correction (`[reorder] fec`): blocks of up to
+        // FEC_BLOCK_PACKETS, repairs by each path's random loss.
+        fec: cfg
+            .reorder
+            .fec
+            .then_some((FEC_BLOCK_PACKETS, mpt_core::fec::Repairs::ByLoss)),
     }
 }
+
+/// Data packets per FEC block (tuning knob: 32 datagrams are 2.5 ms of a
+/// 150 Mbit/s path; a block that fills more slowly closes by age,
+/// `mpt_core::tunnel` `FEC_BLOCK_AGE_NS`).
+pub const FEC_BLOCK_PACKETS: usize = 32;
 
 /// Run the daemon until SIGINT/SIGTERM.
 pub fn run(cfg: Config) -> io::Result<()> {

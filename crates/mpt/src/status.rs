@@ -390,6 +390,9 @@ pub fn render_doc(d: &TunnelDoc) -> String {
             r.ring_keep_ms,
         );
     }
+    if let Some(f) = &t.fec {
+        let _ = writeln!(o, "{}", fec_line(f));
+    }
     if let Some(w) = &d.workers {
         let _ = writeln!(
             o,
@@ -553,6 +556,22 @@ fn fragments_line(t: &TunnelStatus) -> String {
         f.reassembled,
         bytes(f.held_bytes as u64),
         bytes(f.held_bytes_max as u64),
+    )
+}
+
+/// The `fec:` line: what forward error correction sent and rebuilt.
+fn fec_line(f: &mpt_core::tunnel::FecStats) -> String {
+    format!(
+        "fec: sent {} repairs for {} blocks; received {}, rebuilt {} packets ({} blocks lost more than their repairs, {} repairs inconsistent); {} losses waited for repairs, {} of them rebuilt in time, {} asked for after",
+        f.repairs_sent,
+        f.blocks,
+        f.repairs_received,
+        f.rebuilt,
+        f.unrecoverable,
+        f.inconsistent,
+        f.losses_deferred,
+        f.nacks_saved,
+        f.nacks_after_wait,
     )
 }
 

@@ -33,3 +33,16 @@ fn one_way_delay_is_absolute_only_when_the_clocks_are_consistent() {
     assert!(owd_note(&path(off.clone())).contains("RTT/2 = 10.000 ms"));
     assert_eq!(owd_note(&path(json!({}))), "no samples yet");
 }
+
+#[test]
+fn the_fec_line_says_what_was_rebuilt_and_what_was_asked_for() {
+    let f: mpt_core::tunnel::FecStats = serde_json::from_value(json!({
+        "blocks": 10, "repairs_sent": 30, "repairs_received": 28, "rebuilt": 5,
+        "unrecoverable": 1, "losses_deferred": 7, "nacks_saved": 5, "nacks_after_wait": 2
+    }))
+    .unwrap();
+    assert_eq!(
+        fec_line(&f),
+        "fec: sent 30 repairs for 10 blocks; received 28, rebuilt 5 packets (1 blocks lost more than their repairs, 0 repairs inconsistent); 7 losses waited for repairs, 5 of them rebuilt in time, 2 asked for after"
+    );
+}

@@ -46,10 +46,6 @@ pub const FEC_NACK_DEFER_NS: Nanos = 16 * NANOS_PER_MS;
 /// sending repairs, its path no longer lossy, stops costing the wait).
 pub const FEC_RX_FRESH_NS: Nanos = 100 * NANOS_PER_MS;
 
-/// Bytes a repair packet carries beyond the largest datagram body it
-/// covers: its own body header and a record's length, type, class and
-/// tunnel sequence number.
-pub(super) const REPAIR_OVERHEAD: usize = wire::REPAIR_HEADER_LEN + 2 + COMPACT_HEADER_LEN;
 /// What of a covered datagram's header its record keeps: type, class and
 /// tunnel sequence number (the rest is the repair's, or not needed).
 const COMPACT_HEADER_LEN: usize = 6;
@@ -148,7 +144,10 @@ impl Fec {
     pub fn deadline(&self) -> Option<Nanos> {
         let open = self.tx.iter().filter_map(|e| e.opened_at()).min();
         let ask = self.deferred.front().map(|d| d.3);
-        open.map(|t| t + FEC_BLOCK_AGE_NS).into_iter().chain(ask).min()
+        open.map(|t| t + FEC_BLOCK_AGE_NS)
+            .into_iter()
+            .chain(ask)
+            .min()
     }
 
     /// Close blocks at their age; the deferred losses due at `now` that
@@ -210,6 +209,7 @@ impl Tunnel {
         let loss = self.paths[usize::from(path)].sender.random_loss_rate();
         let e = &mut f.tx[usize::from(path)];
         e.set_loss(loss);
+        e.set_shard_max(self.frag.body_max.saturating_sub(wire::REPAIR_HEADER_LEN));
         if !e.covers() {
             return;
         }
@@ -308,5 +308,50 @@ impl Tunnel {
     /// FEC's counters (`None`: off).
     pub fn fec_stats(&self) -> Option<FecStats> {
         self.fec.as_ref().map(Fec::stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deferred_loss_is_asked_for_only_if_its_repairs_did_not_rebuild_it() {
+        let mut f = Fec::new(2, 32, Repairs::ByLoss);
+        assert!(!f.defers(0, 1), "no repair has arrived on the path");
+        f.rx_last[1] = Some(1_000);
+        assert!(f.defers(1_000 + FEC_RX_FRESH_NS - 1, 1));
+        assert!(!f.defers(1_000 + FEC_RX_FRESH_NS, 1), "repairs stopped");
+        // Path sequences 7 and 8 lost on our path 1 (the peer's 3); 7 is
+        // rebuilt (stored) before the wait ends, 8 is not.
+        assert!(f.defer(2_000, 3, 1, 7));
+        assert!(f.defer(2_000, 3, 1, 8));
+        f.rx[1].on_received(7, b"rebuilt");
+        assert_eq!(f.deadline(), Some(2_000 + FEC_NACK_DEFER_NS));
+        assert!(f.on_timeout(2_000 + FEC_NACK_DEFER_NS - 1).is_empty());
+        assert_eq!(f.on_timeout(2_000 + FEC_NACK_DEFER_NS), vec![(3, 8)]);
+        let s = f.stats();
+        assert_eq!(
+            (s.losses_deferred, s.nacks_saved, s.nacks_after_wait),
+            (2, 1, 1)
+        );
+        assert_eq!(f.deadline(), None);
+    }
+
+    #[test]
+    fn deferred_losses_are_bounded_and_an_open_block_closes_by_age() {
+        let mut f = Fec::new(1, 32, Repairs::Fixed(2));
+        let max = super::super::recovery::MAX_PENDING;
+        for s in 0..max {
+            assert!(f.defer(0, 0, 0, s as u16));
+        }
+        assert!(!f.defer(0, 0, 0, 0), "full: asked for at once");
+        let mut f = Fec::new(1, 32, Repairs::Fixed(2));
+        assert!(f.tx[0].on_sent(500, 0, b"one").is_none());
+        assert_eq!(f.deadline(), Some(500 + FEC_BLOCK_AGE_NS));
+        assert!(f.on_timeout(500 + FEC_BLOCK_AGE_NS).is_empty());
+        assert_eq!(f.out.len(), 1, "the block's repairs wait to leave");
+        assert_eq!(f.stats().blocks, 1);
+        assert_eq!(f.deadline(), None);
     }
 }

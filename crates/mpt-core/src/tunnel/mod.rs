@@ -306,20 +306,10 @@ impl Tunnel {
             reorder: ReorderBuffer::new(cfg.reorder_window, cfg.reorder_max_delay),
             mtu: cfg.mtu,
             frag: fragment::FragState::new(
-                // With FEC, a repair packet carries a record of the
-                // largest piece and its own header: the pieces are that
-                // much smaller, so that a repair fits the path's datagram.
-                cfg.datagram_body
-                    .unwrap_or(cfg.mtu)
-                    .saturating_sub(if cfg.fec.is_some() {
-                        fec::REPAIR_OVERHEAD
-                    } else {
-                        0
-                    })
-                    .clamp(
-                        wire::FRAGMENT_HEADER_LEN + 1,
-                        cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
-                    ),
+                cfg.datagram_body.unwrap_or(cfg.mtu).clamp(
+                    wire::FRAGMENT_HEADER_LEN + 1,
+                    cfg.mtu.max(wire::FRAGMENT_HEADER_LEN + 1),
+                ),
                 cfg.mss_clamp.clone(),
             ),
             ecn_in: ecn::EcnIn::default(),

@@ -10,13 +10,15 @@
 //!  10 originals       u8   the block's packets: the mask's population
 //!  11 repairs         u8   recovery shards of the block
 //!  12 index           u8   this shard's index, below `repairs`
-//!  13 reserved        u8   zero
+//!  13 halves          u8   1: each packet entered the code as two
+//!                          originals (its record's halves), so a
+//!                          shard is half a record; 0: whole records
 //!  14 shard length    u16  bytes of shard that follow; even
 //!  16 shard ...
 //! ```
 //!
 //! Invariants: [`RepairBody::parse`] checks the length once and every
-//! field's range (the mask's population is `originals`, at most
+//! field's range (`halves` 0 or 1; the mask's population is `originals`, at most
 //! [`REPAIR_ORIGINALS_MAX`]; `repairs` within 1..=[`REPAIR_SHARDS_MAX`],
 //! `index` below it; the shard even, non-empty, exactly the rest of the
 //! body, at most [`REPAIR_SHARD_MAX`]); it never allocates, and the view
@@ -42,6 +44,10 @@ pub struct RepairBody<'a> {
     pub originals: u8,
     pub repairs: u8,
     pub index: u8,
+    /// Each covered packet is two originals of the code, its record's
+    /// first and second half (so that a repair of full datagrams fits
+    /// one datagram).
+    pub halves: bool,
     pub shard: &'a [u8],
 }
 
@@ -59,7 +65,7 @@ impl<'a> RepairBody<'a> {
             && covered.count_ones() == u32::from(originals)
             && (1..=REPAIR_SHARDS_MAX).contains(&usize::from(repairs))
             && index < repairs
-            && b[13] == 0
+            && b[13] <= 1
             && shard_len > 0
             && shard_len.is_multiple_of(2)
             && shard_len <= REPAIR_SHARD_MAX
@@ -77,6 +83,7 @@ impl<'a> RepairBody<'a> {
             originals,
             repairs,
             index,
+            halves: b[13] == 1,
             shard,
         })
     }
@@ -101,7 +108,7 @@ impl<'a> RepairBody<'a> {
         out[10] = self.originals;
         out[11] = self.repairs;
         out[12] = self.index;
-        out[13] = 0;
+        out[13] = u8::from(self.halves);
         out[14..16].copy_from_slice(&shard_len.to_be_bytes());
         out[REPAIR_HEADER_LEN..].copy_from_slice(self.shard);
         Some(len)
@@ -117,7 +124,7 @@ mod tests {
     const VECTOR: [u8; 20] = [
         0x01, 0x02, // first path seq
         0, 0, 0, 0, 0, 0, 0, 0b1011, // covered
-        3, 2, 1, 0, // originals, repairs, index, reserved
+        3, 2, 1, 0, // originals, repairs, index, halves
         0, 4, // shard length
         0xde, 0xad, 0xbe, 0xef,
     ];
@@ -133,6 +140,13 @@ mod tests {
         assert_eq!(r.write(&mut out), Some(VECTOR.len()));
         assert_eq!(&out[..VECTOR.len()], &VECTOR);
         assert_eq!(r.write(&mut out[..19]), None, "too short");
+        assert!(!r.halves);
+        let mut halved = VECTOR;
+        halved[13] = 1;
+        let h = RepairBody::parse(&halved).unwrap();
+        assert!(h.halves, "each packet two originals");
+        assert_eq!(h.write(&mut out), Some(halved.len()));
+        assert_eq!(&out[..halved.len()], &halved);
     }
 
     #[test]
@@ -147,7 +161,7 @@ mod tests {
         assert_eq!(bad(11, 0), Err(WireError::BadRepair), "no repairs");
         assert_eq!(bad(11, 17), Err(WireError::BadRepair), "too many repairs");
         assert_eq!(bad(12, 2), Err(WireError::BadRepair), "index past repairs");
-        assert_eq!(bad(13, 1), Err(WireError::BadRepair), "reserved");
+        assert_eq!(bad(13, 2), Err(WireError::BadRepair), "halves");
         assert_eq!(
             bad(15, 6),
             Err(WireError::Truncated),

@@ -4,6 +4,8 @@
 //!
 //! Invariants: everything is virtual time; a seed fixes every draw.
 
+use mpt_core::fec::Repairs;
+
 use super::tcp::{offer_packet, tcp_flow};
 use super::*;
 
@@ -44,15 +46,20 @@ pub fn tcp_goodput_seeded(links: Vec<Link>, ack_ms: u64, secs: u64, seed: u64) -
                 c.mtu = 1500;
                 c.reorder_window = 4096;
                 c.reorder_max_delay = 100 * MS;
-                // SIM_FEC="k,m": forward error correction (a bench knob).
-                c.fec = std::env::var("SIM_FEC").ok().and_then(|v| {
-                    let (k, m) = v.split_once(',')?;
-                    let m = match m {
-                        "loss" => mpt_core::fec::Repairs::ByLoss,
-                        m => mpt_core::fec::Repairs::Fixed(m.parse().ok()?),
-                    };
-                    Some((k.parse().ok()?, m))
-                });
+                // Forward error correction as the daemon has it (blocks of
+                // 32, repairs by the path's loss); SIM_FEC="k,m" (m a
+                // number or "loss") or "off" changes it (a bench knob).
+                c.fec = match std::env::var("SIM_FEC").ok().as_deref() {
+                    None => Some((32, Repairs::ByLoss)),
+                    Some("off") => None,
+                    Some(v) => v.split_once(',').and_then(|(k, m)| {
+                        let m = match m {
+                            "loss" => Repairs::ByLoss,
+                            m => Repairs::Fixed(m.parse().ok()?),
+                        };
+                        Some((k.parse().ok()?, m))
+                    }),
+                };
             })
             .tunnel()
     };
