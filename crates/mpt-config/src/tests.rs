@@ -110,6 +110,7 @@ fn defaults_are_filled_in() {
             max_delay_ms: 100,
             release: Release::Frontier,
             recover: true,
+            fec: true,
         }
     );
     assert_eq!(c.share, Share::Bytes);

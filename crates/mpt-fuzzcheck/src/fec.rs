@@ -7,7 +7,8 @@ use mpt_core::wire::RepairBody;
 /// Fuzz the repair-body parser and the decoder: no input may panic, an
 /// accepted body re-encodes to the same bytes, and a decoder fed the
 /// input's repairs (the input cut in two: datagrams it holds, then repair
-/// bodies) rebuilds only datagrams whose record fits the shard, and holds
+/// bodies) rebuilds only datagrams whose record fits the shard (two with
+/// halves), and holds
 /// a bounded number of blocks.
 pub fn fec_repair(data: &[u8]) {
     if let Ok(r) = RepairBody::parse(data) {
@@ -30,7 +31,9 @@ pub fn fec_repair(data: &[u8]) {
         let (body, next) = tail.split_at(usize::from(len).min(tail.len()));
         if let Ok(r) = RepairBody::parse(body) {
             for rebuilt in d.on_repair(&r) {
-                assert!(rebuilt.len() + 2 <= r.shard.len());
+                // A record is one shard, or two with halves.
+                let per = if r.halves { 2 } else { 1 };
+                assert!(rebuilt.len() + 2 <= r.shard.len() * per);
             }
         }
         at = next;

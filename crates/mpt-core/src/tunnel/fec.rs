@@ -263,9 +263,8 @@ impl Tunnel {
         f.rx_last[p] = Some(now);
         let rebuilt = f.rx[p].on_repair(&r);
         for c in rebuilt {
-            let Some((&[ty, class, a, b, c2, d], body)) = c
-                .split_first_chunk::<COMPACT_HEADER_LEN>()
-                .map(|(h, b)| (h, b))
+            let Some((&[ty, class, a, b, c2, d], body)) =
+                c.split_first_chunk::<COMPACT_HEADER_LEN>()
             else {
                 self.drops.add(DropReason::BadRepair);
                 continue;
