@@ -556,7 +556,7 @@ impl Tunnel {
                 .and_then(recovery::Recovery::deadline)
                 .into_iter()
                 .chain(self.resend_deadline(now))
-                .chain(self.fec.as_ref().and_then(fec::Fec::deadline))
+                .chain(self.fec_deadline(now))
                 .min(),
             self.validation_deadline(),
             self.removal_deadline(),

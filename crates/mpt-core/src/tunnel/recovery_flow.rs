@@ -199,7 +199,7 @@ impl Tunnel {
     /// Whether `path`'s pacer lets a datagram leave now (always, when
     /// sending is not paced). Resends and their copies ask this; data
     /// asks with its queues in mind (`send.rs`).
-    fn pacing_allows(&mut self, path: PathId, now: Nanos) -> bool {
+    pub(in crate::tunnel) fn pacing_allows(&mut self, path: PathId, now: Nanos) -> bool {
         if !self.paced {
             return true;
         }
