@@ -19,7 +19,8 @@
 //!   order the wire needs it: the rest of a packet cut into pieces,
 //!   control packets (handshakes, probes, echoes, reports, recovery), and
 //!   packets that waited for their path (`output.rs`);
-//! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers;
+//! * [`Tunnel::poll_timeout`] / [`Tunnel::handle_timeout`] — timers
+//!   (`timers.rs`);
 //! * [`Tunnel::poll_event`] — events for the log (path up/down, sessions,
 //!   address changes).
 //!
@@ -56,6 +57,7 @@ pub use qos::FILL_MARGIN_NS;
 pub use send::{Burst, STAGED_MAX_PACKETS};
 mod split;
 mod status;
+mod timers;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -533,56 +535,6 @@ impl Tunnel {
     /// [`Tunnel::deliver`] of what the reorder buffer releases alone.
     pub fn deliver_ready(&mut self, write: impl FnMut(&[u8]) -> Result<(), DropReason>) -> usize {
         self.deliver(None, write)
-    }
-
-    /// Earliest time at which [`Tunnel::handle_timeout`] has work.
-    pub fn poll_timeout(&mut self) -> Option<Nanos> {
-        self.timer_deadlines().into_iter().flatten().min()
-    }
-
-    /// Each timer's deadline: the send queue, reorder buffer, release
-    /// policy, liveness, handshake, loss recovery, path validation and
-    /// path removal (diagnostics: which timer is due).
-    pub fn timer_deadlines(&mut self) -> [Option<Nanos>; 8] {
-        let now = self.timers_ran_at.unwrap_or(0);
-        [
-            self.queue_deadline(now),
-            self.reorder.poll_timeout(),
-            self.release_deadline(),
-            self.liveness_deadline(),
-            self.crypto.as_ref().and_then(CryptoState::poll_timeout),
-            self.recovery
-                .as_ref()
-                .and_then(recovery::Recovery::deadline)
-                .into_iter()
-                .chain(self.resend_deadline(now))
-                .chain(self.fec_deadline(now))
-                .min(),
-            self.validation_deadline(),
-            self.removal_deadline(),
-        ]
-    }
-
-    /// Run timers that are due at `now`.
-    pub fn handle_timeout(&mut self, now: Nanos) {
-        self.finish_removals(now);
-        self.liveness_timers(now);
-        self.update_qos_paths();
-        self.update_late_bounds(now);
-        self.reorder.handle_timeout(now);
-        self.fec_timeout(now);
-        if let Some(c) = self.crypto.as_mut() {
-            c.handle_timeout(now);
-        }
-        let recovery_due = self
-            .recovery
-            .as_ref()
-            .and_then(recovery::Recovery::deadline)
-            .is_some_and(|d| d <= now);
-        if recovery_due || self.release_deadline().is_some_and(|d| d <= now) {
-            self.apply_policy(now);
-        }
-        self.timers_ran_at = Some(now);
     }
 
     /// Next event for the log.
