@@ -78,7 +78,8 @@ fn sweep_cases() {
     println!("mean share {:.1} %", 100.0 * mean);
 }
 
-/// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss;..."), the
+/// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss[,queue_ms];..."; the
+/// buffer is 50 ms unless given, the lab sweep's is 20), the
 /// TCP-like flow's share with three seeds (a bench, as `sweep_cases`).
 #[test]
 #[ignore]
@@ -93,10 +94,15 @@ fn one_case() {
                 .split(',')
                 .map(|x| x.trim().parse().expect("SIM_CASE: numbers only"))
                 .collect();
-            let [rate, delay_ms, sd_ms, loss] = v[..] else {
-                panic!("SIM_CASE: each link is rate,delay_ms,sd_ms,loss; got {l:?}");
+            let (&[rate, delay_ms, sd_ms, loss], queue) = (v.get(..4).unwrap_or(&[]), v.get(4))
+            else {
+                panic!("SIM_CASE: each link is rate,delay_ms,sd_ms,loss[,queue_ms]; got {l:?}");
             };
-            sweep_link(rate, delay_ms, sd_ms, loss)
+            let mut link = sweep_link(rate, delay_ms, sd_ms, loss);
+            if let Some(q) = queue {
+                link.queue_ns = (q * MS as f64) as Nanos;
+            }
+            link
         })
         .collect();
     let sum: f64 = links.iter().map(|l| l.rate_mbit).sum();

@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::*;
-use crate::fec::{BlockDecoder, BlockEncoder, RepairSet, Repairs};
+use crate::fec::{BlockDecoder, BlockEncoder, RepairSet, Repairs, FEC_LOSS_MIN};
 use crate::wire::RepairBody;
 use crate::NANOS_PER_MS;
 
@@ -253,9 +253,13 @@ impl Tunnel {
         };
         f.grow(n);
         let p = usize::from(path);
-        let hold = hold_ns(&self.paths[p], self.frag.body_max + HEADER_LEN);
-        f.worth[p] = repairs_worth(f.worth[p], hold);
         let loss = self.paths[p].sender.random_loss_rate();
+        // A clean path (the common case) skips the hold's arithmetic.
+        f.worth[p] = loss >= FEC_LOSS_MIN
+            && repairs_worth(
+                f.worth[p],
+                hold_ns(&self.paths[p], self.frag.body_max + HEADER_LEN),
+            );
         let e = &mut f.tx[p];
         e.set_loss(if f.worth[p] { loss } else { 0.0 });
         e.set_shard_max(self.frag.body_max.saturating_sub(wire::REPAIR_HEADER_LEN));
