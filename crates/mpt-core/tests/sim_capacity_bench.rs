@@ -80,7 +80,8 @@ fn sweep_cases() {
 
 /// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss[,queue_ms];..."; the
 /// buffer is 50 ms unless given, the lab sweep's is 20), the
-/// TCP-like flow's share with three seeds (a bench, as `sweep_cases`).
+/// TCP-like flow's share with three seeds (`SIM_SEEDS`: that many; a
+/// bench, as `sweep_cases`).
 #[test]
 #[ignore]
 fn one_case() {
@@ -106,7 +107,9 @@ fn one_case() {
         })
         .collect();
     let sum: f64 = links.iter().map(|l| l.rate_mbit).sum();
-    for seed in [11, 12, 13] {
+    let seeds: u64 =
+        std::env::var("SIM_SEEDS").map_or(3, |s| s.parse().expect("SIM_SEEDS: a count"));
+    for seed in 11..11 + seeds {
         let got = tcp_goodput_seeded(links.clone(), 10, 8, seed);
         println!("seed {seed}: {got:.1} Mbit/s = {:.1} %", 100.0 * got / sum);
     }
