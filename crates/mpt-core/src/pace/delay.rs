@@ -114,7 +114,14 @@
 //!   [`QUEUE_MEMORY_NS`] the bound is [`HEADROOM_QUEUED`] × the higher of
 //!   that delivery rate and the one measured when the queue stood while
 //!   the path was saturated (the capacity), with no floor at the initial
-//!   rate (before any such measurement, the floor stays): it has a bottleneck
+//!   rate (before any such measurement, the floor stays). A buffer
+//!   shallower than the target (a jittery path's target can exceed it)
+//!   never shows such a queue: there an overflow of ours on a path
+//!   without random loss ends the floor, and arms the same bound for
+//!   [`OVERFLOW_MEMORY_BOUND_NS`] while the path delivered
+//!   [`OVERFLOW_STEADY_SHARE`] of its recent highest rate (under the
+//!   floor an 8 Mbit/s path grew back to 27 Mbit/s within a second of its
+//!   start's overflow; `delay_bound.rs`). Either way it has a bottleneck
 //!   with a buffer, and what is paced above its capacity only fills that
 //!   buffer, where mpt's scheduler cannot see it (as waiting in mpt's own
 //!   queue it is seen, and sends the excess to the next path), and a
@@ -135,6 +142,8 @@
 use super::{RateControl, RateSample};
 use crate::estimate::Windowed;
 use crate::Nanos;
+#[path = "delay_bound.rs"]
+mod bound;
 #[path = "delay_dips.rs"]
 mod dips;
 #[path = "delay_judge.rs"]
@@ -181,6 +190,9 @@ pub struct TargetDelay {
     /// measured then (a saturated bottleneck's: its capacity).
     queued_at: Option<Nanos>,
     queued_capacity: u64,
+    /// When packets of ours were last lost at a full buffer: the rate is
+    /// bounded as after a standing queue for [`OVERFLOW_MEMORY_BOUND_NS`].
+    overflowed_at: Option<Nanos>,
     /// The delivery rates measured with a standing queue, smoothed: the
     /// capacity, unbiased (one sample pair over 30 ms reads a burst as
     /// several percent more).
@@ -244,6 +256,7 @@ impl Default for TargetDelay {
             smoothed_bps: INITIAL_RATE_BPS,
             queued_at: None,
             queued_capacity: 0,
+            overflowed_at: None,
             queued_smoothed: 0,
             realtime_ceiling: 0,
             draining: false,
@@ -386,6 +399,7 @@ impl RateControl for TargetDelay {
                 self.rate = self.rate.min(self.start_exit(now));
             }
             self.loss_cut_at = Some(now);
+            self.note_overflow(now, q, target, capacity);
             self.note_cut(now);
             // Losses at a full buffer: the cut drains it, and ends with it.
             if q > target {
@@ -502,30 +516,7 @@ impl RateControl for TargetDelay {
                 };
             }
         }
-        let shown = self.delivered_max.get(now).unwrap_or(0) as f64;
-        let wide = ((shown * HEADROOM) as u64).max(self.floor_bps);
-        let bound = match self.queued_at {
-            Some(t) if now < t + QUEUE_MEMORY_NS && self.queued_capacity > 0 => {
-                (shown.max(self.queued_capacity as f64) * HEADROOM_QUEUED) as u64
-            }
-            Some(t) if now < t + QUEUE_MEMORY_NS => {
-                ((shown * HEADROOM_QUEUED) as u64).max(self.floor_bps)
-            }
-            _ => wide,
-        };
-        // While real-time packets flow, stay below the capacity measured
-        // when a queue stood (it only rises meanwhile: pacing below it, the
-        // deliveries measured would pull it down step by step).
-        let bound = if s.realtime {
-            self.realtime_ceiling = self.realtime_ceiling.max(self.queued_smoothed);
-            match self.realtime_ceiling {
-                0 => bound,
-                c => bound.min((c as f64 * REALTIME_HEADROOM) as u64),
-            }
-        } else {
-            self.realtime_ceiling = 0;
-            bound
-        };
+        let bound = self.bound_bps(now, s.realtime);
         self.rate = self.rate.min(bound).max(MIN_RATE_BPS);
         self.smoothed_bps = (self.smoothed_bps as i64
             + (self.rate as i64 - self.smoothed_bps as i64) / SMOOTHING_DIV)

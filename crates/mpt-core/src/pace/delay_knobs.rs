@@ -97,6 +97,20 @@ pub const HEADROOM: f64 = 2.0;
 /// (tuning knobs).
 pub const HEADROOM_QUEUED: f64 = 1.1;
 pub const QUEUE_MEMORY_NS: Nanos = 10_000 * NANOS_PER_MS;
+/// How long an overflow of ours below the target bounds the rate as a
+/// standing queue does (tuning knob; `delay_bound.rs`): a wired path
+/// overflows again each time it grows past its capacity, which renews it.
+/// Kept for [`QUEUE_MEMORY_NS`] on every overflow, `two-lte` read 68.3 %
+/// against 71.0 (a radio link's losses come where its capacity fell, and
+/// it comes back).
+pub const OVERFLOW_MEMORY_BOUND_NS: Nanos = 1_000 * NANOS_PER_MS;
+/// An overflow arms that bound only while the path delivers at least
+/// this share of its highest delivery rate of the last [`BW_WINDOW_NS`]
+/// (tuning knob).
+pub const OVERFLOW_STEADY_SHARE: f64 = 0.8;
+/// ... and only on a path whose random loss reads below this (tuning
+/// knob): on a lossy one some random losses count as overflows.
+pub const OVERFLOW_CLEAN_LOSS: f64 = 0.003;
 /// Window of the delivery-rate maximum and of the queueing floor's
 /// refresh (tuning knobs).
 pub const BW_WINDOW_NS: Nanos = 2_000 * NANOS_PER_MS;

@@ -223,6 +223,56 @@ fn the_start_ends_at_what_the_path_delivered() {
     );
 }
 
+/// An 8 Mbit/s path of 60 ms whose jitter (4 ms between packets: a 30 ms
+/// target) exceeds its 20 ms buffer never shows a queue above its
+/// target: only its buffer's overflows, reported a round trip late, tell
+/// that it is sent too much. After each, the rate stays near what the
+/// path delivers for a while, and it is never again free to grow to the
+/// 50 Mbit/s it started at (it did, to 27 within a second in the
+/// simulation of seed 505's case 9, and overflowed again): over 9 s, 39
+/// small overflows losing 65 packets (under the floor: 108 and 1,828).
+#[test]
+fn a_path_that_overflowed_its_buffer_stays_near_its_delivery_rate() {
+    let mut c = TargetDelay::default();
+    let rtt = 60 * MS;
+    let (link_bps, buffer_bits) = (8e6, 8e6 * 0.020);
+    let mut now = 0;
+    let mut backlog = 0.0f64;
+    let mut reports = std::collections::VecDeque::new();
+    let (mut lost_total, mut overflows) = (0u64, 0u64);
+    for i in 0..300u64 {
+        // What the pacer sends over 30 ms against what the link carries.
+        let rate = c.pacing_rate_bps(now).unwrap() as f64;
+        backlog = (backlog + (rate - link_bps) * 0.030).max(0.0);
+        let lost = if backlog > buffer_bits {
+            let packets = ((backlog - buffer_bits) / 12_000.0).ceil() as u64;
+            backlog = buffer_bits;
+            packets
+        } else {
+            0
+        };
+        if i >= 30 {
+            lost_total += lost;
+            overflows += u64::from(lost > 0);
+        }
+        let q_ms = (backlog / link_bps * 1_000.0) as u64 + i % 3 * 2;
+        // Reported two samples (a round trip) later.
+        reports.push_back(RateSample {
+            jitter_ns: Some(4 * MS),
+            congestion_lost: lost,
+            ..sample(8, q_ms, 0, true)
+        });
+        now += 30 * MS;
+        if reports.len() > 2 {
+            c.on_sample(now, &reports.pop_front().unwrap(), Some(rtt));
+        }
+    }
+    assert!(
+        overflows <= 60 && lost_total <= 200,
+        "{overflows} overflows, {lost_total} packets lost in 9 s"
+    );
+}
+
 /// A radio link's queueing target follows the depth at which its buffer
 /// overflowed, in bytes at the path's rate: 40 ms before any overflow;
 /// after one at a 20 ms queue of 20 Mbit/s (50 KB), 0.7 of what those
@@ -304,4 +354,49 @@ fn a_lossy_links_full_buffer_still_cuts() {
         c.on_sample(now, &s, Some(RTT));
     }
     assert!(c.cuts() > cuts, "no cut for a tenth of the packets lost");
+}
+
+/// An overflow with the queue above the target is the standing queue's
+/// case, not the shallow buffer's: the start's floor stays and the
+/// overflow arms nothing (a radio link's losses come where its capacity
+/// fell, and `two-lte` read lower when they bounded its rate).
+#[test]
+fn an_overflow_above_the_target_leaves_the_floor() {
+    let mut c = TargetDelay::default();
+    let floor = c.floor_bps;
+    let mut now = 0;
+    for _ in 0..5 {
+        now += 30 * MS;
+        c.on_sample(now, &sample(20, 0, 0, true), Some(RTT));
+    }
+    now += 30 * MS;
+    let lost = RateSample {
+        congestion_lost: 3,
+        ..sample(20, 40, 5, true)
+    };
+    c.on_sample(now, &lost, Some(RTT));
+    assert_eq!(c.cuts, 1, "the overflow cut the rate");
+    assert_eq!(c.floor_bps, floor);
+    assert!(c.overflowed_at.is_none());
+    // Below the target (a 4 ms jitter: a 30 ms one), the same loss ends
+    // the floor and arms the bound.
+    let mut c = TargetDelay::default();
+    let mut now = 0;
+    let jittery = |q| RateSample {
+        jitter_ns: Some(4 * MS),
+        ..sample(20, q, 0, true)
+    };
+    for _ in 0..5 {
+        now += 30 * MS;
+        c.on_sample(now, &jittery(0), Some(RTT));
+    }
+    now += 30 * MS;
+    let lost = RateSample {
+        congestion_lost: 3,
+        ..jittery(16)
+    };
+    c.on_sample(now, &lost, Some(RTT));
+    assert_eq!(c.cuts, 1, "the overflow cut the rate");
+    assert_eq!(c.floor_bps, MIN_RATE_BPS);
+    assert!(c.overflowed_at.is_some());
 }
