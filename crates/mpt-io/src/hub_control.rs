@@ -21,6 +21,14 @@ use crate::seam::Clock;
 use crate::shards::{self, Op};
 use mpt_control::status::{ConcentratorDoc, IoDoc, ShardDoc, ShardPart};
 
+/// A typed answer as the control socket's JSON, or its refusal.
+fn typed<T: serde::Serialize>(r: Result<T, String>) -> Value {
+    match r {
+        Ok(a) => serde_json::to_value(a).unwrap_or_default(),
+        Err(e) => mpt_control::error(e),
+    }
+}
+
 /// Parse `peer add`'s JSON into a peer and its routes.
 fn parse_peer(v: &Value) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
     let key = v
@@ -91,11 +99,11 @@ impl HubDriver {
                     None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
                 },
                 Ok(Request::PeerAdd { peer }) => match parse_peer(&peer) {
-                    Ok((cfg, routes)) => self.add(cfg, routes, &req.who),
+                    Ok((cfg, routes)) => typed(self.add(cfg, routes, &req.who)),
                     Err(e) => json!({ "error": e }),
                 },
                 Ok(Request::PeerRemove { peer }) => match self.find(&peer) {
-                    Some(id) => self.remove(id, &req.who),
+                    Some(id) => typed(self.remove(id, &req.who)),
                     None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
                 },
                 Ok(Request::Reload) => self.reload(&req.who),
@@ -132,7 +140,12 @@ impl HubDriver {
         }
     }
 
-    pub(super) fn add(&mut self, cfg: PeerConfig, routes: Vec<ipnet::IpNet>, who: &str) -> Value {
+    pub(super) fn add(
+        &mut self,
+        cfg: PeerConfig,
+        routes: Vec<ipnet::IpNet>,
+        who: &str,
+    ) -> Result<mpt_control::PeerAdded, String> {
         match self.hub.concentrator_mut().add_peer(cfg.clone()) {
             Ok(id) => {
                 if let Some(l) = self.link.as_mut() {
@@ -150,18 +163,21 @@ impl HubDriver {
                 }
                 self.routes[id as usize] = routes;
                 info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer added");
-                let added = mpt_control::PeerAdded {
+                Ok(mpt_control::PeerAdded {
                     ok: true,
                     id,
                     name: cfg.name.clone(),
-                };
-                serde_json::to_value(added).unwrap_or_default()
+                })
             }
-            Err(e) => json!({ "error": format!("peer {}: {e}", cfg.name) }),
+            Err(e) => Err(format!("peer {}: {e}", cfg.name)),
         }
     }
 
-    pub(super) fn remove(&mut self, id: PeerId, who: &str) -> Value {
+    pub(super) fn remove(
+        &mut self,
+        id: PeerId,
+        who: &str,
+    ) -> Result<mpt_control::PeerRemoved, String> {
         match self.hub.concentrator_mut().remove_peer(id) {
             Some(cfg) => {
                 let mut was_live = self.hub.forget(id);
@@ -183,13 +199,12 @@ impl HubDriver {
                     h.removed(&cfg, &routes);
                 }
                 info!(tunnel = %self.name, peer = %cfg.name, by = %who, "peer removed");
-                let removed = mpt_control::PeerRemoved {
+                Ok(mpt_control::PeerRemoved {
                     ok: true,
                     removed: cfg.name.clone(),
-                };
-                serde_json::to_value(removed).unwrap_or_default()
+                })
             }
-            None => json!({ "error": format!("no peer {id}") }),
+            None => Err(format!("no peer {id}")),
         }
     }
 
@@ -218,8 +233,8 @@ impl HubDriver {
         let mut removed = vec![];
         for (id, key) in &have {
             if !want.iter().any(|(w, _)| w.public_key.0 == *key) {
-                if let Some(v) = self.remove(*id, who).get("removed").and_then(Value::as_str) {
-                    removed.push(v.to_string());
+                if let Ok(r) = self.remove(*id, who) {
+                    removed.push(r.removed);
                 }
             }
         }
@@ -235,10 +250,9 @@ impl HubDriver {
                 }
                 continue;
             }
-            let r = self.add(cfg, routes, who);
-            match r.get("error") {
-                Some(e) => errors.push(e.as_str().unwrap_or("?").to_string()),
-                None => added.push(r["name"].as_str().unwrap_or("?").to_string()),
+            match self.add(cfg, routes, who) {
+                Ok(a) => added.push(a.name),
+                Err(e) => errors.push(e),
             }
         }
         for k in &needs_restart {
@@ -376,7 +390,7 @@ impl HubDriver {
             Some(l) if owner != 0 => l.ask(owner, op),
             _ => shards::answer(&mut self.hub, &op),
         };
-        if v.get("ok").is_some() {
+        if mpt_control::refusal(&v).is_none() {
             let peer = self
                 .hub
                 .concentrator()

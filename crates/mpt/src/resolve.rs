@@ -108,30 +108,23 @@ fn run(
         let Some(status) = ask(tx, wake, mpt_control::Request::Status) else {
             return;
         };
-        let paths = status
-            .get("paths")
-            .and_then(Value::as_array)
-            .cloned()
+        // A single tunnel's document; anything else (an error) lists no path.
+        let paths = mpt_control::answer::<mpt_control::status::TunnelDoc>(status)
+            .map(|d| d.tunnel.paths)
             .unwrap_or_default();
         let mut down_now = HashSet::new();
         for n in &named {
-            let Some(p) = paths
-                .iter()
-                .find(|p| p.get("name").and_then(Value::as_str) == Some(&n.path))
-            else {
+            let Some(p) = paths.iter().find(|p| p.name == n.path) else {
                 continue;
             };
-            if p.get("state").and_then(Value::as_str) == Some("up") {
+            if p.state == "up" {
                 continue;
             }
             down_now.insert(n.path.clone());
             if !down_before.contains(&n.path) {
                 continue;
             }
-            let current = p
-                .get("remote")
-                .and_then(Value::as_str)
-                .and_then(|r| r.parse().ok());
+            let current: Option<SocketAddr> = p.remote.parse().ok();
             let answer = n.host.to_socket_addrs().map(Iterator::collect::<Vec<_>>);
             let picked = match answer {
                 Ok(a) => mpt_config::pick_remote(n.local, &a)
@@ -146,7 +139,7 @@ fn run(
                         key: "remote".into(),
                         value: a.to_string(),
                     };
-                    let ok = ask(tx, wake, cmd).is_some_and(|v| v.get("ok").is_some());
+                    let ok = ask(tx, wake, cmd).is_some_and(|v| mpt_control::refusal(&v).is_none());
                     if ok {
                         info!(tunnel = %tunnel, path = %n.path, host = %n.host, old = %current.map_or_else(|| "-".to_string(), |c: SocketAddr| c.to_string()), new = %a, "path down: its remote's name resolved to a new address, which it uses from now on");
                     }
