@@ -467,3 +467,59 @@ fn a_call_does_not_wait_behind_a_large_packets_train() {
     println!("bulk {bulk_mbit:.1} Mbit/s of 20");
     assert!(bulk_mbit > 17.0, "{bulk_mbit}");
 }
+
+/// Most bytes a FIFO draining at `cap_mbit` holds when fed with what side
+/// 0 sent on `link` from `from_ns` on.
+fn peak_backlog(r: &Run, link: usize, cap_mbit: f64, from_ns: Nanos) -> u64 {
+    let (mut busy_until, mut peak): (Nanos, u64) = (0, 0);
+    let ns_per_byte = 8.0 * 1_000.0 / cap_mbit;
+    for &(at, from, l, len, _) in &r.sim.departures {
+        if from != 0 || l != link {
+            continue;
+        }
+        let start = busy_until.max(at);
+        busy_until = start + (len as f64 * ns_per_byte) as Nanos;
+        if at >= from_ns {
+            peak = peak.max(((busy_until - at) as f64 / ns_per_byte) as u64);
+        }
+    }
+    peak
+}
+
+#[test]
+fn a_slow_paths_pieces_leave_at_its_pacing_rate() {
+    // Bulk in packets of eight datagrams on two paths paced at 4 Mbit/s
+    // (a concentrator client's pair): at that rate one packet's train
+    // takes 23 ms, half of a 50 ms bottleneck buffer; its pieces leave at
+    // the pacing rate instead, and a bottleneck a little faster than the
+    // pacing never holds more than a few datagrams.
+    let bulk = flow(5001, 0, 11_000, 30.0);
+    let side = |s: u8| {
+        TestConfig::new(s, 2)
+            .ecf()
+            .qos(QosConfig::standard())
+            .with(|c| {
+                c.mtu = 12_000;
+                c.datagram_body = Some(1_400);
+                for p in &mut c.paths {
+                    p.rate_cap_bps = Some(4_000_000);
+                }
+            })
+            .tunnel()
+    };
+    let mut r = Run::new(
+        links(&[(5, 0, 0.0), (30, 0, 0.0)]),
+        [side(0), side(1)],
+        vec![bulk],
+    );
+    r.until(0, 3_000 * MS, 1_000 * MS);
+    r.drain(3_000 * MS, 3_500 * MS);
+    for link in 0..2 {
+        let peak = peak_backlog(&r, link, 4.4, 1_000 * MS);
+        println!("link {link}: peak backlog {peak} bytes at 4.4 Mbit/s");
+        assert!(peak < 3 * 1_500, "link {link}: {peak}");
+    }
+    let bulk_mbit = r.out.packets(5001) as f64 * 11_000.0 * 8.0 / 2.0 / 1e6;
+    println!("bulk {bulk_mbit:.2} Mbit/s of 8");
+    assert!(bulk_mbit > 7.0, "{bulk_mbit}");
+}

@@ -20,7 +20,8 @@
 //! deep: what a full bucket lets out at once waits at the path's
 //! bottleneck in front of the next real-time packet (16 KiB is 4.4 ms at
 //! 30 Mbit/s), and the pieces of a large packet leave as budget allows
-//! rather than back to back (`tunnel/fragment.rs`).
+//! rather than back to back (`tunnel/fragment.rs`); so do they on a path
+//! slower than a train of the tunnel MTU in [`PIECE_TRAIN_MAX_NS`].
 //!
 //! Invariants:
 //! * the bucket never holds more than its depth, and `wait_ns` is the exact
@@ -87,6 +88,11 @@ pub const PROJECT_OWN_JITTERS: u64 = 3;
 pub const REALTIME_BURST_NS: Nanos = 2 * NANOS_PER_MS;
 /// Smallest such depth in bytes (tuning knob: two full-size datagrams).
 pub const REALTIME_BURST_MIN_BYTES: u64 = 3_000;
+/// Longest a packet's train of pieces may take at a path's pacing rate
+/// and still leave at once (tuning knob: on a slower path each piece waits
+/// for budget, as on a path with real-time packets; eight pieces take 23 ms
+/// at 4 Mbit/s, half of a 50 ms bottleneck buffer).
+pub const PIECE_TRAIN_MAX_NS: Nanos = 2 * NANOS_PER_MS;
 /// How long after its last real-time packet a path still counts as
 /// carrying real-time traffic (tuning knob: a few of a call's silences).
 pub const REALTIME_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -248,6 +254,16 @@ impl PathSender {
     /// [`REALTIME_HOLD_NS`] of `now`.
     pub fn carries_realtime(&self, now: Nanos) -> bool {
         now < self.realtime_until
+    }
+
+    /// Whether `bytes` leaving at once would take longer than
+    /// [`PIECE_TRAIN_MAX_NS`] at the rate in force (never on an unpaced
+    /// path).
+    pub fn train_too_long(&self, now: Nanos, bytes: usize) -> bool {
+        self.pacing_rate_bps(now).is_some_and(|r| {
+            u128::from(bytes as u64) * 8 * NANOS_PER_S
+                > u128::from(PIECE_TRAIN_MAX_NS) * u128::from(r.max(1))
+        })
     }
 
     /// Change the configured cap (`None`: no cap).

@@ -351,6 +351,18 @@ fn a_path_that_carries_real_time_packets_has_a_shallow_bucket() {
 }
 
 #[test]
+fn a_train_is_too_long_only_beyond_its_time_at_the_pacing_rate() {
+    // 4 Mbit/s: 1,000 bytes take 2 ms, PIECE_TRAIN_MAX_NS.
+    assert_eq!(PIECE_TRAIN_MAX_NS, 2_000_000);
+    let s = PathSender::new(Box::new(ProbeBw::default()), Some(4_000_000));
+    assert!(!s.train_too_long(0, 1_000));
+    assert!(s.train_too_long(0, 1_001));
+    assert!(s.train_too_long(0, 11_440), "eight pieces at 4 Mbit/s");
+    let fast = PathSender::new(Box::new(ProbeBw::default()), Some(100_000_000));
+    assert!(!fast.train_too_long(0, 11_440), "0.9 ms at 100 Mbit/s");
+}
+
+#[test]
 fn reports_out_of_order_or_too_close_make_no_sample() {
     let mut s = PathSender::new(Box::new(ProbeBw::default()), Some(5_000_000));
     let r = |bytes| ReportBody {

@@ -19,7 +19,8 @@
 //! no bytes of its own and the later pieces are cut from the copy (one
 //! copy of the packet per send instead of two: 3.7 % of the sender's
 //! cycles on one unshaped path), unless the path holds its pieces (for a
-//! real-time packet). Should the ring still let the copy go before the
+//! real-time packet, or on a slow path: they then leave at its pacing
+//! rate, `pieces_release_at`). Should the ring still let the copy go before the
 //! last piece left, the rest of the packet is dropped and counted
 //! (`fragment_incomplete`), as the receiver would count it.
 //!
@@ -210,14 +211,19 @@ impl Tunnel {
     /// When the pieces waiting for `path` may leave: `now`, except on a
     /// paced path that carries real-time packets, whose bottleneck would
     /// otherwise hold a whole packet's train (eight datagrams, 3 ms at 30
-    /// Mbit/s) in front of the next real-time packet: there, once the path
-    /// has budget, and never while a real-time packet waits for it (that
-    /// one leaves first; its own deadline wakes the loop).
+    /// Mbit/s) in front of the next real-time packet, and on a path so
+    /// slow that a train of the tunnel MTU takes longer than
+    /// [`crate::pace::PIECE_TRAIN_MAX_NS`] (23 ms at 4 Mbit/s, half of a
+    /// 50 ms bottleneck buffer, which the train would fill on top of the
+    /// queue the rate control keeps there): there, once the path has
+    /// budget, and never while a real-time packet waits for it (that one
+    /// leaves first; its own deadline wakes the loop).
     pub(super) fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
         let s = &self.paths[path as usize].sender;
-        if !self.paced || !s.carries_realtime(now) {
+        let realtime = s.carries_realtime(now);
+        if !self.paced || !(realtime || s.train_too_long(now, self.mtu)) {
             now
-        } else if self.queue.rt_len(path) > 0 {
+        } else if realtime && self.queue.rt_len(path) > 0 {
             Nanos::MAX
         } else {
             s.budget_at(now)
