@@ -45,6 +45,7 @@ use sent_marks::SentMarks;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
+use crate::estimate::Windowed;
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -88,11 +89,17 @@ pub const PROJECT_OWN_JITTERS: u64 = 3;
 pub const REALTIME_BURST_NS: Nanos = 2 * NANOS_PER_MS;
 /// Smallest such depth in bytes (tuning knob: two full-size datagrams).
 pub const REALTIME_BURST_MIN_BYTES: u64 = 3_000;
-/// Longest a packet's train of pieces may take at a path's pacing rate
-/// and still leave at once (tuning knob: on a slower path each piece waits
-/// for budget, as on a path with real-time packets; eight pieces take 23 ms
-/// at 4 Mbit/s, half of a 50 ms bottleneck buffer).
-pub const PIECE_TRAIN_MAX_NS: Nanos = 2 * NANOS_PER_MS;
+/// Longest a packet's train of pieces may take at the highest rate a path
+/// delivered lately and still leave at once (tuning knob: twice the
+/// bucket's depth in time, [`PACING_BURST_NS`], 11.4 Mbit/s at the default
+/// tunnel MTU; on a slower path each piece waits for budget, as on a path
+/// with real-time packets: eight pieces take 23 ms at 4 Mbit/s, half of a
+/// 50 ms bottleneck buffer).
+pub const PIECE_TRAIN_MAX_NS: Nanos = 2 * PACING_BURST_NS;
+/// How long the highest delivery rate of a path counts for
+/// [`PathSender::train_too_long`] (tuning knob: longer than a rate
+/// control's cuts last).
+pub const DELIVERED_PEAK_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// How long after its last real-time packet a path still counts as
 /// carrying real-time traffic (tuning knob: a few of a call's silences).
 pub const REALTIME_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -222,6 +229,9 @@ pub struct PathSender {
     queue_seen_at: Option<QueueSeen>,
     /// Until when the path counts as carrying real-time packets.
     realtime_until: Nanos,
+    /// The highest delivery rate of the samples of the last
+    /// [`DELIVERED_PEAK_WINDOW_NS`].
+    delivered_peak: Windowed<4>,
     pub samples: u64,
 }
 
@@ -240,6 +250,7 @@ impl PathSender {
             queueing_ns: None,
             queue_seen_at: None,
             realtime_until: 0,
+            delivered_peak: Windowed::new(DELIVERED_PEAK_WINDOW_NS, true),
             samples: 0,
         }
     }
@@ -257,13 +268,19 @@ impl PathSender {
     }
 
     /// Whether `bytes` leaving at once would take longer than
-    /// [`PIECE_TRAIN_MAX_NS`] at the rate in force (never on an unpaced
-    /// path).
+    /// [`PIECE_TRAIN_MAX_NS`] at the highest rate the path delivered in
+    /// the last [`DELIVERED_PEAK_WINDOW_NS`], or at the rate in force if
+    /// that is higher (never on an unpaced path). Not the pacing rate
+    /// alone: a fast link paced low after its cuts keeps its trains, whose
+    /// queue readings tell its own jitter from a queue of ours
+    /// (`delay_undrained.rs`).
     pub fn train_too_long(&self, now: Nanos, bytes: usize) -> bool {
-        self.pacing_rate_bps(now).is_some_and(|r| {
-            u128::from(bytes as u64) * 8 * NANOS_PER_S
-                > u128::from(PIECE_TRAIN_MAX_NS) * u128::from(r.max(1))
-        })
+        let Some(rate) = self.pacing_rate_bps(now) else {
+            return false;
+        };
+        let peak = self.delivered_peak.get(now).unwrap_or(0).max(0) as u64;
+        let r = rate.max(peak).max(1);
+        u128::from(bytes as u64) * 8 * NANOS_PER_S > u128::from(PIECE_TRAIN_MAX_NS) * u128::from(r)
     }
 
     /// Change the configured cap (`None`: no cap).
@@ -466,6 +483,7 @@ impl PathSender {
             realtime: now < self.realtime_until,
         };
         self.control.on_sample(now, &s, rtt_min);
+        self.delivered_peak.update(now, s.delivered_bps as i64);
         self.samples += 1;
         self.last_sample = Some(s);
         Some(s)

@@ -208,6 +208,19 @@ impl Tunnel {
             .min()
     }
 
+    /// Inner bytes of the pieces still to leave on `path` (those a slow
+    /// path holds for budget are not yet charged to it, and a packet for
+    /// it waits behind them: the scheduler counts them as queued).
+    pub(super) fn pieces_pending_bytes(&self, path: PathId) -> usize {
+        let body_max = self.frag.body_max;
+        self.frag
+            .out
+            .iter()
+            .filter(|f| f.path == path)
+            .map(|f| f.len - wire::piece_range(f.len, body_max, f.next).start)
+            .sum()
+    }
+
     /// When the pieces waiting for `path` may leave: `now`, except on a
     /// paced path that carries real-time packets, whose bottleneck would
     /// otherwise hold a whole packet's train (eight datagrams, 3 ms at 30
@@ -237,9 +250,15 @@ impl Tunnel {
             self.paths[path as usize].sender.refill(now);
         }
         let at = self.pieces_release_at(now, path);
-        if at > now && at != Nanos::MAX {
-            // Held for budget: the pacer limits the path.
-            self.paths[path as usize].sender.on_held();
+        let s = &mut self.paths[path as usize].sender;
+        if at > now && at != Nanos::MAX && s.carries_realtime(now) {
+            // Held for budget beside real-time packets: the pacer limits
+            // the path. A slow path's train spread at its pacing rate
+            // says nothing of the kind: one packet of a flow that sends
+            // less than the path carries is spread too, and a sample of
+            // that flow's rate is not the path's (a packet that waits
+            // for budget marks the path, `path_now`).
+            s.on_held();
         }
         at > now
     }
