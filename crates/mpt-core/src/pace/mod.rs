@@ -20,8 +20,7 @@
 //! deep: what a full bucket lets out at once waits at the path's
 //! bottleneck in front of the next real-time packet (16 KiB is 4.4 ms at
 //! 30 Mbit/s), and the pieces of a large packet leave as budget allows
-//! rather than back to back (`tunnel/fragment.rs`); so do they on a path
-//! slower than a train of the tunnel MTU in [`PIECE_TRAIN_MAX_NS`].
+//! rather than back to back (`tunnel/fragment.rs`).
 //!
 //! Invariants:
 //! * the bucket never holds more than its depth, and `wait_ns` is the exact
@@ -45,7 +44,6 @@ use sent_marks::SentMarks;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
-use crate::estimate::Windowed;
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -89,17 +87,6 @@ pub const PROJECT_OWN_JITTERS: u64 = 3;
 pub const REALTIME_BURST_NS: Nanos = 2 * NANOS_PER_MS;
 /// Smallest such depth in bytes (tuning knob: two full-size datagrams).
 pub const REALTIME_BURST_MIN_BYTES: u64 = 3_000;
-/// Longest a packet's train of pieces may take at the highest rate a path
-/// delivered lately and still leave at once (tuning knob: twice the
-/// bucket's depth in time, [`PACING_BURST_NS`], 11.4 Mbit/s at the default
-/// tunnel MTU; on a slower path each piece waits for budget, as on a path
-/// with real-time packets: eight pieces take 23 ms at 4 Mbit/s, half of a
-/// 50 ms bottleneck buffer).
-pub const PIECE_TRAIN_MAX_NS: Nanos = 2 * PACING_BURST_NS;
-/// How long the highest delivery rate of a path counts for
-/// [`PathSender::train_too_long`] (tuning knob: longer than a rate
-/// control's cuts last).
-pub const DELIVERED_PEAK_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// How long after its last real-time packet a path still counts as
 /// carrying real-time traffic (tuning knob: a few of a call's silences).
 pub const REALTIME_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -229,9 +216,6 @@ pub struct PathSender {
     queue_seen_at: Option<QueueSeen>,
     /// Until when the path counts as carrying real-time packets.
     realtime_until: Nanos,
-    /// The highest delivery rate of the samples of the last
-    /// [`DELIVERED_PEAK_WINDOW_NS`].
-    delivered_peak: Windowed<4>,
     pub samples: u64,
 }
 
@@ -250,7 +234,6 @@ impl PathSender {
             queueing_ns: None,
             queue_seen_at: None,
             realtime_until: 0,
-            delivered_peak: Windowed::new(DELIVERED_PEAK_WINDOW_NS, true),
             samples: 0,
         }
     }
@@ -265,22 +248,6 @@ impl PathSender {
     /// [`REALTIME_HOLD_NS`] of `now`.
     pub fn carries_realtime(&self, now: Nanos) -> bool {
         now < self.realtime_until
-    }
-
-    /// Whether `bytes` leaving at once would take longer than
-    /// [`PIECE_TRAIN_MAX_NS`] at the highest rate the path delivered in
-    /// the last [`DELIVERED_PEAK_WINDOW_NS`], or at the rate in force if
-    /// that is higher (never on an unpaced path). Not the pacing rate
-    /// alone: a fast link paced low after its cuts keeps its trains, whose
-    /// queue readings tell its own jitter from a queue of ours
-    /// (`delay_undrained.rs`).
-    pub fn train_too_long(&self, now: Nanos, bytes: usize) -> bool {
-        let Some(rate) = self.pacing_rate_bps(now) else {
-            return false;
-        };
-        let peak = self.delivered_peak.get(now).unwrap_or(0).max(0) as u64;
-        let r = rate.max(peak).max(1);
-        u128::from(bytes as u64) * 8 * NANOS_PER_S > u128::from(PIECE_TRAIN_MAX_NS) * u128::from(r)
     }
 
     /// Change the configured cap (`None`: no cap).
@@ -483,7 +450,6 @@ impl PathSender {
             realtime: now < self.realtime_until,
         };
         self.control.on_sample(now, &s, rtt_min);
-        self.delivered_peak.update(now, s.delivered_bps as i64);
         self.samples += 1;
         self.last_sample = Some(s);
         Some(s)

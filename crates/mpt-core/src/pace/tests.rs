@@ -351,41 +351,6 @@ fn a_path_that_carries_real_time_packets_has_a_shallow_bucket() {
 }
 
 #[test]
-fn a_train_is_too_long_only_beyond_its_time_at_the_pacing_rate() {
-    // 4 Mbit/s: 4,000 bytes take 8 ms, PIECE_TRAIN_MAX_NS.
-    assert_eq!(PIECE_TRAIN_MAX_NS, 8_000_000);
-    let s = PathSender::new(Box::new(ProbeBw::default()), Some(4_000_000));
-    assert!(!s.train_too_long(0, 4_000));
-    assert!(s.train_too_long(0, 4_001));
-    assert!(s.train_too_long(0, 11_440), "eight pieces at 4 Mbit/s");
-    let fast = PathSender::new(Box::new(ProbeBw::default()), Some(100_000_000));
-    assert!(!fast.train_too_long(0, 11_440), "0.9 ms at 100 Mbit/s");
-    // Paced at 4 Mbit/s after delivering 40: the trains stay whole for
-    // DELIVERED_PEAK_WINDOW_NS after that sample.
-    let mut cut = PathSender::new(Box::new(ProbeBw::default()), Some(100_000_000));
-    let report = |bytes: u64| ReportBody {
-        rx_bytes: bytes,
-        queueing_us: QUEUEING_UNKNOWN,
-        ..ReportBody::default()
-    };
-    cut.on_report(0, 1, &report(0), None);
-    let s = cut
-        .on_report(MS, 100 * MS + 1, &report(500_000), None)
-        .unwrap();
-    assert_eq!(s.delivered_bps, 40_000_000);
-    cut.set_cap(Some(4_000_000));
-    assert!(
-        !cut.train_too_long(MS, 11_440),
-        "40 Mbit/s delivered lately"
-    );
-    let later = MS + DELIVERED_PEAK_WINDOW_NS + 100 * MS;
-    assert!(
-        cut.train_too_long(later, 11_440),
-        "the peak went out of the window"
-    );
-}
-
-#[test]
 fn reports_out_of_order_or_too_close_make_no_sample() {
     let mut s = PathSender::new(Box::new(ProbeBw::default()), Some(5_000_000));
     let r = |bytes| ReportBody {

@@ -19,8 +19,7 @@
 //! no bytes of its own and the later pieces are cut from the copy (one
 //! copy of the packet per send instead of two: 3.7 % of the sender's
 //! cycles on one unshaped path), unless the path holds its pieces (for a
-//! real-time packet, or on a slow path: they then leave at its pacing
-//! rate, `pieces_release_at`). Should the ring still let the copy go before the
+//! real-time packet). Should the ring still let the copy go before the
 //! last piece left, the rest of the packet is dropped and counted
 //! (`fragment_incomplete`), as the receiver would count it.
 //!
@@ -208,35 +207,17 @@ impl Tunnel {
             .min()
     }
 
-    /// Inner bytes of the pieces still to leave on `path` (those a slow
-    /// path holds for budget are not yet charged to it, and a packet for
-    /// it waits behind them: the scheduler counts them as queued).
-    pub(super) fn pieces_pending_bytes(&self, path: PathId) -> usize {
-        let body_max = self.frag.body_max;
-        self.frag
-            .out
-            .iter()
-            .filter(|f| f.path == path)
-            .map(|f| f.len - wire::piece_range(f.len, body_max, f.next).start)
-            .sum()
-    }
-
     /// When the pieces waiting for `path` may leave: `now`, except on a
     /// paced path that carries real-time packets, whose bottleneck would
     /// otherwise hold a whole packet's train (eight datagrams, 3 ms at 30
-    /// Mbit/s) in front of the next real-time packet, and on a path so
-    /// slow that a train of the tunnel MTU takes longer than
-    /// [`crate::pace::PIECE_TRAIN_MAX_NS`] (23 ms at 4 Mbit/s, half of a
-    /// 50 ms bottleneck buffer, which the train would fill on top of the
-    /// queue the rate control keeps there): there, once the path has
-    /// budget, and never while a real-time packet waits for it (that one
-    /// leaves first; its own deadline wakes the loop).
+    /// Mbit/s) in front of the next real-time packet: there, once the path
+    /// has budget, and never while a real-time packet waits for it (that
+    /// one leaves first; its own deadline wakes the loop).
     pub(super) fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
         let s = &self.paths[path as usize].sender;
-        let realtime = s.carries_realtime(now);
-        if !self.paced || !(realtime || s.train_too_long(now, self.mtu)) {
+        if !self.paced || !s.carries_realtime(now) {
             now
-        } else if realtime && self.queue.rt_len(path) > 0 {
+        } else if self.queue.rt_len(path) > 0 {
             Nanos::MAX
         } else {
             s.budget_at(now)
@@ -250,15 +231,9 @@ impl Tunnel {
             self.paths[path as usize].sender.refill(now);
         }
         let at = self.pieces_release_at(now, path);
-        let s = &mut self.paths[path as usize].sender;
-        if at > now && at != Nanos::MAX && s.carries_realtime(now) {
-            // Held for budget beside real-time packets: the pacer limits
-            // the path. A slow path's train spread at its pacing rate
-            // says nothing of the kind: one packet of a flow that sends
-            // less than the path carries is spread too, and a sample of
-            // that flow's rate is not the path's (a packet that waits
-            // for budget marks the path, `path_now`).
-            s.on_held();
+        if at > now && at != Nanos::MAX {
+            // Held for budget: the pacer limits the path.
+            self.paths[path as usize].sender.on_held();
         }
         at > now
     }

@@ -46,18 +46,12 @@ impl Tunnel {
     /// Fill the scheduler's view of every path for a packet of `len` bytes.
     fn fill_views(&mut self, now: Nanos, len: usize) {
         let paced = self.paced;
-        for i in 0..self.paths.len() {
-            let pieces = if paced {
-                self.pieces_pending_bytes(i as PathId)
-            } else {
-                0
-            };
-            let p = &mut self.paths[i];
+        for (i, p) in self.paths.iter_mut().enumerate() {
             let queue_ahead = p.queue_ahead_ns(now);
             let s = &mut p.sender;
             let wait_ns = if paced {
                 s.refill(now);
-                s.wait_ns(self.queue.bytes(i as PathId) + pieces + len)
+                s.wait_ns(self.queue.bytes(i as PathId) + len)
             } else {
                 0
             };
@@ -184,9 +178,7 @@ impl Tunnel {
             let s = &mut self.paths[p].sender;
             s.refill(now);
             if self.queue.len(path) > 0 || !s.has_budget() || pieces_first {
-                let pieces = self.pieces_pending_bytes(path);
-                let s = &mut self.paths[p].sender;
-                let wait = s.wait_ns(self.queue.bytes(path) + pieces + len);
+                let wait = s.wait_ns(self.queue.bytes(path) + len);
                 s.on_held();
                 if self.qos.is_some() && self.queue.len(path) > 0 && wait > self.fill_bound(path) {
                     self.stage_packet(now, class_idx, flow, inner);
