@@ -29,6 +29,11 @@ fn typed<T: serde::Serialize>(r: Result<T, String>) -> Value {
     }
 }
 
+/// The refusal for a peer command that names no peer of this daemon.
+fn no_such_peer(who: &str) -> Value {
+    mpt_control::error(format!("no peer named or keyed '{who}'"))
+}
+
 /// Parse `peer add`'s JSON into a peer and its routes.
 fn parse_peer(v: &Value) -> Result<(PeerConfig, Vec<ipnet::IpNet>), String> {
     let key = v
@@ -96,15 +101,15 @@ impl HubDriver {
                 Ok(Request::Status) => self.status_json(),
                 Ok(Request::PeerStatus { peer }) => match self.find(&peer) {
                     Some(id) => self.peer_detail(id),
-                    None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
+                    None => no_such_peer(&peer),
                 },
                 Ok(Request::PeerAdd { peer }) => match parse_peer(&peer) {
                     Ok((cfg, routes)) => typed(self.add(cfg, routes, &req.who)),
-                    Err(e) => json!({ "error": e }),
+                    Err(e) => mpt_control::error(e),
                 },
                 Ok(Request::PeerRemove { peer }) => match self.find(&peer) {
                     Some(id) => typed(self.remove(id, &req.who)),
-                    None => json!({ "error": format!("no peer named or keyed '{peer}'") }),
+                    None => no_such_peer(&peer),
                 },
                 Ok(Request::Reload) => self.reload(&req.who),
                 Ok(Request::PathAdmin {
@@ -215,14 +220,14 @@ impl HubDriver {
     /// own sections that differ are listed as needing a restart.
     pub(super) fn reload(&mut self, who: &str) -> Value {
         let Some(h) = self.hooks.as_mut() else {
-            return json!({ "error": "this daemon cannot reload" });
+            return mpt_control::error("this daemon cannot reload");
         };
         let Reread {
             peers: want,
             needs_restart,
         } = match h.reread() {
             Ok(w) => w,
-            Err(e) => return json!({ "error": e }),
+            Err(e) => return mpt_control::error(e),
         };
         let have: Vec<(PeerId, [u8; 32])> = {
             let c = self.hub.concentrator();
@@ -338,10 +343,10 @@ impl HubDriver {
     /// server's paths named, from every shard into one file.
     pub(super) fn capture_start(&mut self, v: &mpt_control::CaptureSpec, who: &str) -> Value {
         if self.hub.capture.as_ref().is_some_and(Tap::active_now) {
-            return json!({ "error": "a capture is under way (mpt capture --stop ends it)" });
+            return mpt_control::error("a capture is under way (mpt capture --stop ends it)");
         }
         if v.peer.is_some() {
-            return json!({ "error": "a concentrator captures all its peers: the inner packets name each one (no --peer)" });
+            return mpt_control::error("a concentrator captures all its peers: the inner packets name each one (no --peer)");
         }
         let own = self.hub.concentrator().server_paths();
         let names: Vec<String> = own.iter().map(|p| p.name.clone()).collect();
@@ -351,7 +356,7 @@ impl HubDriver {
             .collect();
         let spec = match crate::capture::spec_for(v, &paths) {
             Ok(s) => s,
-            Err(e) => return json!({ "error": e }),
+            Err(e) => return mpt_control::error(e),
         };
         let now = self.hub.clock.now();
         match Tap::start(&spec, &self.name, now, names) {
@@ -364,7 +369,7 @@ impl HubDriver {
                 self.hub.capture = Some(tap);
                 st
             }
-            Err(e) => json!({ "error": e.to_string() }),
+            Err(e) => mpt_control::error(e.to_string()),
         }
     }
 
@@ -382,7 +387,7 @@ impl HubDriver {
         by: &str,
     ) -> Value {
         let Some(id) = self.find(who) else {
-            return json!({ "error": format!("no peer named or keyed '{who}'") });
+            return no_such_peer(who);
         };
         let op = Op::Path(id, path.to_string(), change.clone());
         let owner = self.hub.concentrator().shard_of(id);
