@@ -44,6 +44,13 @@ pub struct IoStats {
     pub uso_segments: u64,
     /// Super-packets that could not be segmented (dropped).
     pub offload_errors: u64,
+    /// Datagrams a path socket refused for now (its send buffer full: the
+    /// local interface's queue pushing back) and held until it took them;
+    /// bytes held now; datagrams dropped because the hold was full (also
+    /// `send_failed` at their peer).
+    pub udp_held: u64,
+    pub udp_hold_bytes: u64,
+    pub udp_hold_drops: u64,
 }
 
 /// Counters of the TUN write side, in `mpt status` under `io`.

@@ -237,6 +237,9 @@ pub struct TunnelCounters {
     pub rx_bytes: u64,
     /// Of those, real-time packets delivered on arrival (no reordering).
     pub rx_unordered: u64,
+    /// Datagrams a local socket refused for now and the I/O layer held
+    /// until it took them (`Tunnel::on_send_held`; not drops).
+    pub send_held: u64,
 }
 
 #[cfg(test)]

@@ -286,6 +286,20 @@ impl TxBatch {
         socket: usize,
         gso: bool,
     ) -> (&[u8], &[SendMsg], &[Chunk], &[MsgInfo]) {
+        self.messages_within(socket, if gso { GSO_MAX_BYTES } else { 0 })
+    }
+
+    /// As [`TxBatch::messages`], with super-datagrams of at most
+    /// `gso_bytes` (0: none; a socket with a small send buffer takes
+    /// smaller ones, so that one message never overflows the interface's
+    /// queue at once).
+    pub fn messages_within(
+        &mut self,
+        socket: usize,
+        gso_bytes: usize,
+    ) -> (&[u8], &[SendMsg], &[Chunk], &[MsgInfo]) {
+        let gso = gso_bytes > 0;
+        let gso_bytes = gso_bytes.min(GSO_MAX_BYTES);
         self.msgs.clear();
         self.infos.clear();
         self.chunks.clear();
@@ -305,7 +319,7 @@ impl TxBatch {
                         && msg.tos == m.tos
                         && m.len <= seg
                         && info.datagrams < GSO_MAX_SEGMENTS
-                        && seg * info.datagrams + m.len <= GSO_MAX_BYTES;
+                        && seg * info.datagrams + m.len <= gso_bytes;
                     if joins {
                         msg.count += 1;
                         info.datagrams += 1;

@@ -65,6 +65,22 @@ fn gso_groups_runs_of_one_destination_and_size_per_socket() {
 }
 
 #[test]
+fn gso_messages_stay_within_a_small_send_buffers_share() {
+    let mut tx = TxBatch::new(16, 2048);
+    for _ in 0..7 {
+        commit(&mut tx, 0, addr(2), 1400, 1);
+    }
+    // A socket whose send buffer is small takes messages of at most
+    // 3,000 bytes: two datagrams each, and the last alone.
+    let (_, msgs, _, infos) = tx.messages_within(0, 3000);
+    let counts: Vec<usize> = infos.iter().map(|i| i.datagrams).collect();
+    assert_eq!(counts, vec![2, 2, 2, 1]);
+    assert!(msgs.iter().take(3).all(|m| m.segment == 1400));
+    let (_, msgs, _, _) = tx.messages_within(0, 0);
+    assert_eq!(msgs.len(), 7, "0: no GSO");
+}
+
+#[test]
 fn gso_messages_respect_the_kernel_limits() {
     let mut tx = TxBatch::new(200, 1500);
     for _ in 0..200 {

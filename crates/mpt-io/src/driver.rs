@@ -77,7 +77,16 @@ pub struct Driver {
     failover: Option<Failover>,
     /// Which sources may have something to read.
     ready: Ready,
+    /// When the path sockets' send buffers were last sized
+    /// ([`crate::udp::send_limit_bytes`]).
+    send_limits_at: Nanos,
+    hold_changes: Vec<(usize, bool)>,
 }
+
+/// How often the path sockets' send buffers follow their paths' rates
+/// (tuning knob), and by how much a size must move to be set again.
+const SEND_LIMIT_REFRESH_NS: Nanos = 50_000_000;
+const SEND_LIMIT_MOVE: f64 = 0.25;
 
 /// A configuration reload: applied through the context, answered as the
 /// control protocol's JSON (`ok` with what changed, or `error`). The
@@ -240,6 +249,8 @@ impl Driver {
                 reload: None,
                 failover: None,
                 ready: Ready::all(0),
+                send_limits_at: 0,
+                hold_changes: Vec::new(),
             },
             hook,
         ))
@@ -282,7 +293,11 @@ impl Driver {
                     }
                     TOKEN_HANGUP => self.hangup(),
                     TOKEN_WAKER => self.answer_control(),
-                    Token(t) if t >= TOKEN_SOCKET_BASE => {
+                    // Writable only: a socket that held datagrams takes
+                    // them again; the turn sends them.
+                    Token(t)
+                        if t >= TOKEN_SOCKET_BASE && (ev.is_readable() || !ev.is_writable()) =>
+                    {
                         if let Some(r) = self.ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
                             *r = true;
                         }
@@ -291,12 +306,17 @@ impl Driver {
                 }
             }
             self.engine.turn(&mut self.ready);
+            self.follow_holds()?;
             self.engine.workers_mut().tick(loop_idle);
             let now = self.engine.clock.now();
             if let Some(f) = self.failover.as_mut() {
                 if let Some(key) = f(self.engine.tunnel_mut(), now) {
                     self.identity.peer_public_key = Some(key);
                 }
+            }
+            if now.saturating_sub(self.send_limits_at) >= SEND_LIMIT_REFRESH_NS {
+                self.send_limits_at = now;
+                self.size_send_buffers(now);
             }
             if self.rates.due(now) {
                 let t = self.engine.tunnel();
@@ -311,6 +331,43 @@ impl Driver {
                     .collect();
                 self.rates.update(now, counts);
             }
+        }
+    }
+
+    /// Ask to hear when a socket that began holding refused datagrams is
+    /// writable again, and stop asking once it held none.
+    fn follow_holds(&mut self) -> io::Result<()> {
+        self.engine.take_hold_changes(&mut self.hold_changes);
+        for &(i, holds) in &self.hold_changes {
+            let Some(s) = self.engine.paths.sockets.get(i) else {
+                continue;
+            };
+            let interest = if holds {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            self.poll.registry().reregister(
+                &mut SourceFd(&s.socket.as_raw_fd()),
+                Token(TOKEN_SOCKET_BASE + i),
+                interest,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Each path socket's send buffer from its paths' rates, so that the
+    /// local interface's queue pushes back before it overflows
+    /// ([`crate::hold`]).
+    fn size_send_buffers(&mut self, now: Nanos) {
+        for i in 0..self.engine.paths.sockets.len() {
+            let rate = self.engine.tunnel().socket_rate_bps(i, now);
+            let want = crate::udp::send_limit_bytes(rate);
+            let had = self.engine.paths.send_limit(i);
+            if had != 0 && (want as f64 - had as f64).abs() < SEND_LIMIT_MOVE * had as f64 {
+                continue;
+            }
+            let _ = self.engine.paths.set_send_limit(i, want);
         }
     }
 

@@ -12,7 +12,9 @@
 //! * nothing leaves unsealed when its transmit asked for a seal: a slot
 //!   whose seal fails is dropped and counted (`no_session`) at its peer;
 //! * datagrams leave each socket in the order they were committed;
-//! * every failed send is reported to the peer and path that made it;
+//! * every failed send is reported to the peer and path that made it; a
+//!   datagram a socket refused for now (a full send buffer) is held and
+//!   leaves before anything later on its socket ([`crate::hold`]);
 //! * the core's output is taken in the core's order ([`drain_output`]),
 //!   flushing when the slots run out.
 
@@ -30,6 +32,7 @@ use mpt_core::{Nanos, PathId};
 
 use crate::batch::{ToSeal, TxBatch, TxMeta};
 use crate::capture::{Dir, Tap};
+use crate::hold::Hold;
 use crate::seam::PathIo;
 use crate::workers::Workers;
 
@@ -40,6 +43,9 @@ pub trait Peers {
     fn sealer(&self, peer: PeerId) -> Option<Sealer<'_>>;
     fn count_drop(&mut self, peer: PeerId, why: DropReason);
     fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos);
+    /// A datagram of `bytes` the path's socket refused for now is held
+    /// ([`Tunnel::on_send_held`]).
+    fn on_send_held(&mut self, peer: PeerId, path: PathId, bytes: usize, now: Nanos);
     /// The peer's next output ([`Tunnel::poll_transmit`]).
     fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit>;
 }
@@ -53,6 +59,9 @@ impl Peers for Tunnel {
     }
     fn on_send_error(&mut self, _: PeerId, path: PathId, hard: bool, now: Nanos) {
         Tunnel::on_send_error(self, path, hard, now);
+    }
+    fn on_send_held(&mut self, _: PeerId, path: PathId, bytes: usize, now: Nanos) {
+        Tunnel::on_send_held(self, path, bytes, now);
     }
     fn poll_transmit(&mut self, _: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
         Tunnel::poll_transmit(self, now, slot)
@@ -71,6 +80,11 @@ impl Peers for Concentrator {
     fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos) {
         if let Some(t) = self.tunnel_mut(peer) {
             t.on_send_error(path, hard, now);
+        }
+    }
+    fn on_send_held(&mut self, peer: PeerId, path: PathId, bytes: usize, now: Nanos) {
+        if let Some(t) = self.tunnel_mut(peer) {
+            t.on_send_held(path, bytes, now);
         }
     }
     fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
@@ -107,6 +121,8 @@ pub struct Flush<'a, P> {
     pub workers: &'a Workers,
     pub seal: &'a mut SealScratch,
     pub failures: &'a mut Vec<(usize, io::Error)>,
+    /// What the sockets refused for now ([`crate::hold`]).
+    pub hold: &'a mut Hold,
     pub io: &'a mut IoStats,
     pub capture: &'a mut Option<Tap>,
     pub wall_offset: i64,
@@ -168,29 +184,82 @@ impl<P: PathIo> Flush<'_, P> {
             }
         }
         for socket in 0..self.paths.sockets() {
-            let gso = self.paths.gso(socket);
-            let (buf, msgs, chunks, infos) = self.tx.messages(socket, gso);
+            let gso = self.paths.gso_max_bytes(socket);
+            let (buf, msgs, chunks, infos) = self.tx.messages_within(socket, gso);
             if msgs.is_empty() {
                 continue;
             }
+            if self.hold.holds(socket) {
+                // What the socket refused before goes first.
+                retry_held(self.hold, self.paths, self.io, socket, core, now);
+            }
             let failures = &mut *self.failures;
             failures.clear();
-            self.paths
-                .send(socket, buf, msgs, chunks, &mut |i, e| failures.push((i, e)));
+            if self.hold.holds(socket) {
+                // Still refusing: all of it joins the back, in order.
+                failures.extend((0..msgs.len()).map(|i| (i, io::ErrorKind::WouldBlock.into())));
+            } else {
+                self.paths
+                    .send(socket, buf, msgs, chunks, &mut |i, e| failures.push((i, e)));
+                self.io.udp_send_calls += 1;
+            }
             let datagrams: usize = infos.iter().map(|m| m.datagrams).sum();
             let failed: usize = failures.iter().map(|(i, _)| infos[*i].datagrams).sum();
             let io = &mut *self.io;
-            io.udp_send_calls += 1;
             io.udp_datagrams_sent += (datagrams - failed) as u64;
             io.max_send_batch = io.max_send_batch.max(datagrams as u64);
             for (i, e) in failures.drain(..) {
-                for _ in 0..infos[i].datagrams {
-                    core.on_send_error(infos[i].peer, infos[i].path, is_hard(&e), now);
+                let (m, info) = (&msgs[i], &infos[i]);
+                if e.kind() != io::ErrorKind::WouldBlock {
+                    for _ in 0..info.datagrams {
+                        core.on_send_error(info.peer, info.path, is_hard(&e), now);
+                    }
+                    continue;
+                }
+                for c in &chunks[m.first..m.first + m.count] {
+                    let d = &buf[c.start..c.start + c.len];
+                    if self
+                        .hold
+                        .push(socket, info.peer, info.path, m.dst, m.tos, d)
+                    {
+                        io.udp_held += 1;
+                        core.on_send_held(info.peer, info.path, d.len(), now);
+                    } else {
+                        io.udp_hold_drops += 1;
+                        core.on_send_error(info.peer, info.path, false, now);
+                    }
                 }
             }
         }
+        self.io.udp_hold_bytes = self.hold.bytes() as u64;
         self.tx.clear();
     }
+
+    /// Send what the sockets hold (one of them became writable, or a turn
+    /// found some held): see [`crate::hold`].
+    pub fn retry_held<Q: Peers + ?Sized>(&mut self, core: &mut Q, now: Nanos) {
+        for socket in 0..self.paths.sockets() {
+            if self.hold.holds(socket) {
+                retry_held(self.hold, self.paths, self.io, socket, core, now);
+            }
+        }
+        self.io.udp_hold_bytes = self.hold.bytes() as u64;
+    }
+}
+
+fn retry_held<P: PathIo, Q: Peers + ?Sized>(
+    hold: &mut Hold,
+    paths: &mut P,
+    io: &mut IoStats,
+    socket: usize,
+    core: &mut Q,
+    now: Nanos,
+) {
+    let r = hold.retry(paths, socket, |peer, path, e| {
+        core.on_send_error(peer, path, is_hard(e), now)
+    });
+    io.udp_send_calls += r.calls as u64;
+    io.udp_datagrams_sent += r.sent as u64;
 }
 
 /// Put `peer`'s output ([`Tunnel::poll_transmit`], in its order) into the

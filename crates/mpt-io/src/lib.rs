@@ -18,7 +18,9 @@
 //!   threads (one shard of the peers each);
 //! * [`offload`] (`tcp`, `udp`), [`tunwrite`] — TUN segmentation and
 //!   coalescing offloads (virtio-net header, TSO/USO, GRO);
-//! * [`udp`] — bind the path sockets;
+//! * [`udp`] — bind the path sockets, and size their send buffers;
+//! * [`hold`] — datagrams a socket refused for now, sent when it takes
+//!   them (the local interface's queue pushing back);
 //! * [`netcfg`] — addresses, MTU, link state, routes;
 //! * [`control`] — the control socket for `mpt status`;
 //! * [`capture`] — packet capture to pcapng (`mpt capture`);
@@ -37,6 +39,7 @@ pub mod driver;
 pub mod engine;
 pub mod events;
 pub mod flush;
+pub mod hold;
 pub mod hub;
 pub mod hub_driver;
 pub mod linux;

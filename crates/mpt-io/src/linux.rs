@@ -56,6 +56,9 @@ impl TunDevice for Tun {
 pub struct UdpPaths {
     pub sockets: Vec<PathSocket>,
     gso: Vec<bool>,
+    /// Each socket's send buffer as set ([`UdpPaths::set_send_limit`];
+    /// 0: the default, large one).
+    send_limit: Vec<usize>,
     gro: bool,
     recv: MmsgRecv,
     send: MmsgSend,
@@ -80,6 +83,7 @@ impl UdpPaths {
             mmsg::enable_recv_tos(&s.socket);
         }
         Self {
+            send_limit: vec![0; sockets.len()],
             sockets,
             gso,
             gro,
@@ -92,9 +96,24 @@ impl UdpPaths {
     /// as at the start. GRO, all or nothing, is kept only if it has it.
     pub fn add_socket(&mut self, s: PathSocket) {
         self.gso.push(mmsg::gso_supported(&s.socket));
+        self.send_limit.push(0);
         self.gro &= mmsg::enable_gro(&s.socket);
         mmsg::enable_recv_tos(&s.socket);
         self.sockets.push(s);
+    }
+
+    /// Size `socket`'s send buffer ([`crate::udp::send_limit_bytes`]);
+    /// its GSO messages then stay within half of it.
+    pub fn set_send_limit(&mut self, socket: usize, bytes: usize) -> io::Result<()> {
+        let s = self.sockets.get(socket).ok_or(io::ErrorKind::NotFound)?;
+        crate::udp::set_send_limit(&s.socket, bytes)?;
+        self.send_limit[socket] = bytes;
+        Ok(())
+    }
+
+    /// `socket`'s send buffer as last set (0: the default).
+    pub fn send_limit(&self, socket: usize) -> usize {
+        self.send_limit.get(socket).copied().unwrap_or(0)
     }
 
     /// Whether every socket has GSO / GRO.
@@ -112,6 +131,15 @@ impl PathIo for UdpPaths {
     }
     fn gso(&self, socket: usize) -> bool {
         self.gso.get(socket).copied().unwrap_or(false)
+    }
+    fn gso_max_bytes(&self, socket: usize) -> usize {
+        if !self.gso(socket) {
+            return 0;
+        }
+        match self.send_limit(socket) {
+            0 => crate::batch::GSO_MAX_BYTES,
+            limit => limit / 2,
+        }
     }
     fn recv(
         &mut self,

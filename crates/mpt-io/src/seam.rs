@@ -63,6 +63,14 @@ pub trait PathIo {
     fn sockets(&self) -> usize;
     /// Whether `socket` takes UDP GSO messages now.
     fn gso(&self, socket: usize) -> bool;
+    /// The largest UDP GSO message for `socket` now, bytes (0: none).
+    fn gso_max_bytes(&self, socket: usize) -> usize {
+        if self.gso(socket) {
+            crate::batch::GSO_MAX_BYTES
+        } else {
+            0
+        }
+    }
     /// Receive up to `bufs.len()` buffers; returns how many, their
     /// metadata in `meta`, or `WouldBlock`.
     fn recv(

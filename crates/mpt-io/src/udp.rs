@@ -23,6 +23,44 @@ use mpt_sys::packet::setsockopt_int;
 /// Socket buffer size requested for each path socket (tuning knob).
 pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 
+/// A single tunnel's path socket keeps at most this long of its paths'
+/// rate in the local stack (its send buffer; tuning knob: TCP Small
+/// Queues keeps about 1 ms per flow, and a Wi-Fi driver asks for 4 ms to
+/// aggregate frames, `sk_pacing_shift` 8), and at least
+/// [`SEND_LIMIT_MIN_BYTES`] (the kernel doubles it: 16 kB, seven
+/// datagrams of 1.5 kB counted with their buffers, or 14 kB of GSO
+/// super-datagrams, whose buffers are nearly all payload: within a 4
+/// Mbit/s shaper of 20 ms and a 16 kB burst, 26 kB, which 32 kB
+/// overflowed in the lab).
+/// What the interface cannot take waits in [`crate::hold`].
+pub const SEND_QUEUE_NS: u64 = 4_000_000;
+pub const SEND_LIMIT_MIN_BYTES: usize = 8 << 10;
+
+/// The send buffer for a socket whose paths carry `rate_bps` together
+/// (`None`: not known yet): [`SEND_QUEUE_NS`] of it, within
+/// [`SEND_LIMIT_MIN_BYTES`] and [`SOCKET_BUFFER_BYTES`]. The kernel counts
+/// a datagram's whole buffer (its truesize, about 2.3 kB for 1.5 kB) and
+/// doubles the value asked for.
+pub fn send_limit_bytes(rate_bps: Option<u64>) -> usize {
+    let bytes = rate_bps.map_or(0, |r| {
+        (r as u128 * SEND_QUEUE_NS as u128 / 8_000_000_000) as usize
+    });
+    bytes.clamp(SEND_LIMIT_MIN_BYTES, SOCKET_BUFFER_BYTES)
+}
+
+/// Set `sock`'s send buffer to `bytes` (as root past `net.core.wmem_max`).
+pub fn set_send_limit(sock: &UdpSocket, bytes: usize) -> io::Result<()> {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    let fd = sock.as_raw_fd();
+    if setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v) == 0
+        || setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, v) == 0
+    {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A bound path socket.
 #[derive(Debug)]
 pub struct PathSocket {
@@ -213,5 +251,14 @@ mod tests {
         };
         let err = bind_path_sockets(&[bad]).unwrap_err().to_string();
         assert!(err.contains("not an address of this host"), "{err}");
+    }
+
+    #[test]
+    fn a_sockets_send_buffer_follows_its_rate_within_its_bounds() {
+        assert_eq!(send_limit_bytes(None), SEND_LIMIT_MIN_BYTES, "not measured");
+        assert_eq!(send_limit_bytes(Some(4_000_000)), SEND_LIMIT_MIN_BYTES);
+        // 4 ms of 1 Gbit/s.
+        assert_eq!(send_limit_bytes(Some(1_000_000_000)), 500_000);
+        assert_eq!(send_limit_bytes(Some(u64::MAX)), SOCKET_BUFFER_BYTES);
     }
 }

@@ -347,7 +347,8 @@ impl MmsgSend {
     /// Send `msgs` (at most `capacity`) whose chunks lie in `buf`; calls
     /// `failed(index, error)` for each message the kernel refused.
     /// Messages or chunks that lie outside `buf` or beyond the capacity
-    /// are reported as `InvalidInput` and not sent.
+    /// are reported as `InvalidInput` and not sent. Once the socket's send
+    /// buffer is full (`WouldBlock`), the rest are reported so, unsent.
     pub fn send(
         &mut self,
         sock: &UdpSocket,
@@ -419,6 +420,14 @@ impl MmsgSend {
                 } else {
                     io::Error::other("nothing sent")
                 };
+                if err.kind() == io::ErrorKind::WouldBlock {
+                    // The send buffer is full: so is it for every later
+                    // message (no call for each; their order is kept).
+                    for i in start..n {
+                        failed(i, io::ErrorKind::WouldBlock.into());
+                    }
+                    return;
+                }
                 failed(start, err);
                 start += 1;
             } else {

@@ -44,6 +44,7 @@ use sent_marks::SentMarks;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
+use crate::estimate::Windowed;
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
 use crate::{Nanos, NANOS_PER_MS};
 
@@ -87,6 +88,10 @@ pub const PROJECT_OWN_JITTERS: u64 = 3;
 pub const REALTIME_BURST_NS: Nanos = 2 * NANOS_PER_MS;
 /// Smallest such depth in bytes (tuning knob: two full-size datagrams).
 pub const REALTIME_BURST_MIN_BYTES: u64 = 3_000;
+/// How long the highest delivery rate of a path counts
+/// ([`PathSender::delivered_peak_bps`]; tuning knob: longer than a rate
+/// control's cuts last).
+pub const DELIVERED_PEAK_WINDOW_NS: Nanos = 10_000 * NANOS_PER_MS;
 /// How long after its last real-time packet a path still counts as
 /// carrying real-time traffic (tuning knob: a few of a call's silences).
 pub const REALTIME_HOLD_NS: Nanos = 1_000 * NANOS_PER_MS;
@@ -216,6 +221,9 @@ pub struct PathSender {
     queue_seen_at: Option<QueueSeen>,
     /// Until when the path counts as carrying real-time packets.
     realtime_until: Nanos,
+    /// The highest delivery rate of the samples of the last
+    /// [`DELIVERED_PEAK_WINDOW_NS`].
+    delivered_peak: Windowed<4>,
     pub samples: u64,
 }
 
@@ -234,6 +242,7 @@ impl PathSender {
             queueing_ns: None,
             queue_seen_at: None,
             realtime_until: 0,
+            delivered_peak: Windowed::new(DELIVERED_PEAK_WINDOW_NS, true),
             samples: 0,
         }
     }
@@ -248,6 +257,12 @@ impl PathSender {
     /// [`REALTIME_HOLD_NS`] of `now`.
     pub fn carries_realtime(&self, now: Nanos) -> bool {
         now < self.realtime_until
+    }
+
+    /// The highest rate the path delivered in the samples of the last
+    /// [`DELIVERED_PEAK_WINDOW_NS`] (`None`: no sample in that time).
+    pub fn delivered_peak_bps(&self, now: Nanos) -> Option<u64> {
+        self.delivered_peak.get(now).map(|r| r.max(0) as u64)
     }
 
     /// Change the configured cap (`None`: no cap).
@@ -290,6 +305,13 @@ impl PathSender {
         if !self.bucket.has_budget() {
             self.limited = true;
         }
+    }
+
+    /// `bytes` already sent were refused by the local socket and wait in
+    /// the I/O layer: charged once more (the path's budget then pays for
+    /// the time the local interface needs to take them).
+    pub fn on_local_hold(&mut self, bytes: usize) {
+        self.bucket.take(bytes);
     }
 
     /// A packet had to wait for this path's budget.
@@ -452,6 +474,7 @@ impl PathSender {
         self.control.on_sample(now, &s, rtt_min);
         self.samples += 1;
         self.last_sample = Some(s);
+        self.delivered_peak.update(now, s.delivered_bps as i64);
         Some(s)
     }
 

@@ -419,6 +419,39 @@ impl Tunnel {
         }
     }
 
+    /// A datagram of `bytes` on `path` was refused for now by its local
+    /// socket (its send buffer is full: the host's own interface is the
+    /// bottleneck) and is held by the I/O layer, to leave when the socket
+    /// takes it. It is charged to the path's pacing budget once more, so
+    /// that the path sends less until the interface caught up and the
+    /// scheduler sees it busy meanwhile. Not a drop.
+    pub fn on_send_held(&mut self, path: PathId, bytes: usize, now: Nanos) {
+        if let Some(p) = self.paths.get_mut(path as usize) {
+            p.sender.refill(now);
+            p.sender.on_local_hold(bytes);
+            self.counters.send_held += 1;
+        }
+    }
+
+    /// The highest rate the paths on local socket `socket` delivered
+    /// lately ([`PathSender::delivered_peak_bps`]), summed (bits per
+    /// second; `None`: none of them measured lately; a path's pacing rate
+    /// before it was measured is a guess, and a path far slower than the
+    /// guess overflowed its interface's queue at once); unbounded
+    /// (`u64::MAX`) when the paths are not paced (static weights: the
+    /// static-share tunnel's behaviour). The I/O layer sizes the socket's
+    /// send buffer from it.
+    pub fn socket_rate_bps(&self, socket: usize, now: Nanos) -> Option<u64> {
+        if !self.paced {
+            return Some(u64::MAX);
+        }
+        self.paths
+            .iter()
+            .filter(|p| p.state.cfg.local_key == socket && !p.removed)
+            .filter_map(|p| p.sender.delivered_peak_bps(now))
+            .reduce(|a, b| a.saturating_add(b))
+    }
+
     /// Write the header for a packet of `ty` whose plaintext body occupies
     /// `buf[HEADER_LEN..HEADER_LEN + body_len]`, and return the datagram
     /// length (the tag's room included when secure) with what sealing it

@@ -37,6 +37,7 @@ use crate::capture::{Dir, Tap};
 use crate::events::EventLog;
 use crate::flush::SealScratch;
 pub use crate::flush::{is_hard, IoStats};
+use crate::hold::Hold;
 use crate::seam::{Clock, PathIo, TunDevice};
 use crate::tunwrite::{TunWriter, WriteStats};
 use crate::workers::Workers;
@@ -128,6 +129,11 @@ pub struct Engine<T, P, C, D = Tunnel> {
     seal: SealScratch,
     open: OpenScratch,
     send_failures: Vec<(usize, io::Error)>,
+    /// Datagrams the sockets refused for now.
+    pub(crate) hold: Hold,
+    /// Sockets whose hold began or ended since the loop last asked
+    /// ([`Engine::take_hold_changes`]).
+    hold_was: Vec<bool>,
     /// Peers sent to by the last read, and peers with work (scratch).
     sent_to: Vec<PeerId>,
     busy: Vec<PeerId>,
@@ -174,6 +180,8 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
             seal: SealScratch::default(),
             open: OpenScratch::default(),
             send_failures: Vec::new(),
+            hold: Hold::default(),
+            hold_was: Vec::new(),
             sent_to: Vec::with_capacity(BATCH_PACKETS),
             busy: Vec::new(),
             tun_write_failures: 0,
@@ -221,6 +229,22 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         self.loop_idle += idle;
     }
 
+    /// Sockets that began (`true`) or ended (`false`) holding refused
+    /// datagrams since the last call: the loop asks to hear when the
+    /// former are writable, and stops for the latter.
+    pub fn take_hold_changes(&mut self, out: &mut Vec<(usize, bool)>) {
+        out.clear();
+        let n = self.paths.sockets();
+        self.hold_was.resize(n, false);
+        for (s, was) in self.hold_was.iter_mut().enumerate() {
+            let now = self.hold.holds(s);
+            if now != *was {
+                *was = now;
+                out.push((s, now));
+            }
+        }
+    }
+
     /// When the loop must run again without any input (the core's next
     /// timer), as monotonic nanoseconds.
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
@@ -254,8 +278,13 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         if let Some(t) = self.capture.as_mut() {
             t.active(now);
         }
-        // What became due since the last turn (paced packets) goes before
-        // what is read now.
+        // What the sockets refused before goes first (one may be writable
+        // again), then what became due since the last turn (paced
+        // packets), before what is read now.
+        if self.hold.any() {
+            let (mut flush, plane) = self.flush_parts();
+            flush.retry_held(plane, now);
+        }
         self.settle_peers(now);
         if ready.tun {
             ready.tun = self.pump_tun();

@@ -302,6 +302,45 @@ fn send_errors_are_counted_and_a_hard_one_takes_the_path_out_at_once() {
 }
 
 #[test]
+fn a_socket_that_refuses_for_now_holds_its_datagrams_and_sends_them_in_order_later() {
+    let mut n = Net::new(1, true, false);
+    n.established();
+    // The socket's send buffer is full (the local interface's queue).
+    n.sides[1].paths_fail.set(Some(libc::EAGAIN));
+    let sent: Vec<Vec<u8>> = (0..8).map(|i| inner(i, 500)).collect();
+    n.sides[1]
+        .tun
+        .borrow_mut()
+        .inbound
+        .extend(sent.iter().cloned());
+    n.sides[1].engine.turn(&mut Ready::all(1));
+    {
+        let e = &n.sides[1].engine;
+        let t = e.tunnel();
+        assert_eq!(t.drops().get(DropReason::SendFailed), 0, "held, not lost");
+        assert!(e.io_stats().udp_held >= 8, "{:?}", e.io_stats());
+        assert!(e.io_stats().udp_hold_bytes >= 8 * 500);
+        assert!(t.counters().send_held >= 8);
+        assert!(t.path(0).unwrap().up, "a full buffer is not a dead path");
+    }
+    let mut changes = Vec::new();
+    n.sides[1].engine.take_hold_changes(&mut changes);
+    assert_eq!(
+        changes,
+        vec![(0, true)],
+        "the loop asks to hear it writable"
+    );
+    // Writable again: the next turns send what was held, first.
+    n.sides[1].paths_fail.set(None);
+    n.run_until(n.clock.now() + 100 * MS);
+    assert_eq!(n.sides[1].engine.io_stats().udp_hold_bytes, 0);
+    n.sides[1].engine.take_hold_changes(&mut changes);
+    assert_eq!(changes, vec![(0, false)]);
+    let written = n.sides[0].tun.borrow().written.clone();
+    assert_eq!(written, sent, "every packet, in order");
+}
+
+#[test]
 fn tun_write_failures_and_oversized_reads_are_counted_drops() {
     let mut n = Net::new(1, true, false);
     n.established();
