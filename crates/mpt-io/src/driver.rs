@@ -361,8 +361,14 @@ impl Driver {
     /// ([`crate::hold`]).
     fn size_send_buffers(&mut self, now: Nanos) {
         for i in 0..self.engine.paths.sockets.len() {
-            let rate = self.engine.tunnel().socket_rate_bps(i, now);
-            let want = crate::udp::send_limit_bytes(rate);
+            // Until its paths delivered, a socket keeps what it has (at
+            // first the large default: a start held to the smallest
+            // buffer, at a guessed pacing rate far above a slow link's,
+            // cost fifty clients on two cores their first seconds).
+            let Some(rate) = self.engine.tunnel().socket_rate_bps(i, now) else {
+                continue;
+            };
+            let want = crate::udp::send_limit_bytes(Some(rate));
             let had = self.engine.paths.send_limit(i);
             if had != 0 && (want as f64 - had as f64).abs() < SEND_LIMIT_MOVE * had as f64 {
                 continue;

@@ -44,7 +44,7 @@ pub trait Peers {
     fn count_drop(&mut self, peer: PeerId, why: DropReason);
     fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos);
     /// A datagram of `bytes` the path's socket refused for now is held
-    /// ([`Tunnel::on_send_held`]).
+    /// ([`Tunnel::on_send_held`]: counted).
     fn on_send_held(&mut self, peer: PeerId, path: PathId, bytes: usize, now: Nanos);
     /// The peer's next output ([`Tunnel::poll_transmit`]).
     fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit>;
@@ -189,7 +189,7 @@ impl<P: PathIo> Flush<'_, P> {
             if msgs.is_empty() {
                 continue;
             }
-            if self.hold.holds(socket) {
+            if self.hold.worth_retrying(socket) {
                 // What the socket refused before goes first.
                 retry_held(self.hold, self.paths, self.io, socket, core, now);
             }
@@ -239,7 +239,7 @@ impl<P: PathIo> Flush<'_, P> {
     /// found some held): see [`crate::hold`].
     pub fn retry_held<Q: Peers + ?Sized>(&mut self, core: &mut Q, now: Nanos) {
         for socket in 0..self.paths.sockets() {
-            if self.hold.holds(socket) {
+            if self.hold.worth_retrying(socket) {
                 retry_held(self.hold, self.paths, self.io, socket, core, now);
             }
         }

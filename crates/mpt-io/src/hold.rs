@@ -11,18 +11,17 @@
 //! overflowed a shaper on the host itself (a slow uplink, a router's
 //! shaped WAN port) where TCP through the same interface never lost one.
 //!
-//! A refused datagram is already sealed and numbered: it is copied here,
-//! charged once more to its path's pacing budget (so the core sends that
-//! path less until the interface caught up, and its scheduler looks
-//! elsewhere meanwhile), and sent before anything later on its socket.
-//! The loop asks to hear when the socket is writable again.
+//! A refused datagram is already sealed, numbered and stamped: it is
+//! copied here and sent before anything later on its socket; the time it
+//! waits shows in its path's one-way delay, which the core's rate control
+//! reads as a queue. The loop asks to hear when the socket is writable
+//! again, and does not try it before.
 //!
 //! Invariants:
 //! * datagrams leave each socket in the order they were committed: while
 //!   a socket holds some, everything new for it joins the back;
 //! * at most [`HOLD_MAX_BYTES`] per socket; a datagram that does not fit
 //!   is dropped and counted (`send_failed` at its peer, `udp_hold_drops`);
-//! * a held datagram is charged to its path once, when it is held;
 //! * a send error other than a full buffer drops the datagram (counted at
 //!   its peer), as for a datagram sent at once.
 
@@ -56,6 +55,10 @@ struct Held {
 struct SocketHold {
     q: VecDeque<Held>,
     bytes: usize,
+    /// The socket refused, and no writability was reported since (with
+    /// [`Hold::reports_writable`] on): a retry would only be refused
+    /// again, at the cost of a system call.
+    refused: bool,
 }
 
 /// What a retry did, for the counters.
@@ -76,9 +79,34 @@ pub struct Hold {
     chunks: Vec<Chunk>,
     msgs: Vec<SendMsg>,
     failures: Vec<(usize, io::Error)>,
+    /// The loop reports when a socket that held datagrams is writable
+    /// ([`Hold::writable`]); without it every turn retries.
+    reports_writable: bool,
 }
 
 impl Hold {
+    /// The loop will report writability ([`Hold::writable`]): a socket
+    /// that refused is tried again only after it.
+    pub fn set_reports_writable(&mut self, on: bool) {
+        self.reports_writable = on;
+    }
+
+    /// `socket` was reported writable.
+    pub fn writable(&mut self, socket: usize) {
+        if let Some(s) = self.sockets.get_mut(socket) {
+            s.refused = false;
+        }
+    }
+
+    /// Whether a retry of `socket` may get somewhere: it holds datagrams
+    /// and, if the loop reports writability, was writable since it last
+    /// refused.
+    pub fn worth_retrying(&self, socket: usize) -> bool {
+        self.sockets
+            .get(socket)
+            .is_some_and(|s| !s.q.is_empty() && (!self.reports_writable || !s.refused))
+    }
+
     /// Whether `socket` holds datagrams (new ones for it must join them).
     pub fn holds(&self, socket: usize) -> bool {
         self.sockets.get(socket).is_some_and(|s| !s.q.is_empty())
@@ -109,6 +137,7 @@ impl Hold {
             self.sockets.resize_with(socket + 1, SocketHold::default);
         }
         let s = &mut self.sockets[socket];
+        s.refused = true;
         if s.bytes + data.len() > HOLD_MAX_BYTES {
             return false;
         }
@@ -183,6 +212,7 @@ impl Hold {
                 }
             }
             if refused < tried {
+                s.refused = true;
                 break;
             }
         }
@@ -269,6 +299,24 @@ mod tests {
         assert!(!h.any());
         let firsts: Vec<u8> = io.sent.iter().map(|d| d[0]).collect();
         assert_eq!(firsts, vec![0, 1, 2, 3, 4], "in the order they were held");
+    }
+
+    #[test]
+    fn with_writability_reported_a_socket_that_refused_waits_for_it() {
+        let mut h = Hold::default();
+        assert!(h.push(0, 0, 0, dst(), 0, &[1; 10]));
+        assert!(h.worth_retrying(0), "no reports: every turn tries");
+        h.set_reports_writable(true);
+        assert!(!h.worth_retrying(0), "refused, not yet writable");
+        h.writable(0);
+        assert!(h.worth_retrying(0));
+        let mut io = Tight {
+            room: 0,
+            sent: Vec::new(),
+            broken: None,
+        };
+        assert_eq!(h.retry(&mut io, 0, |_, _, _| ()).sent, 0);
+        assert!(!h.worth_retrying(0), "refused again");
     }
 
     #[test]

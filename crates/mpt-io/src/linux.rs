@@ -103,7 +103,8 @@ impl UdpPaths {
     }
 
     /// Size `socket`'s send buffer ([`crate::udp::send_limit_bytes`]);
-    /// its GSO messages then stay within half of it.
+    /// its GSO messages then stay within the size asked (the kernel
+    /// allows twice that, counting buffers).
     pub fn set_send_limit(&mut self, socket: usize, bytes: usize) -> io::Result<()> {
         let s = self.sockets.get(socket).ok_or(io::ErrorKind::NotFound)?;
         crate::udp::set_send_limit(&s.socket, bytes)?;
@@ -138,7 +139,7 @@ impl PathIo for UdpPaths {
         }
         match self.send_limit(socket) {
             0 => crate::batch::GSO_MAX_BYTES,
-            limit => limit / 2,
+            limit => limit,
         }
     }
     fn recv(

@@ -307,13 +307,6 @@ impl PathSender {
         }
     }
 
-    /// `bytes` already sent were refused by the local socket and wait in
-    /// the I/O layer: charged once more (the path's budget then pays for
-    /// the time the local interface needs to take them).
-    pub fn on_local_hold(&mut self, bytes: usize) {
-        self.bucket.take(bytes);
-    }
-
     /// A packet had to wait for this path's budget.
     pub fn on_held(&mut self) {
         self.limited = true;

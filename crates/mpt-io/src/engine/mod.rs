@@ -229,6 +229,18 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         self.loop_idle += idle;
     }
 
+    /// The loop reports writable sockets ([`Engine::socket_writable`]):
+    /// a socket that refused datagrams is tried again only then (else at
+    /// every turn).
+    pub fn set_reports_writable(&mut self, on: bool) {
+        self.hold.set_reports_writable(on);
+    }
+
+    /// `socket` is writable again (a readiness event).
+    pub fn socket_writable(&mut self, socket: usize) {
+        self.hold.writable(socket);
+    }
+
     /// Sockets that began (`true`) or ended (`false`) holding refused
     /// datagrams since the last call: the loop asks to hear when the
     /// former are writable, and stops for the latter.
