@@ -179,6 +179,9 @@ pub struct Config {
     pub scheduler: SchedulerMode,
     /// Longest expected wait in mpt's send queue (path-aware scheduling).
     pub queue_ms: u64,
+    /// Local push-back: how long of its paths' rate a path socket may
+    /// leave in the host's own queues, ms (0: off, the default).
+    pub local_queue_ms: u64,
     /// Lower the weight of paths that lose more packets than the best path
     /// (experimental, default off).
     pub adapt_to_loss: bool,
@@ -469,6 +472,7 @@ fn build(ctx: &mut Ctx<'_>, root: &toml_edit::Table, file: &Path) -> Option<Conf
         share: sched.share,
         scheduler: sched.mode,
         queue_ms: sched.queue_ms,
+        local_queue_ms: sched.local_queue_ms,
         adapt_to_loss: sched.adapt_to_loss,
         paths,
         reorder,

@@ -20,7 +20,13 @@ use crate::{
 };
 
 const METRICS_KEYS: &[&str] = &["listen"];
-const SCHEDULER_KEYS: &[&str] = &["mode", "share", "adapt_to_loss", "queue_ms"];
+const SCHEDULER_KEYS: &[&str] = &[
+    "mode",
+    "share",
+    "adapt_to_loss",
+    "queue_ms",
+    "local_queue_ms",
+];
 const REORDER_KEYS: &[&str] = &["window", "max_delay_ms", "release", "recover", "fec"];
 const ROUTE_KEYS: &[&str] = &["network", "metric"];
 
@@ -77,6 +83,7 @@ pub(crate) struct SchedulerRead {
     pub share: Share,
     pub adapt_to_loss: bool,
     pub queue_ms: u64,
+    pub local_queue_ms: u64,
 }
 
 /// `[scheduler]`: path-aware sending (`ecf`, the default) or static
@@ -114,6 +121,9 @@ pub(crate) fn read_scheduler(
     let queue_ms = sr
         .int(ctx, "queue_ms", (1, 10_000))
         .map_or(defaults::QUEUE_MS, |v| v as u64);
+    let local_queue_ms = sr
+        .int(ctx, "local_queue_ms", (0, 100))
+        .map_or(0, |v| v as u64);
     match mode {
         SchedulerMode::Ecf => {
             if !weighted.is_empty() {
@@ -154,6 +164,13 @@ pub(crate) fn read_scheduler(
                     "the send queue belongs to path-aware sending (mode = \"ecf\"); static weights send at once",
                 );
             }
+            if sr.span("local_queue_ms").is_some() {
+                ctx.error(
+                    sr.span("local_queue_ms"),
+                    "scheduler.local_queue_ms",
+                    "local push-back sizes each path's socket from the rate path-aware sending (mode = \"ecf\") measures; static weights measure none",
+                );
+            }
         }
     }
     sr.finish(ctx);
@@ -162,6 +179,7 @@ pub(crate) fn read_scheduler(
         share,
         adapt_to_loss,
         queue_ms,
+        local_queue_ms,
     }
 }
 

@@ -166,6 +166,14 @@ fn scheduler_mode_follows_weights_and_rejects_mixtures() {
     assert!(e[0].contains("rate_mbit"), "{e:?}");
     let e = errors(&format!("{weighted}[scheduler]\nqueue_ms = 50\n"));
     assert!(e[0].contains("send queue"), "{e:?}");
+    // Local push-back: off unless set, 0..=100 ms, path-aware sending only.
+    assert_eq!(parse(MINIMAL).unwrap().local_queue_ms, 0);
+    let on = parse(&format!("{MINIMAL}[scheduler]\nlocal_queue_ms = 4\n")).unwrap();
+    assert_eq!(on.local_queue_ms, 4);
+    let e = errors(&format!("{MINIMAL}[scheduler]\nlocal_queue_ms = 500\n"));
+    assert!(e[0].contains("local_queue_ms"), "{e:?}");
+    let e = errors(&format!("{weighted}[scheduler]\nlocal_queue_ms = 4\n"));
+    assert!(e[0].contains("static weights measure none"), "{e:?}");
 }
 
 #[test]

@@ -94,6 +94,7 @@ impl TestConfig {
                 share: Share::Bytes,
                 scheduler: SchedKind::Wrr,
                 queue_max: 100 * MS,
+                local_queue: 0,
                 security: None,
                 seed: [side; 32],
                 adapt_to_loss: true,

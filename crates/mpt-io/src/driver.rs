@@ -356,11 +356,20 @@ impl Driver {
         Ok(())
     }
 
-    /// Each path socket's send buffer from its paths' rates, so that the
-    /// local interface's queue pushes back before it overflows
+    /// With local push-back on (`[scheduler] local_queue_ms`), each path
+    /// socket's send buffer from its paths' rates, so that the local
+    /// interface's queue pushes back before it overflows
     /// ([`crate::hold`]).
     fn size_send_buffers(&mut self, now: Nanos) {
+        let queue_ns = self.engine.tunnel().local_queue();
         for i in 0..self.engine.paths.sockets.len() {
+            if queue_ns == 0 {
+                // Off (the default), or switched off by a reload.
+                if self.engine.paths.send_limit(i) != 0 {
+                    let _ = self.engine.paths.reset_send_limit(i);
+                }
+                continue;
+            }
             // Until its paths delivered, a socket keeps what it has (at
             // first the large default: a start held to the smallest
             // buffer, at a guessed pacing rate far above a slow link's,
@@ -368,7 +377,7 @@ impl Driver {
             let Some(rate) = self.engine.tunnel().socket_rate_bps(i, now) else {
                 continue;
             };
-            let want = crate::udp::send_limit_bytes(Some(rate));
+            let want = crate::udp::send_limit_bytes(Some(rate), queue_ns);
             let had = self.engine.paths.send_limit(i);
             if had != 0 && (want as f64 - had as f64).abs() < SEND_LIMIT_MOVE * had as f64 {
                 continue;

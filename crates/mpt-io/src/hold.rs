@@ -1,8 +1,10 @@
 //! Datagrams a path socket refused for now, kept in order and sent when
 //! the socket takes them again: the host's own queue pushing back.
 //!
-//! A single tunnel's path socket has a send buffer of a few milliseconds
-//! at its paths' rate ([`crate::udp::send_limit_bytes`]). What the local
+//! With local push-back on (`[scheduler] local_queue_ms`, off by
+//! default), a single tunnel's path socket has a send buffer of a few
+//! milliseconds at its paths' rate ([`crate::udp::send_limit_bytes`]);
+//! else a large one, which refuses only in a burst. What the local
 //! stack still holds for the socket (the interface's qdisc, its driver)
 //! counts against it, so when the interface is the bottleneck the socket
 //! refuses (`EAGAIN`) before the interface's queue overflows. That is the

@@ -112,6 +112,13 @@ impl UdpPaths {
         Ok(())
     }
 
+    /// Give `socket` the large default buffer back (local push-back off).
+    pub fn reset_send_limit(&mut self, socket: usize) -> io::Result<()> {
+        self.set_send_limit(socket, crate::udp::SOCKET_BUFFER_BYTES)?;
+        self.send_limit[socket] = 0;
+        Ok(())
+    }
+
     /// `socket`'s send buffer as last set (0: the default).
     pub fn send_limit(&self, socket: usize) -> usize {
         self.send_limit.get(socket).copied().unwrap_or(0)

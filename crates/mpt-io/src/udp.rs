@@ -23,10 +23,12 @@ use mpt_sys::packet::setsockopt_int;
 /// Socket buffer size requested for each path socket (tuning knob).
 pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 
-/// A single tunnel's path socket keeps at most this long of its paths'
-/// rate in the local stack (its send buffer; tuning knob: TCP Small
-/// Queues keeps about 1 ms per flow, and a Wi-Fi driver asks for 4 ms to
-/// aggregate frames, `sk_pacing_shift` 8), and at least
+/// With local push-back on (`[scheduler] local_queue_ms`, off by
+/// default), a single tunnel's path socket keeps at most that long of its
+/// paths' rate in the local stack (its send buffer; TCP Small Queues
+/// keeps about 1 ms per flow, and a Wi-Fi driver asks for 4 ms to
+/// aggregate frames, `sk_pacing_shift` 8: [`SEND_QUEUE_NS`] is the value
+/// the docs suggest), and at least
 /// [`SEND_LIMIT_MIN_BYTES`] (the kernel doubles it: 16 kB, seven
 /// datagrams of 1.5 kB counted with their buffers, or 14 kB of GSO
 /// super-datagrams, whose buffers are nearly all payload: within a 4
@@ -37,13 +39,13 @@ pub const SEND_QUEUE_NS: u64 = 4_000_000;
 pub const SEND_LIMIT_MIN_BYTES: usize = 8 << 10;
 
 /// The send buffer for a socket whose paths carry `rate_bps` together
-/// (`None`: not known yet): [`SEND_QUEUE_NS`] of it, within
+/// (`None`: not known yet): `queue_ns` of it, within
 /// [`SEND_LIMIT_MIN_BYTES`] and [`SOCKET_BUFFER_BYTES`]. The kernel counts
 /// a datagram's whole buffer (its truesize, about 2.3 kB for 1.5 kB) and
 /// doubles the value asked for.
-pub fn send_limit_bytes(rate_bps: Option<u64>) -> usize {
+pub fn send_limit_bytes(rate_bps: Option<u64>, queue_ns: u64) -> usize {
     let bytes = rate_bps.map_or(0, |r| {
-        (r as u128 * SEND_QUEUE_NS as u128 / 8_000_000_000) as usize
+        (r as u128 * queue_ns as u128 / 8_000_000_000).min(usize::MAX as u128) as usize
     });
     bytes.clamp(SEND_LIMIT_MIN_BYTES, SOCKET_BUFFER_BYTES)
 }
@@ -255,10 +257,15 @@ mod tests {
 
     #[test]
     fn a_sockets_send_buffer_follows_its_rate_within_its_bounds() {
-        assert_eq!(send_limit_bytes(None), SEND_LIMIT_MIN_BYTES, "not measured");
-        assert_eq!(send_limit_bytes(Some(4_000_000)), SEND_LIMIT_MIN_BYTES);
+        let q = SEND_QUEUE_NS;
+        assert_eq!(
+            send_limit_bytes(None, q),
+            SEND_LIMIT_MIN_BYTES,
+            "not measured"
+        );
+        assert_eq!(send_limit_bytes(Some(4_000_000), q), SEND_LIMIT_MIN_BYTES);
         // 4 ms of 1 Gbit/s.
-        assert_eq!(send_limit_bytes(Some(1_000_000_000)), 500_000);
-        assert_eq!(send_limit_bytes(Some(u64::MAX)), SOCKET_BUFFER_BYTES);
+        assert_eq!(send_limit_bytes(Some(1_000_000_000), q), 500_000);
+        assert_eq!(send_limit_bytes(Some(u64::MAX), q), SOCKET_BUFFER_BYTES);
     }
 }

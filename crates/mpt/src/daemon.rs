@@ -82,6 +82,7 @@ pub fn core_config(cfg: &Config, keys: &[usize], seed: [u8; 32]) -> TunnelConfig
             SchedulerMode::Wrr => SchedKind::Wrr,
         },
         queue_max: cfg.queue_ms * NANOS_PER_MS,
+        local_queue: cfg.local_queue_ms * NANOS_PER_MS,
         security: match &cfg.security {
             Security::InsecurePlaintext => None,
             Security::Encrypted(k) => Some(SecurityConfig {

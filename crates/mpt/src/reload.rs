@@ -9,7 +9,7 @@
 //!   and per path `remote`, `weight`, `rate_mbit`, `backup`,
 //!   `keepalive_ms`, `dead_ms`;
 //! * `[[route]]`: routes added and removed;
-//! * `[scheduler] queue_ms`;
+//! * `[scheduler] queue_ms` and `local_queue_ms`;
 //! * `[qos]`: the classes (what waits is classified again into the new
 //!   ones).
 //!
@@ -105,6 +105,14 @@ impl Reloader {
                 self.running.queue_ms, new.queue_ms
             ));
             self.running.queue_ms = new.queue_ms;
+        }
+        if new.local_queue_ms != self.running.local_queue_ms && scheduler_same {
+            t.set_local_queue(new.local_queue_ms * NANOS_PER_MS);
+            out.applied.push(format!(
+                "scheduler.local_queue_ms: {} -> {}",
+                self.running.local_queue_ms, new.local_queue_ms
+            ));
+            self.running.local_queue_ms = new.local_queue_ms;
         }
         if new.qos != self.running.qos && scheduler_same {
             t.set_qos(new.qos.clone(), ctx.now);

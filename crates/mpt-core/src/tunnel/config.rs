@@ -59,6 +59,11 @@ pub struct TunnelConfig {
     pub scheduler: SchedKind,
     /// Longest expected wait in the send queue (paced schedulers).
     pub queue_max: Nanos,
+    /// Local push-back: how long of its paths' delivery rate a path
+    /// socket may leave in the host's own queues (0: off, the sockets
+    /// keep their large buffers; the I/O layer reads it,
+    /// [`crate::tunnel::Tunnel::local_queue`]).
+    pub local_queue: Nanos,
     /// `None`: plaintext (lab comparisons only).
     pub security: Option<SecurityConfig>,
     /// Seed for session indices and ephemeral keys (from the OS at start).

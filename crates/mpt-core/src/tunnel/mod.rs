@@ -235,6 +235,8 @@ pub struct Tunnel {
     staged: std::collections::VecDeque<(u8, Vec<u8>)>,
     paced: bool,
     queue_max: Nanos,
+    /// [`TunnelConfig::local_queue`].
+    local_queue: Nanos,
     /// The path `poll_queued` looks at first (round robin).
     release_next: usize,
     /// A release of `release_next`'s waiting packets is under way.
@@ -302,6 +304,7 @@ impl Tunnel {
             staged: std::collections::VecDeque::new(),
             paced,
             queue_max: cfg.queue_max,
+            local_queue: cfg.local_queue,
             release_next: 0,
             releasing: false,
             policy,
@@ -431,6 +434,15 @@ impl Tunnel {
         if self.paths.get(path as usize).is_some() {
             self.counters.send_held += 1;
         }
+    }
+
+    /// How long of its paths' rate a path socket may leave in the host's
+    /// own queues (0: no local push-back; `[scheduler] local_queue_ms`).
+    pub fn local_queue(&self) -> Nanos {
+        self.local_queue
+    }
+    pub fn set_local_queue(&mut self, local_queue: Nanos) {
+        self.local_queue = local_queue;
     }
 
     /// The highest rate the paths on local socket `socket` delivered
