@@ -26,7 +26,8 @@ A scenario file::
                                           # (loss recovery off), "mpt-1dg"
                                           # (tunnel MTU of one datagram),
                                           # "mpt-hold" (max_delay_ms = 300),
-                                          # "mpt-q200" (queue_ms = 200), "mpt-wrr" (weights
+                                          # "mpt-q200" (queue_ms = 200), "mpt-pushback"
+                                          # (local_queue_ms = 4), "mpt-wrr" (weights
                                           # from the link rates), "mpt-noqos"
                                           # (QoS off; the scenario's [qos] text
                                           # is left out), "mpt-noredundant"
@@ -106,6 +107,7 @@ SYSTEMS = (
     "mpt-1dg",
     "mpt-hold",
     "mpt-q200",
+    "mpt-pushback",
     "mpt-wrr",
     "mpt-base",
     "mpt-noqos",

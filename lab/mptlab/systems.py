@@ -201,6 +201,9 @@ MPT_VARIANTS: dict[str, dict[str, Any]] = {
     # as long: the two waits the inner TCP sees as loss when they end.
     "mpt-hold": {"extra": "[reorder]\nmax_delay_ms = 300"},
     "mpt-q200": {"extra": "[scheduler]\nqueue_ms = 200"},
+    # Local push-back on (off by default): each path socket's send buffer
+    # at 4 ms of its paths' delivery rate.
+    "mpt-pushback": {"extra": "[scheduler]\nlocal_queue_ms = 4"},
     # Static weights from the emulated link rates: today's weighted
     # round-robin with knowledge a user lacks, for comparison only.
     "mpt-wrr": {"weights": True},
