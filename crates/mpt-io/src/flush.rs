@@ -43,9 +43,9 @@ pub trait Peers {
     fn sealer(&self, peer: PeerId) -> Option<Sealer<'_>>;
     fn count_drop(&mut self, peer: PeerId, why: DropReason);
     fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos);
-    /// A datagram of `bytes` the path's socket refused for now is held
+    /// A datagram the path's socket refused for now is held
     /// ([`Tunnel::on_send_held`]: counted).
-    fn on_send_held(&mut self, peer: PeerId, path: PathId, bytes: usize, now: Nanos);
+    fn on_send_held(&mut self, peer: PeerId, path: PathId);
     /// The peer's next output ([`Tunnel::poll_transmit`]).
     fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit>;
 }
@@ -60,8 +60,8 @@ impl Peers for Tunnel {
     fn on_send_error(&mut self, _: PeerId, path: PathId, hard: bool, now: Nanos) {
         Tunnel::on_send_error(self, path, hard, now);
     }
-    fn on_send_held(&mut self, _: PeerId, path: PathId, bytes: usize, now: Nanos) {
-        Tunnel::on_send_held(self, path, bytes, now);
+    fn on_send_held(&mut self, _: PeerId, path: PathId) {
+        Tunnel::on_send_held(self, path);
     }
     fn poll_transmit(&mut self, _: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
         Tunnel::poll_transmit(self, now, slot)
@@ -82,9 +82,9 @@ impl Peers for Concentrator {
             t.on_send_error(path, hard, now);
         }
     }
-    fn on_send_held(&mut self, peer: PeerId, path: PathId, bytes: usize, now: Nanos) {
+    fn on_send_held(&mut self, peer: PeerId, path: PathId) {
         if let Some(t) = self.tunnel_mut(peer) {
-            t.on_send_held(path, bytes, now);
+            t.on_send_held(path);
         }
     }
     fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
@@ -223,7 +223,7 @@ impl<P: PathIo> Flush<'_, P> {
                         .push(socket, info.peer, info.path, m.dst, m.tos, d)
                     {
                         io.udp_held += 1;
-                        core.on_send_held(info.peer, info.path, d.len(), now);
+                        core.on_send_held(info.peer, info.path);
                     } else {
                         io.udp_hold_drops += 1;
                         core.on_send_error(info.peer, info.path, false, now);

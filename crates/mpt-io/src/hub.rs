@@ -71,8 +71,8 @@ impl Peers for PeerSet {
     fn on_send_error(&mut self, peer: PeerId, path: PathId, hard: bool, now: Nanos) {
         Peers::on_send_error(&mut self.conc, peer, path, hard, now);
     }
-    fn on_send_held(&mut self, peer: PeerId, path: PathId, bytes: usize, now: Nanos) {
-        Peers::on_send_held(&mut self.conc, peer, path, bytes, now);
+    fn on_send_held(&mut self, peer: PeerId, path: PathId) {
+        Peers::on_send_held(&mut self.conc, peer, path);
     }
     fn poll_transmit(&mut self, peer: PeerId, now: Nanos, slot: &mut [u8]) -> Option<Transmit> {
         Peers::poll_transmit(&mut self.conc, peer, now, slot)

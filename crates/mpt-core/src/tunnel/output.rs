@@ -25,6 +25,8 @@
 //! * a datagram handed out has been counted as sent (path sequence, pacing
 //!   budget, recovery ring); one that cannot be made is counted as a drop
 //!   and skipped, never handed out half made;
+//! * a datagram the I/O layer holds because its socket refused it for
+//!   now is counted ([`Tunnel::on_send_held`]), never a drop;
 //! * no allocation: each source reuses its buffers.
 
 use std::net::SocketAddr;
@@ -97,6 +99,51 @@ impl Tunnel {
         } else {
             1
         }
+    }
+}
+
+/// What the I/O layer tells of its sockets, and asks to size them.
+impl Tunnel {
+    /// A datagram on `path` was refused for now by its local
+    /// socket (its send buffer is full: the host's own interface is the
+    /// bottleneck) and is held by the I/O layer, to leave when the socket
+    /// takes it. Counted, not a drop, and not charged to the path's pacing
+    /// budget again: the wait shows in the path's one-way delay (the
+    /// datagram's timestamp was taken when it was made), which the rate
+    /// control reads as a queue (charging it again held fifty
+    /// concentrator clients' starts on two cores to half their rate).
+    pub fn on_send_held(&mut self, path: PathId) {
+        if self.paths.get(path as usize).is_some() {
+            self.counters.send_held += 1;
+        }
+    }
+
+    /// How long of its paths' rate a path socket may leave in the host's
+    /// own queues (0: no local push-back; `[scheduler] local_queue_ms`).
+    pub fn local_queue(&self) -> Nanos {
+        self.local_queue
+    }
+    pub fn set_local_queue(&mut self, local_queue: Nanos) {
+        self.local_queue = local_queue;
+    }
+
+    /// The highest rate the paths on local socket `socket` delivered
+    /// lately ([`PathSender::delivered_peak_bps`]), summed (bits per
+    /// second; `None`: none of them measured lately; a path's pacing rate
+    /// before it was measured is a guess, and a path far slower than the
+    /// guess overflowed its interface's queue at once); unbounded
+    /// (`u64::MAX`) when the paths are not paced (static weights: the
+    /// static-share tunnel's behaviour). The I/O layer sizes the socket's
+    /// send buffer from it.
+    pub fn socket_rate_bps(&self, socket: usize, now: Nanos) -> Option<u64> {
+        if !self.paced {
+            return Some(u64::MAX);
+        }
+        self.paths
+            .iter()
+            .filter(|p| p.state.cfg.local_key == socket && !p.removed)
+            .filter_map(|p| p.sender.delivered_peak_bps(now))
+            .reduce(|a, b| a.saturating_add(b))
     }
 }
 
