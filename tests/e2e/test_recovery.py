@@ -49,14 +49,17 @@ def test_lost_packets_are_asked_for_and_resent(workdir: Path) -> None:
         # losses are filled, with room for that spread.
         assert lost <= 0.5 * asked, (lost, rx)
         assert tx["retransmitted"] >= rx["recovered"], (rx, tx)
-        # Gaps given up are those asked for in vain, plus any that the
-        # reorder buffer's release policy or its own timeout released
-        # first (each such release skips at least one): a loaded CI run
-        # read 80 lost against 58 given up, with 17 policy releases and 3
-        # timeouts.
-        released = reorder["policy_releases"] + reorder["timeout_releases"]
+        # Every gap lost has one cause. Those the release policy gave up
+        # passed through loss recovery first, which held them until it gave
+        # them up (unless its queue of gaps was full); the reorder buffer's
+        # own timeout may release more (a loaded CI run lost 301 against 195
+        # given up, with one timeout release: the counts by cause tell them
+        # apart).
+        by_cause = reorder["lost_by_policy"] + reorder["lost_by_timeout"]
+        assert lost == by_cause + reorder["lost_by_limits"], reorder
         assert lost >= rx["gave_up"], (lost, rx)
-        assert lost <= rx["gave_up"] + 20 + released, (lost, rx, reorder)
+        if rx["pending_full"] == 0:
+            assert reorder["lost_by_policy"] <= rx["gave_up"], (rx, reorder)
         assert r.retransmits is not None and r.retransmits < asked
         text = b.status_text(verbose=True)
         assert "recovery: asked for" in text, text

@@ -102,6 +102,14 @@ pub struct ReorderStats {
     pub reordered: u64,
     /// Sequence numbers given up as lost.
     pub lost: u64,
+    /// Of those, given up by the release policy (and loss recovery, which
+    /// holds the policy's floor back while it waits for an answer).
+    pub lost_by_policy: u64,
+    /// Of those, given up because a held packet waited `max_delay`.
+    pub lost_by_timeout: u64,
+    /// Of those, given up by the window, the byte bound or a sender's
+    /// restart (the rest of `lost`).
+    pub lost_by_limits: u64,
     /// Of those, packets that came after all and were delivered late.
     pub late_delivered: u64,
     /// Releases forced by `max_delay`.
@@ -310,7 +318,8 @@ impl ReorderBuffer {
         }
         if seq >= self.next + self.capacity {
             self.stats.overflow_releases += 1;
-            self.release_through(seq - self.capacity + 1);
+            let n = self.release_through(seq - self.capacity + 1);
+            self.stats.lost_by_limits += n;
         }
         if seq == self.next && self.ready.is_empty() {
             self.stats.in_order += 1;
@@ -358,7 +367,8 @@ impl ReorderBuffer {
         );
         if let Some(seq) = first {
             self.stats.bytes_releases += 1;
-            self.release_through(seq + 1);
+            let n = self.release_through(seq + 1);
+            self.stats.lost_by_limits += n;
         }
     }
 
@@ -383,11 +393,13 @@ impl ReorderBuffer {
     }
 
     /// Give up every missing sequence number below `end` (exclusive) and
-    /// release the held ones in order. Bounded by O(capacity).
-    fn release_through(&mut self, end: u64) {
+    /// release the held ones in order; returns how many were given up.
+    /// Bounded by O(capacity).
+    fn release_through(&mut self, end: u64) -> u64 {
         if end <= self.next {
-            return;
+            return 0;
         }
+        let lost_before = self.stats.lost;
         let walk_end = end.min(self.next + self.capacity);
         for seq in self.next..walk_end {
             let i = self.idx(seq);
@@ -420,6 +432,7 @@ impl ReorderBuffer {
         }
         self.next = end;
         self.drain_consecutive();
+        self.stats.lost.saturating_sub(lost_before)
     }
 
     /// The sender is a new incarnation (it announced so in a handshake):
@@ -439,7 +452,8 @@ impl ReorderBuffer {
     fn resync(&mut self, seq: u64) {
         self.stats.resyncs += 1;
         let end = self.next + self.capacity;
-        self.release_through(end);
+        let n = self.release_through(end);
+        self.stats.lost_by_limits += n;
         self.arrivals.clear();
         self.delivered.iter_mut().for_each(|w| *w = 0);
         self.next = seq;
@@ -450,7 +464,8 @@ impl ReorderBuffer {
     pub fn release_below(&mut self, floor: u64) {
         if floor > self.next && self.held_count > 0 {
             self.stats.policy_releases += 1;
-            self.release_through(floor);
+            let n = self.release_through(floor);
+            self.stats.lost_by_policy += n;
         }
     }
 
@@ -491,7 +506,8 @@ impl ReorderBuffer {
             }
             self.arrivals.pop_front();
             self.stats.timeout_releases += 1;
-            self.release_through(seq + 1);
+            let n = self.release_through(seq + 1);
+            self.stats.lost_by_timeout += n;
         }
     }
 

@@ -267,6 +267,34 @@ proptest! {
             prop_assert_eq!(all.len(), out.len() + late.len(), "each at most once");
         }
     }
+
+    /// Every sequence number given up is counted under exactly one cause,
+    /// whichever release gave it up (policy, timeout, window, bytes,
+    /// restart).
+    #[test]
+    fn every_loss_has_one_cause(
+        ops in proptest::collection::vec((0u64..300, 0u64..50, 0u8..8), 1..400),
+        window in 2usize..64,
+    ) {
+        let mut rb = ReorderBuffer::new(window, 100);
+        rb.set_bytes_max(64);
+        let mut out = vec![];
+        let mut now = 0;
+        for (seq, dt, op) in ops {
+            now += dt;
+            match op {
+                0 => rb.release_below(rb.next_seq() + seq % 8),
+                1 => rb.restart_at(seq),
+                _ => {
+                    rb.handle_timeout(now);
+                    deliver(&mut rb, seq, now, &mut out);
+                }
+            }
+            drain(&mut rb, &mut out);
+            let s = rb.stats();
+            prop_assert_eq!(s.lost, s.lost_by_policy + s.lost_by_timeout + s.lost_by_limits, "{:?}", s);
+        }
+    }
 }
 
 #[test]

@@ -316,7 +316,7 @@ pub fn render_doc(d: &TunnelDoc) -> String {
     let r = &t.reorder;
     let _ = writeln!(
         o,
-        "reorder: window {}, held now {} ({} of at most {}), in order {}, reordered {}, lost {} (came late and delivered {}), released by policy {} / timeout {} / overflow {} / bytes {}, max held {} ({}), margin {:.2} ms, hold {:.0} ms",
+        "reorder: window {}, held now {} ({} of at most {}), in order {}, reordered {}, lost {} (by policy {} / timeout {} / limits {}; came late and delivered {}), released by policy {} / timeout {} / overflow {} / bytes {}, max held {} ({}), margin {:.2} ms, hold {:.0} ms",
         r.window,
         r.held_now,
         bytes(r.held_bytes as u64),
@@ -324,6 +324,9 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         r.stats.in_order,
         r.stats.reordered,
         r.stats.lost,
+        r.stats.lost_by_policy,
+        r.stats.lost_by_timeout,
+        r.stats.lost_by_limits,
         r.stats.late_delivered,
         r.stats.policy_releases,
         r.stats.timeout_releases,
