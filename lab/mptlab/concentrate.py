@@ -30,6 +30,7 @@ from typing import Any
 from .cpu import cpu_hz
 from .results import machine
 from .star import SERVER_TUNNEL, Star, server_link, start, start_tunnels
+from .systems import MPT_VARIANTS
 from .util import CommandError, base_binary, mpt_binary, run, wait_for
 
 IPERF_BASE_PORT = 5300
@@ -46,6 +47,9 @@ class Settings:
     # One-way delay of each link between the server and its clients, ms
     # (empty: none): the clients' paths differ as Wi-Fi and LTE do.
     delay_ms: list[float] = field(default_factory=list)
+    # More TOML for every client's file (mpt and mpt-base), e.g.
+    # concentrator.client_extra=$'[scheduler]\nlocal_queue_ms = 15'.
+    client_extra: str = ""
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Settings:
@@ -64,15 +68,27 @@ class Settings:
                 setattr(s, k, type(cur)(v))
         if not 1 <= s.clients <= 500 or not 1 <= s.links <= 4 or s.seconds <= 0:
             raise ValueError("[concentrator]: 1-500 clients, 1-4 links, seconds > 0")
-        if not set(s.systems) <= {"mpt", "mpt-base", "mpt-1w", "mpt-tunnels", "mptcp"}:
+        plain = {"mpt", "mpt-base", "mpt-1w", "mpt-tunnels", "mptcp"}
+        bad = [x for x in s.systems if x not in plain and not client_variant(x)]
+        if bad:
+            variants = ", ".join(sorted(k for k in MPT_VARIANTS if client_variant(k)))
             raise ValueError(
-                "[concentrator]: systems are mpt, mpt-base, mpt-1w, mpt-tunnels and mptcp"
+                f"[concentrator]: unknown system {bad[0]!r}: systems are mpt, mpt-base, "
+                "mpt-1w, mpt-tunnels, mptcp, and the variants that only add to the "
+                f"clients' files ({variants})"
             )
         if s.delay_ms and (len(s.delay_ms) != s.links or min(s.delay_ms) < 0):
             raise ValueError("[concentrator]: delay_ms: one delay (>= 0 ms) per link")
         if s.rate_mbit < 0:
             raise ValueError("[concentrator]: rate_mbit >= 0 (0: links not shaped)")
         return s
+
+
+def client_variant(system: str) -> str | None:
+    """The TOML a variant of `systems.MPT_VARIANTS` adds to every client's
+    file, if that is all it changes (e.g. `mpt-pushback`)."""
+    v = MPT_VARIANTS.get(system)
+    return v["extra"] if v is not None and set(v) == {"extra"} else None
 
 
 def jain(xs: list[float]) -> float:
@@ -204,7 +220,13 @@ def _mpt(
     binary = base_binary() if system == "mpt-base" else None
     with Star(s.clients, s.links, rate_mbit=_rate(s), delays_ms=s.delay_ms) as star:
         t0 = time.monotonic()
-        server, clients = start(star, outdir / system, server_shards=shards, binary=binary)
+        server, clients = start(
+            star,
+            outdir / system,
+            server_shards=shards,
+            binary=binary,
+            client_extra="\n".join(x for x in (s.client_extra, client_variant(system) or "") if x),
+        )
         assert server.proc is not None
 
         def connected() -> bool:

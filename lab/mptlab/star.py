@@ -292,6 +292,7 @@ def start(
     client_routes: list[str] | None = None,
     server_extra: str = "",
     binary: Path | None = None,
+    client_extra: str = "",
 ) -> tuple[Peer, list[Peer]]:
     """Write the configurations (the concentrator lists `peers`, default
     all clients), start every daemon; return (server, clients). With two
@@ -301,7 +302,8 @@ def start(
     `routes` for that peer); `client_routes`: networks every client
     reaches through the tunnel (its `[[route]]`s); `server_extra`: more
     sections for the concentrators' files; `binary` runs every daemon
-    (None: `mpt_binary()`)."""
+    (None: `mpt_binary()`); `client_extra`: more TOML for every client's
+    file."""
     workdir.mkdir(parents=True, exist_ok=True)
     n = len(star.c)
     spubs = [_key(workdir, "server" if k == 0 else f"server{k}") for k in range(len(star.servers))]
@@ -333,6 +335,8 @@ def start(
             text += ["", "[failover]", failover]
         for net in client_routes or []:
             text += ["", "[[route]]", f'network = "{net}"']
+        if client_extra:
+            text += ["", client_extra]
         (d / "c.toml").write_text("\n".join(text) + "\n")
         c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log", binary)  # type: ignore[arg-type]
         clients.append(c.start())

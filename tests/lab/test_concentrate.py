@@ -1,0 +1,22 @@
+"""The concentrator scenario's settings: which systems it runs."""
+
+import pytest
+from mptlab.concentrate import Settings, client_variant
+
+
+def test_a_variant_that_only_adds_to_the_clients_files_is_a_system() -> None:
+    s = Settings.from_dict({"systems": ["mpt", "mpt-pushback", "mptcp"]})
+    assert s.systems == ["mpt", "mpt-pushback", "mptcp"]
+    assert client_variant("mpt-pushback") == "[scheduler]\nlocal_queue_ms = 4"
+    assert client_variant("mpt") is None
+
+
+def test_other_variants_are_refused_with_the_list() -> None:
+    # Static weights from the lab's link rates change more than a file.
+    with pytest.raises(ValueError, match="unknown system 'mpt-wrr'.*mpt-pushback"):
+        Settings.from_dict({"systems": ["mpt-wrr"]})
+
+
+def test_client_extra_is_kept_as_text() -> None:
+    s = Settings.from_dict({"client_extra": "[reorder]\nrecover = false"})
+    assert s.client_extra == "[reorder]\nrecover = false"
