@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .daemon import Peer
+from .daemon import Peer, _in_tunnel
 from .netns import _counter, _live, _no_offloads, _veth, emulator_config_path, teardown
 from .util import mpt_binary, netem_binary, run
 
@@ -336,7 +336,11 @@ def start(
         for net in client_routes or []:
             text += ["", "[[route]]", f'network = "{net}"']
         if client_extra:
-            text += ["", client_extra]
+            # `tunnel.KEY = VALUE` lines belong in [tunnel] (as for a pair).
+            lines = client_extra.splitlines()
+            at = text.index("[tunnel]") + 1
+            text[at:at] = [x.strip()[len("tunnel.") :] for x in lines if _in_tunnel(x)]
+            text += ["", *(x for x in lines if not _in_tunnel(x))]
         (d / "c.toml").write_text("\n".join(text) + "\n")
         c = Peer(star, i, d / "c.toml", d / "c.sock", d / "c.log", binary)  # type: ignore[arg-type]
         clients.append(c.start())
