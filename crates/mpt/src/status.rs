@@ -346,7 +346,10 @@ pub fn render_doc(d: &TunnelDoc) -> String {
         e.ect1_carried,
         e.ce_not_carried,
         e.ce_waiting,
-        t.drops.get("ecn_ce_not_ect").copied().unwrap_or(0),
+        t.drops
+            .get(mpt_core::stats::DropReason::EcnCeNotEct.as_str())
+            .copied()
+            .unwrap_or(0),
     );
     match &t.security {
         Some(sec) => {
