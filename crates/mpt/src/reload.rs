@@ -98,21 +98,19 @@ impl Reloader {
         }
         self.apply_routes(&new, &mut out);
         let t = &mut *ctx.tunnel;
-        if new.queue_ms != self.running.queue_ms && scheduler_same {
-            t.set_queue_max(new.queue_ms * NANOS_PER_MS);
-            out.applied.push(format!(
-                "scheduler.queue_ms: {} -> {}",
-                self.running.queue_ms, new.queue_ms
-            ));
-            self.running.queue_ms = new.queue_ms;
-        }
-        if new.local_queue_ms != self.running.local_queue_ms && scheduler_same {
-            t.set_local_queue(new.local_queue_ms * NANOS_PER_MS);
-            out.applied.push(format!(
-                "scheduler.local_queue_ms: {} -> {}",
-                self.running.local_queue_ms, new.local_queue_ms
-            ));
-            self.running.local_queue_ms = new.local_queue_ms;
+        if scheduler_same {
+            if let Some(ms) = changed_ms(
+                "queue_ms",
+                new.queue_ms,
+                &mut self.running.queue_ms,
+                &mut out,
+            ) {
+                t.set_queue_max(ms * NANOS_PER_MS);
+            }
+            let running = &mut self.running.local_queue_ms;
+            if let Some(ms) = changed_ms("local_queue_ms", new.local_queue_ms, running, &mut out) {
+                t.set_local_queue(ms * NANOS_PER_MS);
+            }
         }
         if new.qos != self.running.qos && scheduler_same {
             t.set_qos(new.qos.clone(), ctx.now);
@@ -274,4 +272,15 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<u8> {
         );
     }
     Ok(code)
+}
+/// A `[scheduler]` time in ms that the new file changes: recorded as
+/// applied and as running; the new value, if it changed.
+fn changed_ms(key: &str, new: u64, running: &mut u64, out: &mut Outcome) -> Option<u64> {
+    if new == *running {
+        return None;
+    }
+    out.applied
+        .push(format!("scheduler.{key}: {} -> {new}", *running));
+    *running = new;
+    Some(new)
 }
