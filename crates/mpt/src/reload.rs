@@ -99,16 +99,12 @@ impl Reloader {
         self.apply_routes(&new, &mut out);
         let t = &mut *ctx.tunnel;
         if scheduler_same {
-            if let Some(ms) = changed_ms(
-                "queue_ms",
-                new.queue_ms,
-                &mut self.running.queue_ms,
-                &mut out,
-            ) {
+            let r = &mut self.running;
+            if let Some(ms) = changed_ms("queue_ms", new.queue_ms, &mut r.queue_ms, &mut out) {
                 t.set_queue_max(ms * NANOS_PER_MS);
             }
-            let running = &mut self.running.local_queue_ms;
-            if let Some(ms) = changed_ms("local_queue_ms", new.local_queue_ms, running, &mut out) {
+            let local = &mut r.local_queue_ms;
+            if let Some(ms) = changed_ms("local_queue_ms", new.local_queue_ms, local, &mut out) {
                 t.set_local_queue(ms * NANOS_PER_MS);
             }
         }
@@ -273,6 +269,7 @@ pub fn ask(sock: &std::path::Path, json_out: bool) -> std::io::Result<u8> {
     }
     Ok(code)
 }
+
 /// A `[scheduler]` time in ms that the new file changes: recorded as
 /// applied and as running; the new value, if it changed.
 fn changed_ms(key: &str, new: u64, running: &mut u64, out: &mut Outcome) -> Option<u64> {

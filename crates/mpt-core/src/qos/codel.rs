@@ -28,8 +28,8 @@ pub const INTERVAL_NS: Nanos = 100 * NANOS_PER_MS;
 /// see the slowest path's round trip, at the 10 % end: mpt's queue is the
 /// inner TCP's bottleneck queue, and on links whose capacity swings (a
 /// recorded LTE trace) a 5 % target cut the window while the paths'
-/// pacing caught up (`two-lte`: 66.9-70.7 % of the links at 5 %, 72.3-73.5
-/// at 10 %, MPTCP 72.9-74.0; `docs/results-notes.md`).
+/// pacing caught up (the lab's `two-lte`; `docs/results-notes.md`, "CoDel's
+/// target at a tenth of its interval").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {
     pub target_ns: Nanos,
