@@ -16,7 +16,12 @@
 //!   the path first shows a queue above the target or a loss, the step is
 //!   at least [`STARTUP_STEP`] (BBR's Startup doubles per round trip; the
 //!   bound at twice the delivered rate, below, caps the overshoot the
-//!   same way), and below the target the rate grows by at least
+//!   same way), and [`STARTUP_STEP_SHORT`] on a LAN-like path (one that
+//!   starts faster than the initial rate, below) once it delivered
+//!   [`SHORT_PROVEN`] times its start rate: the rate doubles per sample
+//!   there, as a queue it builds shows in the next report, where on a
+//!   long path it shows a round trip later, after more growth, and
+//!   below the target the rate grows by at least
 //!   [`GROW_MIN`] per sample: on a radio link the FIFO's jitter holds the
 //!   measured queue near the target whatever the rate;
 //! * at or above the capacity measured with a standing queue (below)
@@ -175,8 +180,14 @@ pub struct TargetDelay {
     loss_cut_at: Option<Nanos>,
     state: &'static str,
     /// No queue above the target and no loss seen yet: the rate grows by
-    /// at least [`STARTUP_STEP`] per sample.
+    /// at least [`STARTUP_STEP`] per sample ([`STARTUP_STEP_SHORT`] on a
+    /// short path).
     starting: bool,
+    /// The path's first round trip was LAN-like (it started faster than
+    /// [`INITIAL_RATE_BPS`]): its queue shows in the next sample, so the
+    /// start may double per sample once it delivered [`SHORT_PROVEN`]
+    /// times the rate it started at.
+    short: bool,
     cuts: u64,
     /// The least the bound by the delivery rates seen may be: the rate
     /// the path started at ([`INITIAL_RATE_BPS`], or what fits its round
@@ -250,6 +261,7 @@ impl Default for TargetDelay {
             loss_cut_at: None,
             state: "startup",
             starting: true,
+            short: false,
             cuts: 0,
             floor_bps: INITIAL_RATE_BPS,
             limited_seen: false,
@@ -466,7 +478,13 @@ impl RateControl for TargetDelay {
                 }
             }
             let off = (target - q) as f64 / target as f64;
-            let step = if self.starting {
+            // A short path doubles once it delivered clearly more than it
+            // started at: one that started at its capacity (eight 100
+            // Mbit/s links) overshoots by a quarter at most, as before.
+            let proven = sample as f64 > self.floor_bps as f64 * SHORT_PROVEN;
+            let step = if self.starting && self.short && proven {
+                self.step.max(STARTUP_STEP_SHORT)
+            } else if self.starting {
                 self.step.max(STARTUP_STEP)
             } else {
                 self.step
@@ -559,6 +577,7 @@ impl RateControl for TargetDelay {
         }
         let fit = u128::from(START_WINDOW_BYTES) * 8 * 1_000_000_000 / u128::from(rtt_ns);
         let start = (fit.min(u128::from(START_RATE_MAX_BPS)) as u64).max(INITIAL_RATE_BPS);
+        self.short = fit > u128::from(INITIAL_RATE_BPS);
         self.floor_bps = start;
         if self.rate < start {
             self.rate = start;
