@@ -105,6 +105,16 @@ impl TokenBucket {
         self.time_for(r, short as u64)
     }
 
+    /// Budget left once `bytes` more have left, as time at the rate, from
+    /// the last refill (0 when none, or with no rate).
+    pub fn spare_ns(&self, bytes: usize) -> Nanos {
+        let Some(r) = self.rate_bps.filter(|r| *r > 0) else {
+            return 0;
+        };
+        let left = self.tokens.saturating_sub(bytes as i64).max(0) as u128;
+        (left * 8 * NANOS_PER_S / u128::from(r)).min(u128::from(Nanos::MAX)) as Nanos
+    }
+
     /// From the last refill, how long until `short` more bytes are earned
     /// at `r` (rounded up: at that time they are there).
     fn time_for(&self, r: u64, short: u64) -> Nanos {

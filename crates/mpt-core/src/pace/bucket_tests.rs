@@ -71,3 +71,18 @@ fn releases_wait_for_a_batch_of_budget() {
     let u = TokenBucket::default();
     assert!(u.release_ready(1 << 20));
 }
+
+/// What is left to spare after a packet, as time at the rate: the
+/// scheduler's tie-break between equal paths.
+#[test]
+fn spare_budget_is_what_is_left_after_the_packet() {
+    let mut b = TokenBucket::default();
+    b.refill(0, None);
+    assert_eq!(b.spare_ns(1500), 0, "unpaced: nothing to compare");
+    b.refill(0, Some(8_000_000)); // 1 byte per µs
+    let depth = PACING_BURST_MIN_BYTES as usize;
+    assert_eq!(b.spare_ns(1000), (depth as u64 - 1000) * 1_000);
+    assert_eq!(b.spare_ns(depth), 0);
+    b.take(depth + 500);
+    assert_eq!(b.spare_ns(0), 0, "a debt spares nothing");
+}

@@ -321,6 +321,12 @@ impl PathSender {
         self.bucket.budget_at(now)
     }
 
+    /// Budget left once `bytes` more have left, as time at the pacing
+    /// rate, from the last refill (0 when none or not paced).
+    pub fn spare_ns(&self, bytes: usize) -> Nanos {
+        self.bucket.spare_ns(bytes)
+    }
+
     /// Whether waiting packets (`queued` bytes) may start to leave.
     pub fn release_ready(&self, queued: usize) -> bool {
         self.bucket.release_ready(queued)

@@ -44,6 +44,10 @@ pub struct PathView {
     /// Expected one-way delay: half the lowest round-trip time plus the
     /// queueing delay the receiver reports; `None` until measured.
     pub delay_ns: Option<Nanos>,
+    /// Pacing budget left once the packet (and what waits for the path)
+    /// has left, as time at the pacing rate (0 when none or not paced):
+    /// how far the path is from its rate just now.
+    pub spare_ns: Nanos,
 }
 
 /// Chooses a path per packet.

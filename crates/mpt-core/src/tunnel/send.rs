@@ -49,17 +49,19 @@ impl Tunnel {
         for (i, p) in self.paths.iter_mut().enumerate() {
             let queue_ahead = p.queue_ahead_ns(now);
             let s = &mut p.sender;
-            let wait_ns = if paced {
+            let need = self.queue.bytes(i as PathId) + len;
+            let (wait_ns, spare_ns) = if paced {
                 s.refill(now);
-                s.wait_ns(self.queue.bytes(i as PathId) + len)
+                (s.wait_ns(need), s.spare_ns(need))
             } else {
-                0
+                (0, 0)
             };
             let delay_ns = p.state.rtt_min().map(|r| r / 2 + queue_ahead);
             self.views[i] = PathView {
                 up: p.usable,
                 wait_ns,
                 delay_ns,
+                spare_ns,
             };
         }
     }
