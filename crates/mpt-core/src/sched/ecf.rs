@@ -18,7 +18,7 @@
 //! everything its budget allows. Without that, each of them in turn took
 //! a whole bucket (4 ms at its rate) into its bottleneck's queue while
 //! the others idled, and a TCP held by its send buffer carried its window
-//! over that queue's round trip: 8 x 1 Gbit/s read 3.7-4.1 Gbit/s, half
+//! over that queue's round trip: 8 x 1 Gbit/s read 3.7-4.2 Gbit/s, half
 //! of what MPTCP carried, with four of the paths nearly idle.
 //!
 //! Invariants: picks only paths that are up; paths whose delay is not yet
