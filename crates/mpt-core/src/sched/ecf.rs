@@ -24,8 +24,9 @@
 //! Invariants: picks only paths that are up; paths whose delay is not yet
 //! measured come after every measured one (in index order), so a new path
 //! is tried only when it is the only choice or the measured ones are down;
-//! among near ties, the most spare budget, then the earliest arrival, then
-//! the lower index wins (deterministic).
+//! among near ties of measured paths, the most spare budget, then the
+//! earliest arrival, then the lower index wins; among unmeasured ones, the
+//! earliest, then the lower index (deterministic).
 
 use std::cmp::Reverse;
 
@@ -60,7 +61,11 @@ impl Scheduler for Ecf {
             .filter(|(_, v)| v.up)
             .map(|(i, v)| (i, v, Self::arrival(v)))
             .filter(|(_, _, (l, at))| *l == late && *at <= first.saturating_add(TIE_NS))
-            .max_by_key(|(i, v, at)| (v.spare_ns, Reverse(*at), Reverse(*i)))
+            // Paths not measured yet go in index order, as before: their
+            // budgets say nothing of their delays (with fifty clients of
+            // 5 and 30 ms, spreading the first packets over both cost
+            // the first second half its rate).
+            .max_by_key(|(i, v, at)| (if late { 0 } else { v.spare_ns }, Reverse(*at), Reverse(*i)))
             .and_then(|(i, _, _)| PathId::try_from(i).ok())
     }
 
@@ -117,6 +122,9 @@ mod tests {
             view(true, 0, Some(1)),
         ];
         assert_eq!(e.pick(&v, 1400), Some(1));
+        // Not measured yet: index order whatever the budget.
+        let v = [spare(view(true, 0, None), 1), spare(view(true, 0, None), 3)];
+        assert_eq!(e.pick(&v, 1400), Some(0));
     }
 
     #[test]
