@@ -101,7 +101,8 @@
 //!   Wi-Fi + LTE with bulk TCP and a UDP flood, a VoIP stream's one-way
 //!   delay went from 13 ms to 6.5 ms (5.1 ms on the idle tunnel);
 //! * a path starts at [`INITIAL_RATE_BPS`], or faster on a short path:
-//!   [`START_WINDOW_BYTES`] per its lowest round trip, up to
+//!   [`START_WINDOW_BYTES`] per its round trip (the lowest plus two mean
+//!   deviations: a jittery link's luckiest is not a LAN's), up to
 //!   [`START_RATE_MAX_BPS`], until its pacer first holds packets back (as
 //!   BBR's Startup paces its initial window over the round trip). That
 //!   rate is a guess: the path's first cut (a congestion loss at a full
@@ -183,7 +184,7 @@ pub struct TargetDelay {
     /// at least [`STARTUP_STEP`] per sample ([`STARTUP_STEP_SHORT`] on a
     /// short path).
     starting: bool,
-    /// The path's first round trip was LAN-like (it started faster than
+    /// The path's round trip was LAN-like (it started faster than
     /// [`INITIAL_RATE_BPS`]): its queue shows in the next sample, so the
     /// start may double per sample once it delivered [`SHORT_PROVEN`]
     /// times the rate it started at.
@@ -577,8 +578,10 @@ impl RateControl for TargetDelay {
         }
         let fit = u128::from(START_WINDOW_BYTES) * 8 * 1_000_000_000 / u128::from(rtt_ns);
         let start = (fit.min(u128::from(START_RATE_MAX_BPS)) as u64).max(INITIAL_RATE_BPS);
-        self.short = fit > u128::from(INITIAL_RATE_BPS);
-        self.floor_bps = start;
+        // The round trip given may grow with the start's own queue: what
+        // a path showed once it keeps until its start ends.
+        self.short |= fit > u128::from(INITIAL_RATE_BPS);
+        self.floor_bps = self.floor_bps.max(start);
         if self.rate < start {
             self.rate = start;
             self.smoothed_bps = start;

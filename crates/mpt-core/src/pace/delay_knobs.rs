@@ -55,7 +55,7 @@ pub const KNOWN_FOR_NS: Nanos = 1_000 * NANOS_PER_MS;
 /// still holds the overshoot).
 pub const STARTUP_STEP: f64 = 0.25;
 /// The step before the first queue or loss on a LAN-like path (one whose
-/// first round trip starts it faster than [`INITIAL_RATE_BPS`]) once it
+/// round trip starts it faster than [`INITIAL_RATE_BPS`]) once it
 /// delivered [`SHORT_PROVEN`] times its start rate: the rate doubles per
 /// sample, as BBR's Startup doubles per round trip (tuning knob: at
 /// [`STARTUP_STEP`], 1.5 times per sample at most, one unshaped veth path
@@ -155,7 +155,8 @@ pub const UNDRAINED_MAX_NS: Nanos = 20 * NANOS_PER_MS;
 pub const UNDRAINED_STILL_NS: Nanos = 4 * NANOS_PER_MS;
 /// Rate before the first sample (tuning knob).
 pub const INITIAL_RATE_BPS: u64 = 50_000_000;
-/// A path starts at this window per its lowest round trip, if that is
+/// A path starts at this window per its round trip (the lowest plus two
+/// RFC 6298 mean deviations, `Path::start_rtt`), if that is
 /// faster than [`INITIAL_RATE_BPS`], up to [`START_RATE_MAX_BPS`], until
 /// its pacer first holds packets back (tuning knobs: the window is RFC
 /// 6928's initial ten segments, so only a LAN-like path of under 2.4 ms

@@ -154,7 +154,8 @@ pub trait RateControl: Send + std::fmt::Debug {
     fn cuts(&self) -> u64 {
         0
     }
-    /// The path's lowest round trip so far, with each report: a policy
+    /// The round trip the path's start is sized for (its lowest plus two
+    /// mean deviations, `Path::start_rtt`), with each report: a policy
     /// may start from a rate that fits it (default: ignored).
     fn on_start_rtt(&mut self, _rtt_ns: Nanos) {}
     /// The queueing delay the policy held the path's bottleneck to at the
@@ -398,6 +399,13 @@ impl PathSender {
             .saturating_sub(STANDING_QUEUE_NS)
     }
 
+    /// The round trip the path's start is sized for, with each report
+    /// (`Path::start_rtt`): the rate control may start faster on a
+    /// short path.
+    pub fn on_start_rtt(&mut self, rtt_ns: Nanos) {
+        self.control.on_start_rtt(rtt_ns);
+    }
+
     /// A receiver report about this path, sent at `sent_ns` by the
     /// reporter's clock. Returns the sample it completed, if any.
     pub fn on_report(
@@ -430,9 +438,6 @@ impl PathSender {
             lost_link: r.lost_link,
             lost_congestion: r.lost_congestion,
         };
-        if let Some(rtt) = rtt_min {
-            self.control.on_start_rtt(rtt);
-        }
         let Some(m) = self.mark else {
             self.mark = Some(here);
             return None;

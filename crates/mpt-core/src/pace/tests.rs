@@ -167,6 +167,7 @@ impl Sim {
             while self.reports.front().is_some_and(|(t, _, _)| *t <= now) {
                 let (_, sent, r) = self.reports.pop_front().unwrap();
                 let rtt = 2 * self.one_way_ns;
+                self.sender.on_start_rtt(rtt);
                 self.sender.on_report(now, sent, &r, Some(rtt));
             }
         }

@@ -92,6 +92,28 @@ fn rtt_follows_rfc6298() {
 }
 
 #[test]
+fn a_jittery_path_starts_from_more_than_its_luckiest_round_trip() {
+    let mut p = path();
+    assert_eq!(p.start_rtt(), None);
+    // A veth: 0.1 ms give or take 10 µs.
+    for r in [100_000, 110_000, 95_000, 105_000] {
+        p.on_rtt_sample(r);
+    }
+    assert!(p.start_rtt().unwrap() < 200_000, "{:?}", p.start_rtt());
+    // 10 ms with 7.8 ms of jitter each way: some round trips read 1 ms.
+    let mut p = path();
+    for r in [12_000_000, 1_000_000, 22_000_000, 3_000_000, 900_000] {
+        p.on_rtt_sample(r);
+    }
+    assert_eq!(p.rtt_min(), Some(900_000));
+    assert!(
+        p.start_rtt().unwrap() > 2_400_000 * 4,
+        "{:?}",
+        p.start_rtt()
+    );
+}
+
+#[test]
 fn jitter_follows_rfc3550() {
     let mut p = path();
     p.on_receive(0, 1, 0, 1_000);

@@ -345,10 +345,12 @@ impl Tunnel {
         }
         let p = &mut self.paths[about as usize];
         let adapt = p.on_peer_report(now, r.rx_packets, r.rx_path_seq);
-        let rtt_min = p.rtt_min();
-        self.paths[about as usize]
-            .sender
-            .on_report(now, w.sent_ns, r, rtt_min);
+        let (rtt_min, start_rtt) = (p.rtt_min(), p.start_rtt());
+        let sender = &mut self.paths[about as usize].sender;
+        if let Some(rtt) = start_rtt {
+            sender.on_start_rtt(rtt);
+        }
+        sender.on_report(now, w.sent_ns, r, rtt_min);
         self.size_recovery_ring(now);
         if adapt {
             self.adapt_weights();
