@@ -233,9 +233,7 @@ impl Driver {
             hook,
         } = LoopSources::register(reg)?;
         let paths = UdpPaths::new(sockets, 2 * BATCH_PACKETS);
-        let gro = paths.gro();
-        let mut engine = Engine::new(tun, paths, clock, tunnel, &identity.name, workers);
-        engine.io_stats_mut().udp_gro = gro;
+        let engine = Engine::new(tun, paths, clock, tunnel, &identity.name, workers);
         Ok((
             Driver {
                 poll,

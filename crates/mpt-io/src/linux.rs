@@ -128,9 +128,6 @@ impl UdpPaths {
     pub fn all_gso(&self) -> bool {
         self.gso.iter().all(|g| *g)
     }
-    pub fn gro(&self) -> bool {
-        self.gro
-    }
 }
 
 impl PathIo for UdpPaths {
@@ -139,6 +136,9 @@ impl PathIo for UdpPaths {
     }
     fn gso(&self, socket: usize) -> bool {
         self.gso.get(socket).copied().unwrap_or(false)
+    }
+    fn gro(&self) -> bool {
+        self.gro
     }
     fn gso_max_bytes(&self, socket: usize) -> usize {
         if !self.gso(socket) {

@@ -63,6 +63,11 @@ pub trait PathIo {
     fn sockets(&self) -> usize;
     /// Whether `socket` takes UDP GSO messages now.
     fn gso(&self, socket: usize) -> bool;
+    /// Whether every socket hands over UDP GRO super-datagrams
+    /// (`io.udp_gro` in the status; default: no).
+    fn gro(&self) -> bool {
+        false
+    }
     /// The largest UDP GSO message for `socket` now, bytes (0: none).
     fn gso_max_bytes(&self, socket: usize) -> usize {
         if self.gso(socket) {

@@ -155,6 +155,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         // as too big instead of being cut.
         let slot_bytes = HEADER_LEN + plane.mtu() + 1 + TAG_LEN;
         let udp_gso = (0..paths.sockets()).all(|s| paths.gso(s));
+        let udp_gro = paths.gro();
         Self {
             tun,
             paths,
@@ -168,6 +169,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
                 tun_offload: offload,
                 tun_uso: uso,
                 udp_gso,
+                udp_gro,
                 ..IoStats::default()
             },
             writer: TunWriter::new(offload, uso),
