@@ -293,6 +293,9 @@ def test_a_concentrator_cuts_and_coalesces_tcp_with_tun_offloads(tmp_path: Path)
         io = json.loads(status(star, tmp_path, "--json"))["io"]
         print(io)
         assert io["tun_offload"] is True, io
+        # Its sockets take GSO messages and hand over GRO super-datagrams,
+        # reported as the single tunnel reports them.
+        assert io["udp_gso"] is True and io["udp_gro"] is True, io
         # Down (client 1, -R): the server's TCP came as super-packets.
         assert io["tso_super_packets"] > 0 and io["tso_segments"] > io["tso_super_packets"], io
         # Up (client 0): its segments went to the TUN coalesced.
