@@ -15,7 +15,9 @@ round trip is the flight-weighted mean). It lands in raw.json under
 `details.tcp_timeline`, and `mptlab timeline RESULTS` prints it under
 each transfer's paths.
 
-Invariants: the sampler only reads (one `ss` per interval); a poll that
+Invariants: the sampler only reads (one `ss` per interval, one more at
+its start: sockets already established then are an earlier transfer's
+and are left out); a poll that
 fails or finds no socket is a gap, never raised; `stop` joins the thread,
 so no poll outlives the transfer; iperf3's control connection (a few
 hundred bytes) is left out once a data socket has sent more.
@@ -42,6 +44,8 @@ _NUM = {
 }
 _RTT = re.compile(r"\brtt:([\d.]+)/([\d.]+)")
 _RETRANS = re.compile(r"\bretrans:\d+/(\d+)")
+#: A socket's address line: its local port, then the peer's address.
+_ADDRS = re.compile(r":(\d+)\s+\S+:\d+\s*$")
 #: Sockets that sent less are iperf3's control connection.
 CONTROL_BYTES_MAX = 64 * 1024
 
@@ -50,10 +54,15 @@ def parse_ss(text: str) -> list[dict[str, float]]:
     """The sockets of `ss -tinH` output: one dict per socket (its info
     line is the one after its address line, or the same line)."""
     out: list[dict[str, float]] = []
+    port: float | None = None
     for line in text.splitlines():
+        a = _ADDRS.search(line)
+        if a:
+            port = float(a.group(1))
         if "cwnd:" not in line:
             continue
-        s: dict[str, float] = {}
+        s: dict[str, float] = {} if port is None else {"local_port": port}
+        port = None
         for k, rx in _NUM.items():
             m = rx.search(line)
             if m:
@@ -102,18 +111,24 @@ class TcpSampler(Poller):
         super().__init__(interval)
         self.ns = ns
         self.port = port
+        # Connections already there belong to an earlier transfer (one
+        # whose tunnel went before its FIN was answered, or MPTCP's
+        # subflows): summed in, they read as this one's window and
+        # retransmissions (seen as "2 subflows" on mpt's transfers).
+        self.stale = {s.get("local_port") for s in self._sockets()} - {None}
 
-    def poll(self) -> dict[str, Any] | None:
-        """One sample of the sockets now (None: no socket, or `ss` failed)."""
+    def _sockets(self) -> list[dict[str, float]]:
         p = run(
             ["ss", "-tinH", "state", "established", "dport", "=", f":{self.port}"],
             ns=self.ns,
             check=False,
             timeout=5,
         )
-        if p.returncode != 0:
-            return None
-        return combine(parse_ss(p.stdout))
+        return parse_ss(p.stdout) if p.returncode == 0 else []
+
+    def poll(self) -> dict[str, Any] | None:
+        """One sample of the sockets now (None: no socket, or `ss` failed)."""
+        return combine([s for s in self._sockets() if s.get("local_port") not in self.stale])
 
     def stop(self) -> list[dict[str, Any]]:
         """Stop polling; the samples."""

@@ -36,6 +36,13 @@ def test_the_data_socket_is_kept_and_its_limits_read() -> None:
     assert (row["rwnd_limited_ms"], row["sndbuf_limited_ms"]) == (504, 116)
 
 
+def test_each_socket_carries_its_local_port_to_tell_earlier_transfers_apart() -> None:
+    socks = parse_ss(SS)
+    assert [s["local_port"] for s in socks] == [40100.0, 40102.0]
+    v6 = "0 0 [fd00::1]:40104 [fd00::2]:5201\n" + DATA_INFO + "\n"
+    assert parse_ss(v6)[0]["local_port"] == 40104.0
+
+
 def test_subflows_are_summed_and_the_round_trip_weighted_by_flight() -> None:
     a = {"cwnd": 100, "mss": 1000, "unacked": 100, "bytes_sent": 1e6, "rtt_ms": 100.0}
     b = {"cwnd": 300, "mss": 1000, "unacked": 300, "bytes_sent": 3e6, "rtt_ms": 200.0}
