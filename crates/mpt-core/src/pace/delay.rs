@@ -591,4 +591,4 @@ impl RateControl for TargetDelay {
 
 #[cfg(test)]
 #[path = "delay_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -10,7 +10,7 @@ const MBIT: u64 = 1_000_000;
 
 /// A 30 ms sample of a path whose queue stands at `q_ms` (its target is
 /// 5 ms, no jitter) and grew by `growth_ms`.
-fn sample(mbit: u64, q_ms: u64, growth_ms: i64, limited: bool) -> RateSample {
+pub(in crate::pace) fn sample(mbit: u64, q_ms: u64, growth_ms: i64, limited: bool) -> RateSample {
     RateSample {
         delivered_bps: mbit * MBIT,
         delivered_packets: 0,

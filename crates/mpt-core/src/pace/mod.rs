@@ -399,9 +399,7 @@ impl PathSender {
             .saturating_sub(STANDING_QUEUE_NS)
     }
 
-    /// The round trip the path's start is sized for, with each report
-    /// (`Path::start_rtt`): the rate control may start faster on a
-    /// short path.
+    /// The round trip the path's start is sized for (`Path::start_rtt`).
     pub fn on_start_rtt(&mut self, rtt_ns: Nanos) {
         self.control.on_start_rtt(rtt_ns);
     }

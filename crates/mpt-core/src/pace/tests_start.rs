@@ -17,19 +17,9 @@ use super::*;
 /// came between (a sample the application did not fill), and "grow" after.
 #[test]
 fn the_state_shows_startup_until_the_first_queue() {
-    let sample = |queue_ms: u64, limited: bool| RateSample {
-        delivered_bps: 10_000_000,
-        delivered_packets: 0,
-        interval_ns: 30 * MS,
-        queueing_ns: Some(queue_ms * MS),
-        queue_growth_ns: Some(0),
-        jitter_ns: Some(0),
-        congestion_lost: 0,
-        link_lost: 0,
-        limited,
-        sent_bps: None,
-        realtime: false,
-    };
+    // A 10 Mbit/s path whose queue stands at `queue_ms`.
+    let sample =
+        |queue_ms: u64, limited: bool| super::super::delay::tests::sample(10, queue_ms, 0, limited);
     let mut c = TargetDelay::default();
     c.on_sample(30 * MS, &sample(0, false), Some(10 * MS));
     assert_eq!(c.state(), "hold");
