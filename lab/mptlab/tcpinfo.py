@@ -165,13 +165,19 @@ def tcp_summary(rows: list[dict[str, Any]] | None) -> dict[str, Any] | None:
     if not rows:
         return None
     rtts = [r["rtt_ms"] for r in rows if r.get("rtt_ms") is not None]
-    last = rows[-1]
+
+    # The counters are cumulative per socket, and the last samples may see
+    # only iperf3's control connection (the data socket closed first): the
+    # highest value read is the transfer's.
+    def most(key: str) -> int:
+        return max((r.get(key, 0) for r in rows), default=0)
+
     return {
         "rtt_ms_median": round(statistics.median(rtts), 1) if rtts else None,
-        "cwnd_mb_max": round(max(r.get("cwnd_bytes", 0) for r in rows) / 1e6, 2),
-        "retrans": last.get("retrans", 0),
-        "sndbuf_limited_s": round(last.get("sndbuf_limited_ms", 0) / 1000, 2),
-        "rwnd_limited_s": round(last.get("rwnd_limited_ms", 0) / 1000, 2),
+        "cwnd_mb_max": round(most("cwnd_bytes") / 1e6, 2),
+        "retrans": most("retrans"),
+        "sndbuf_limited_s": round(most("sndbuf_limited_ms") / 1000, 2),
+        "rwnd_limited_s": round(most("rwnd_limited_ms") / 1000, 2),
     }
 
 

@@ -77,10 +77,12 @@ def test_a_sweep_case_summarises_what_held_each_tcp_back() -> None:
             "sndbuf_limited_ms": 660,
             "rwnd_limited_ms": 504,
         },
+        # The data socket closed: only iperf3's control connection is left.
+        {"t": 0.8, "cwnd_bytes": 14_480, "rtt_ms": 120.0, "retrans": 0},
     ]
     t = tcp_summary(rows)
     assert t == {
-        "rtt_ms_median": 140.0,
+        "rtt_ms_median": 120.0,
         "cwnd_mb_max": 4.12,
         "retrans": 3,
         "sndbuf_limited_s": 0.66,
@@ -88,7 +90,7 @@ def test_a_sweep_case_summarises_what_held_each_tcp_back() -> None:
     }
     line = tcp_line("mpt", t)
     assert line == (
-        "mpt rtt 140 ms, window up to 4.12 MB, 3 retransmitted,"
+        "mpt rtt 120 ms, window up to 4.12 MB, 3 retransmitted,"
         " send-buffer limited 0.7 s, receive-window limited 0.5 s"
     )
 
