@@ -373,7 +373,8 @@ def run_scenario(
             f"  {system}: aggregate {r['aggregate_mbps']:.1f} Mbit/s over {s.clients} clients, "
             f"Jain {r['jain']:.3f}"
             + (
-                f", {sh['drops']} of {sh['packets']} dropped at the clients' shapers"
+                f", {sh['drops']} drops at the clients' shapers ({sh['packets']} packets"
+                " passed; tbf counts a GSO send it drops whole as one)"
                 if (sh := r.get("client_shapers")) and sh["packets"]
                 else ""
             )

@@ -164,7 +164,9 @@ class Star:
         """The clients' rate shapers toward the server, summed over every
         client and link: packets sent and dropped (a full bottleneck
         buffer: what the senders' rate control overshot). Zeros without
-        shaping."""
+        shaping. The units differ: tbf counts each segment of a GSO send
+        it passes, and a GSO send it drops as one drop (up to eight of
+        mpt's datagrams)."""
         total = {"packets": 0, "drops": 0}
         for ns in self.c:
             for link in range(self.links):
