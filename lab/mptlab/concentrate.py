@@ -209,6 +209,14 @@ def _mpt_tunnels(s: Settings, outdir: Path, say: Callable[[str], None]) -> dict[
     }
 
 
+def path_gaps(peer_doc: dict[str, Any]) -> int:
+    """The datagrams a concentrator found missing from one peer's paths
+    (`mpt status --peer NAME --json`: each path's `rx_lost`, the gaps in
+    its sequence numbers)."""
+    paths = (peer_doc.get("tunnel") or {}).get("paths") or []
+    return sum(int(p.get("rx_lost") or 0) for p in paths)
+
+
 def _mpt(
     s: Settings, outdir: Path, say: Callable[[str], None], system: str = "mpt"
 ) -> dict[str, Any]:
@@ -248,16 +256,22 @@ def _mpt(
         text = server.status_text(json_doc=True)
         (outdir / system / "server.status.json").write_text(text)
         doc = json.loads(text)
+        gaps = 0
         for i, c in enumerate(clients):
             # Each client's own view (its paths' rate control, its
-            # losses), kept beside its log.
+            # losses) and the server's view of it (its paths' sequence
+            # gaps: the datagrams lost on the way), kept beside its log.
             try:
                 (outdir / system / f"client{i}" / "c.status.json").write_text(
                     c.status_text(json_doc=True)
                 )
-            except (CommandError, OSError) as e:
+                seen = server.status_text(json_doc=True, peer=f"client{i}")
+                (outdir / system / f"client{i}" / "server-view.status.json").write_text(seen)
+                gaps += path_gaps(json.loads(seen))
+            except (CommandError, OSError, ValueError) as e:
                 say(f"  client {i}: no status ({e})")
             c.stop()
+        shapers["datagrams_lost"] = gaps
         server.stop()
     return {
         "system": system,
@@ -376,6 +390,11 @@ def run_scenario(
                 f", {sh['drops']} drops at the clients' shapers ({sh['packets']} packets"
                 " passed; tbf counts a GSO send it drops whole as one)"
                 if (sh := r.get("client_shapers")) and sh["packets"]
+                else ""
+            )
+            + (
+                f", {lost} datagrams lost on the clients' links (the server's path gaps)"
+                if (lost := (r.get("client_shapers") or {}).get("datagrams_lost")) is not None
                 else ""
             )
         )

@@ -174,9 +174,12 @@ class Peer:
     def status(self) -> dict[str, Any]:
         return json.loads(self.status_text(json_doc=True))
 
-    def status_text(self, json_doc: bool = False, verbose: bool = False) -> str:
+    def status_text(
+        self, json_doc: bool = False, verbose: bool = False, peer: str | None = None
+    ) -> str:
         """`mpt status` of this daemon: the human view (one screen, or with
-        `verbose` everything), or the JSON text."""
+        `verbose` everything), or the JSON text; of a concentrator's `peer`
+        in full when named."""
         p = run(
             [
                 str(self.binary),
@@ -185,6 +188,7 @@ class Peer:
                 str(self.control),
                 *(["--json"] if json_doc else []),
                 *(["-v"] if verbose else []),
+                *(["--peer", peer] if peer else []),
             ],
             ns=self.topo.ns(self.side),
             timeout=10,

@@ -1,4 +1,5 @@
-"""The concentrator scenario's settings: which systems it runs."""
+"""The concentrator scenario: its settings (which systems it runs) and
+what it reads of the server's view of each client."""
 
 import pytest
 from mptlab.concentrate import Settings, client_variant
@@ -20,3 +21,15 @@ def test_other_variants_are_refused_with_the_list() -> None:
 def test_client_extra_is_kept_as_text() -> None:
     s = Settings.from_dict({"client_extra": "[reorder]\nrecover = false"})
     assert s.client_extra == "[reorder]\nrecover = false"
+
+
+def test_the_datagrams_lost_on_a_clients_links_are_the_servers_path_gaps() -> None:
+    from mptlab.concentrate import path_gaps
+
+    # `mpt status --peer NAME --json` of a concentrator, trimmed.
+    doc = {
+        "name": "client0",
+        "tunnel": {"paths": [{"id": 0, "rx_lost": 185}, {"id": 1, "rx_lost": None}]},
+    }
+    assert path_gaps(doc) == 185
+    assert path_gaps({"name": "client1"}) == 0
