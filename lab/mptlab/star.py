@@ -165,8 +165,8 @@ class Star:
         client and link: packets sent and dropped (a full bottleneck
         buffer: what the senders' rate control overshot). Zeros without
         shaping. The units differ: tbf counts each segment of a GSO send
-        it passes, and a GSO send it drops as one drop (up to eight of
-        mpt's datagrams)."""
+        it passes, and a GSO send it drops as one drop (up to 64 KiB,
+        dozens of mpt's datagrams)."""
         total = {"packets": 0, "drops": 0}
         for ns in self.c:
             for link in range(self.links):
