@@ -170,6 +170,10 @@ def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
     for system in ("mpt", "mpt-tunnels"):
         assert by[system]["server_cycles_per_byte"] > 0, by[system]
     assert by["mpt"]["connect_s"] < 10
+    # The datagrams lost on the clients' links, from the server's view of
+    # each client (kept beside the client's own).
+    assert by["mpt"]["client_shapers"]["datagrams_lost"] >= 0
+    assert (out / "mpt" / "client0" / "server-view.status.json").exists()
     assert 0 < doc["idle"]["bytes_per_idle_peer"] < 64_000
     assert "| mpt |" in (out / "concentrator.md").read_text()
 
