@@ -217,6 +217,20 @@ def path_gaps(peer_doc: dict[str, Any]) -> int:
     return sum(int(p.get("rx_lost") or 0) for p in paths)
 
 
+def emulator_late(emulator: dict[str, Any] | None) -> tuple[float, float] | None:
+    """How late the delay emulator released frames, over every direction:
+    the mean and the largest, ms (None without its counters or frames).
+    Its own lateness is the network's, not the systems': a figure from a
+    run whose emulator fell behind by milliseconds is one of a slower,
+    jittering network than the scenario describes."""
+    stats = [d.get("stats") or {} for d in (emulator or {}).get("directions") or []]
+    passed = sum(st.get("passed", 0) for st in stats)
+    if not passed:
+        return None
+    mean = sum(st.get("late_ns_sum", 0) for st in stats) / passed / 1e6
+    return mean, max(st.get("late_ns_max", 0) for st in stats) / 1e6
+
+
 def _mpt(
     s: Settings, outdir: Path, say: Callable[[str], None], system: str = "mpt"
 ) -> dict[str, Any]:
@@ -273,6 +287,7 @@ def _mpt(
             c.stop()
         shapers["datagrams_lost"] = gaps
         server.stop()
+        emulator = star.emulator_stats()
     return {
         "system": system,
         "connect_s": connect_s,
@@ -286,6 +301,7 @@ def _mpt(
         "server_cycles_per_byte": cycles_per_byte(server_cpu, sum(mbps)),
         "drops": doc.get("drops", {}),
         "client_shapers": shapers,
+        "emulator": emulator,
         "shards": doc.get("shards", []),
     }
 
@@ -310,6 +326,7 @@ def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
         timeline: list[float] = []
         mbps = _flows(star, server_link(0), s.seconds, ["mptcpize", "run"], timeline)
         shapers = star.client_shapers()
+        emulator = star.emulator_stats()
     return {
         "system": "mptcp",
         "mbps": mbps,
@@ -317,6 +334,7 @@ def _mptcp(s: Settings, say: Callable[[str], None]) -> dict[str, Any]:
         "timeline_mbps": timeline,
         "jain": jain(mbps),
         "client_shapers": shapers,
+        "emulator": emulator,
     }
 
 
@@ -395,6 +413,12 @@ def run_scenario(
             + (
                 f", {lost} datagrams lost on the clients' links (the server's path gaps)"
                 if (lost := (r.get("client_shapers") or {}).get("datagrams_lost")) is not None
+                else ""
+            )
+            + (
+                f"; the delay emulator released frames {late[0]:.2f} ms late on average,"
+                f" {late[1]:.1f} ms at most"
+                if (late := emulator_late(r.get("emulator")))
                 else ""
             )
         )

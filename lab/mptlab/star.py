@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from .daemon import Peer, _in_tunnel
-from .netns import _counter, _live, _no_offloads, _veth, emulator_config_path, teardown
+from .netns import (
+    _counter,
+    _live,
+    _no_offloads,
+    _veth,
+    emulator_config_path,
+    emulator_priority,
+    teardown,
+)
 from .util import mpt_binary, netem_binary, run
 
 SERVER_TUNNEL = "10.201.0.1"
@@ -87,6 +95,7 @@ class Star:
         self.extra_ns: list[str] = []
         self.links = links
         self.procs: list[subprocess.Popen[Any]] = []
+        self.emulator: subprocess.Popen[Any] | None = None
         self._closed = False
         _live.append(self)  # type: ignore[arg-type]
         try:
@@ -154,7 +163,8 @@ class Star:
         ]
         cfg = emulator_config_path(self.d)
         cfg.write_text(json.dumps({"links": links}))
-        p = self.spawn_in(self.d, [str(netem_binary()), str(cfg)])
+        p = self.spawn_in(self.d, [*emulator_priority(False), str(netem_binary()), str(cfg)])
+        self.emulator = p
         assert p.stdout is not None
         line = p.stdout.readline().strip()
         if not line.startswith("ready"):
@@ -180,6 +190,21 @@ class Star:
                         total["packets"] += int(q.get("packets", 0))
                         total["drops"] += int(q.get("drops", 0))
         return total
+
+    def emulator_stats(self) -> dict[str, Any] | None:
+        """Stop the delay emulator and return its counters per direction
+        (frames passed, how late the latest left: `late_ns_max`), or None
+        without one. A late emulator stalls every client's paths at once,
+        which a tunnel's liveness reads as its paths going silent."""
+        if self.emulator is None:
+            return None
+        self.emulator.terminate()
+        try:
+            out, _ = self.emulator.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            return None
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        return json.loads(lines[-1]) if lines else None
 
     def server_dev(self, link: int) -> str:
         """Server 0's interface on link `link`."""

@@ -33,3 +33,17 @@ def test_the_datagrams_lost_on_a_clients_links_are_the_servers_path_gaps() -> No
     }
     assert path_gaps(doc) == 185
     assert path_gaps({"name": "client1"}) == 0
+
+
+def test_the_emulators_lateness_is_the_mean_over_every_frame_and_the_largest() -> None:
+    from mptlab.concentrate import emulator_late
+
+    def d(passed: int, late_sum_ms: float, late_max_ms: float) -> dict:
+        st = {"passed": passed, "late_ns_sum": int(late_sum_ms * 1e6)}
+        return {"stats": {**st, "late_ns_max": int(late_max_ms * 1e6)}}
+
+    doc = {"directions": [d(100, 50.0, 2.0), d(300, 350.0, 19.0), d(0, 0, 0)]}
+    mean, largest = emulator_late(doc)  # type: ignore[misc]
+    assert abs(mean - 1.0) < 1e-9 and largest == 19.0
+    assert emulator_late(None) is None
+    assert emulator_late({"directions": [d(0, 0, 0)]}) is None
