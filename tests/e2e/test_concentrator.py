@@ -174,6 +174,12 @@ def test_the_concentrator_scenario_reports_both_systems(tmp_path: Path) -> None:
     # each client (kept beside the client's own).
     assert by["mpt"]["client_shapers"]["datagrams_lost"] >= 0
     assert (out / "mpt" / "client0" / "server-view.status.json").exists()
+    # The delay emulator's counters, both ways on both links: a figure
+    # from a run whose network fell behind says so.
+    for system in ("mpt", "mptcp"):
+        dirs = by[system]["emulator"]["directions"]
+        assert len(dirs) == 4 and all(d["stats"]["passed"] > 0 for d in dirs), dirs
+    assert "the delay emulator released frames" in p.stdout
     assert 0 < doc["idle"]["bytes_per_idle_peer"] < 64_000
     assert "| mpt |" in (out / "concentrator.md").read_text()
 
