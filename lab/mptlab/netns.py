@@ -78,6 +78,16 @@ def emulator_priority(spins: bool) -> list[str]:
     return ["chrt", "-f", str(EMULATOR_RT_PRIORITY)]
 
 
+def stop_emulator(p: subprocess.Popen[Any]) -> dict[str, Any] | None:
+    """Stop a running mpt-netem and return the counters it prints on
+    exit (its last JSON line; None if it printed none). Raises
+    `subprocess.TimeoutExpired` if it does not exit within 10 s."""
+    p.terminate()
+    out, _ = p.communicate(timeout=10)
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
 def emulator_config_path(ns: str) -> Path:
     """Where the mpt-netem of namespace `ns` reads its links; `teardown`
     removes it with the namespace."""
@@ -393,12 +403,7 @@ class Topology:
 
     def emulator_stats(self) -> dict[str, Any] | None:
         """Stop the emulator and return its counters (None if not used)."""
-        if self.emulator is None:
-            return None
-        self.emulator.terminate()
-        out, _ = self.emulator.communicate(timeout=10)
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        return json.loads(lines[-1]) if lines else None
+        return None if self.emulator is None else stop_emulator(self.emulator)
 
     def shaper_counters(self) -> dict[str, dict[str, dict[str, int]]]:
         """Each link end's queueing disciplines (the rate shaper: the

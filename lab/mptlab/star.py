@@ -38,6 +38,7 @@ from .netns import (
     _veth,
     emulator_config_path,
     emulator_priority,
+    stop_emulator,
     teardown,
 )
 from .util import mpt_binary, netem_binary, run
@@ -198,13 +199,10 @@ class Star:
         which a tunnel's liveness reads as its paths going silent."""
         if self.emulator is None:
             return None
-        self.emulator.terminate()
         try:
-            out, _ = self.emulator.communicate(timeout=10)
+            return stop_emulator(self.emulator)
         except subprocess.TimeoutExpired:
             return None
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        return json.loads(lines[-1]) if lines else None
 
     def server_dev(self, link: int) -> str:
         """Server 0's interface on link `link`."""
