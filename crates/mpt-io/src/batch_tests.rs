@@ -238,3 +238,101 @@ fn send_failures_are_reported_with_their_message() {
     a.send(0, buf, msgs, chunks, &mut |i, _| failed.push(i));
     assert_eq!(failed, vec![0]);
 }
+
+#[test]
+fn datagrams_lie_back_to_back_and_a_batch_read_takes_equal_slots() {
+    let mut tx = TxBatch::new(8, 1000);
+    let b = addr(2);
+    // Two datagrams, a skipped slot, one more: each starts behind the
+    // last one committed.
+    commit(&mut tx, 0, b, 300, 1);
+    commit(&mut tx, 0, b, 300, 2);
+    assert_eq!(tx.slot().unwrap().len(), 1000);
+    tx.skip();
+    commit(&mut tx, 0, b, 200, 3);
+    let (buf, _, chunks, _) = tx.messages(0, true);
+    let starts: Vec<_> = chunks.iter().map(|c| (c.start, c.len)).collect();
+    assert_eq!(starts, vec![(0, 300), (300, 300), (600, 200)]);
+    assert!(buf[..300].iter().all(|&x| x == 1));
+    assert!(buf[300..600].iter().all(|&x| x == 2));
+    assert!(buf[600..800].iter().all(|&x| x == 3));
+    // A batch read: the free slots at a stride of 1000 from there, in
+    // order, then back to back again once it ends.
+    let free = tx.free();
+    assert_eq!(tx.free_slots_mut().len(), 8000 - 800);
+    assert_eq!(free, 4);
+    for k in 0..2u8 {
+        let s = tx.slot().unwrap();
+        assert_eq!(s.len(), 1000);
+        s[..100].fill(10 + k);
+        tx.commit(TxMeta {
+            socket: 0,
+            dst: b,
+            path: 0,
+            len: 100,
+            seal: None,
+            tos: 0,
+            peer: 0,
+        });
+    }
+    tx.end_read();
+    commit(&mut tx, 0, b, 100, 20);
+    // The last slot still has its full room within the arena.
+    assert_eq!(tx.slot().unwrap().len(), 1000);
+    let (buf, _, chunks, _) = tx.messages(0, false);
+    let starts: Vec<_> = chunks.iter().map(|c| c.start).collect();
+    assert_eq!(starts, vec![0, 300, 600, 800, 1800, 1900]);
+    assert!(buf[1800..1900].iter().all(|&x| x == 11));
+    assert!(buf[1900..2000].iter().all(|&x| x == 20));
+    let committed: Vec<_> = tx.committed().map(|(m, d)| (m.len, d[0])).collect();
+    assert_eq!(
+        committed,
+        vec![
+            (300, 1),
+            (300, 2),
+            (200, 3),
+            (100, 10),
+            (100, 11),
+            (100, 20)
+        ]
+    );
+    tx.clear();
+    commit(&mut tx, 0, b, 50, 30);
+    let (_, _, chunks, _) = tx.messages(0, false);
+    assert_eq!(chunks[0].start, 0, "a cleared batch starts at the front");
+}
+
+#[test]
+fn every_slot_has_its_full_room_however_the_batch_fills() {
+    // Full-size datagrams, strided reads and skips in any mix: the
+    // batch never runs out of arena before its slots.
+    for pattern in 0..64u32 {
+        let mut tx = TxBatch::new(6, 500);
+        let mut k = 0;
+        while !tx.is_full() {
+            let bit = (pattern >> k) & 1 == 1;
+            if bit && k % 3 == 0 {
+                tx.free_slots_mut();
+            }
+            let s = tx.slot().expect("a slot while not full");
+            assert_eq!(s.len(), 500);
+            if bit {
+                commit(&mut tx, 0, addr(2), 500, k as u8);
+            } else {
+                tx.skip();
+            }
+            if k % 3 == 2 {
+                tx.end_read();
+            }
+            k += 1;
+        }
+        assert!(tx.slot().is_none());
+        let mut last_end = 0;
+        for (m, d) in tx.committed() {
+            assert_eq!(d.len(), m.len);
+            let start = d.as_ptr() as usize;
+            assert!(start >= last_end, "slots never overlap");
+            last_end = start + d.len();
+        }
+    }
+}

@@ -253,6 +253,9 @@ struct Scratch {
     ctrl: Vec<Cmsg>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    /// Per message to send: its first iovec and how many (`None`: its
+    /// chunks are out of range).
+    iov_spans: Vec<Option<(usize, usize)>>,
 }
 
 impl Scratch {
@@ -262,6 +265,7 @@ impl Scratch {
             ctrl: vec![[0u64; CMSG_BYTES / 8]; capacity],
             iovs: Vec::with_capacity(capacity),
             msgs: Vec::with_capacity(capacity),
+            iov_spans: Vec::with_capacity(capacity),
         }
     }
 }
@@ -290,6 +294,7 @@ impl MmsgRecv {
             ctrl,
             iovs,
             msgs,
+            ..
         } = &mut self.0;
         iovs.clear();
         iovs.extend(bufs[..n].iter_mut().map(|b| libc::iovec {
@@ -366,34 +371,61 @@ impl MmsgSend {
             ctrl,
             iovs,
             msgs: hdrs,
+            iov_spans: spans,
         } = &mut self.0;
+        // Each message's chunks as iovecs, those that lie back to back in
+        // `buf` merged into one (the kernel copies a long run faster than
+        // many short ones); (first iovec, count) per message.
         iovs.clear();
-        for c in chunks {
-            let ok = c.start.checked_add(c.len).is_some_and(|e| e <= buf.len());
-            iovs.push(libc::iovec {
-                // sendmsg only reads through iov_base; the cast to *mut is
-                // the C API's, not a write.
-                iov_base: if ok {
-                    buf[c.start..].as_ptr() as *mut libc::c_void
-                } else {
-                    std::ptr::null_mut()
-                },
-                iov_len: if ok { c.len } else { 0 },
-            });
+        spans.clear();
+        for m in &msgs[..n] {
+            let first = iovs.len();
+            let Some(cs) = m
+                .first
+                .checked_add(m.count)
+                .and_then(|e| chunks.get(m.first..e))
+            else {
+                spans.push(None);
+                continue;
+            };
+            let mut end = None;
+            for c in cs {
+                let ok = c.start.checked_add(c.len).is_some_and(|e| e <= buf.len());
+                if !ok {
+                    // A chunk outside `buf`: an empty iovec, sent as such.
+                    iovs.push(libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    });
+                    end = None;
+                    continue;
+                }
+                if end == Some(c.start) {
+                    if let Some(last) = iovs.last_mut() {
+                        last.iov_len += c.len;
+                        end = Some(c.start + c.len);
+                        continue;
+                    }
+                }
+                iovs.push(libc::iovec {
+                    // sendmsg only reads through iov_base; the cast to *mut
+                    // is the C API's, not a write.
+                    iov_base: buf[c.start..].as_ptr() as *mut libc::c_void,
+                    iov_len: c.len,
+                });
+                end = Some(c.start + c.len);
+            }
+            spans.push(Some((first, iovs.len() - first)));
         }
         hdrs.clear();
         hdrs.extend((0..n).map(|_| zeroed_mmsghdr()));
         for (k, m) in msgs[..n].iter().enumerate() {
-            let in_range = m
-                .first
-                .checked_add(m.count)
-                .is_some_and(|e| e <= iovs.len());
             let h = &mut hdrs[k].msg_hdr;
             h.msg_namelen = to_sockaddr(&m.dst, &mut addrs[k]);
             h.msg_name = (&mut addrs[k] as *mut libc::sockaddr_storage).cast();
-            if in_range {
-                h.msg_iov = iovs[m.first..].as_mut_ptr();
-                h.msg_iovlen = m.count as _;
+            if let Some((first, count)) = spans[k] {
+                h.msg_iov = iovs[first..].as_mut_ptr();
+                h.msg_iovlen = count as _;
             }
             let controllen = write_send_cmsgs(&mut ctrl[k], m);
             if controllen > 0 {
@@ -533,6 +565,58 @@ mod tests {
             let expect: &[u8] = if gso { &[0xb8, 0xb8, 0] } else { &[0xb8, 0] };
             let got: Vec<u8> = expect.iter().map(|_| recv_tos(&rx).unwrap_or(0)).collect();
             assert_eq!(got, expect, "{bind} gso {gso}");
+        }
+    }
+
+    #[test]
+    fn chunks_back_to_back_or_apart_arrive_as_their_datagrams() {
+        // Chunks that lie back to back go as one iovec, one apart as its
+        // own: the datagrams are the chunks either way.
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        let dst = rx.local_addr().unwrap();
+        if !gso_supported(&tx) {
+            return;
+        }
+        let buf: Vec<u8> = (0..4000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let chunks = [
+            Chunk {
+                start: 0,
+                len: 1000,
+            },
+            Chunk {
+                start: 1000,
+                len: 1000,
+            },
+            Chunk {
+                start: 2500,
+                len: 1000,
+            },
+            Chunk {
+                start: 3500,
+                len: 400,
+            },
+            Chunk {
+                start: 9000,
+                len: 10,
+            },
+        ];
+        let msgs = [SendMsg {
+            dst,
+            first: 0,
+            count: 4,
+            segment: 1000,
+            tos: 0,
+        }];
+        let mut failed = vec![];
+        MmsgSend::new(4).send(&tx, &buf, &msgs, &chunks, |i, e| failed.push((i, e)));
+        assert!(failed.is_empty(), "{failed:?}");
+        for c in &chunks[..4] {
+            let mut got = [0u8; 2000];
+            let n = rx.recv(&mut got).unwrap();
+            assert_eq!(&got[..n], &buf[c.start..c.start + c.len]);
         }
     }
 }

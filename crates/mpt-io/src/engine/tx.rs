@@ -134,7 +134,10 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         };
         let n = match self.tun.read_batch(slots, &mut self.tun_lens[..want]) {
             Ok(n) => n,
-            Err(e) => return self.read_failed(e),
+            Err(e) => {
+                self.tx.end_read();
+                return self.read_failed(e);
+            }
         };
         self.io.tun_reads += n as u64;
         let now = self.clock.now();
@@ -161,6 +164,7 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
                 None => self.tx.skip(),
             }
         }
+        self.tx.end_read();
         // What the peers have to send behind them (`max` is at most
         // `send_batch_max`).
         let sent_to = std::mem::take(&mut self.sent_to);
