@@ -361,6 +361,21 @@ def _list(where: str, v: Any, allowed: tuple[str, ...] | None = None) -> list[An
     return items
 
 
+def _whole(where: str, x: Any) -> int:
+    """`x` as a whole number, or a clear error (an override gives text:
+    `links=8`, a list `links=1,2`)."""
+    if isinstance(x, bool):
+        raise ScenarioError(f"{where}: '{x}' is not a whole number")
+    if isinstance(x, int):
+        return x
+    try:
+        return int(str(x).strip())
+    except ValueError:
+        raise ScenarioError(
+            f"{where}: '{x}' is not a whole number (a list is written links=1,2)"
+        ) from None
+
+
 def parse(data: dict[str, Any], source: str) -> Scenario:
     _check_keys(source, data, TOP_KEYS)
     topo = data.get("topology", {})
@@ -380,7 +395,10 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         ]
         counts = [len(shapes)]
     else:
-        counts = [int(x) for x in _list(f"{source}: topology.links", topo.get("links", [1]))]
+        counts = [
+            _whole(f"{source}: topology.links", x)
+            for x in _list(f"{source}: topology.links", topo.get("links", [1]))
+        ]
     for c in counts:
         if not 1 <= c <= 32:
             raise ScenarioError(f"{source}: topology.links: {c} is outside 1..32")

@@ -100,6 +100,13 @@ def test_bad_overrides_and_unknown_scenarios() -> None:
         scenario.load("smoke", ["speed=3"])
     with pytest.raises(scenario.ScenarioError, match="no scenario 'nope'"):
         scenario.load("nope")
+    # A list written as TOML on the command line is text, not a crash.
+    with pytest.raises(scenario.ScenarioError, match=r"'\[8\]' is not a whole number"):
+        scenario.load("aggregation", ["topology.links=[8]"])
+    with pytest.raises(scenario.ScenarioError, match="'True' is not a whole number"):
+        scenario.parse({"topology": {"links": [True]}}, "x.toml")
+    assert scenario.load("aggregation", ["topology.links=8"]).link_counts == [8]
+    assert scenario.load("aggregation", ["links=2,4"]).link_counts == [2, 4]
 
 
 def test_weights_follow_rates_and_wire_sizes() -> None:
