@@ -310,6 +310,11 @@ def _shape(where: str, d: dict[str, Any], base: Path = Path(".")) -> Shape:
         raise ScenarioError(f"{where}.trace_start_s: must not be negative")
     if not 0 <= s.loss < 1:
         raise ScenarioError(f"{where}.loss: a fraction within 0..1 (0.02 = 2%)")
+    for k in ("delay_ms", "jitter_ms", "queue_ms", "duplicate", "corrupt"):
+        if getattr(s, k) < 0:
+            raise ScenarioError(f"{where}.{k}: must not be negative")
+    if s.loss_burst < 1 or s.limit < 1:
+        raise ScenarioError(f"{where}: loss_burst and limit must be at least 1")
     return s
 
 
@@ -359,6 +364,16 @@ def _list(where: str, v: Any, allowed: tuple[str, ...] | None = None) -> list[An
             if x not in allowed:
                 raise ScenarioError(f"{where}: '{x}' is not one of {', '.join(allowed)}")
     return items
+
+
+def _number(where: str, x: Any, kind: type = float) -> Any:
+    """`x` as a number of `kind` (int or float), or a clear error."""
+    if isinstance(x, bool):
+        raise ScenarioError(f"{where}: '{x}' is not a number")
+    try:
+        return kind(x)
+    except (TypeError, ValueError):
+        raise ScenarioError(f"{where}: '{x}' is not a number") from None
 
 
 def _whole(where: str, x: Any) -> int:
@@ -438,16 +453,18 @@ def parse(data: dict[str, Any], source: str) -> Scenario:
         systems=_list(f"{source}: run.systems", run.get("systems", ["plain", "mpt"]), SYSTEMS),
         ip=_list(f"{source}: run.ip", run.get("ip", ["4in4"]), IP_COMBOS),
         traffic=_list(f"{source}: run.traffic", run.get("traffic", ["tcp"]), TRAFFIC),
-        seconds=float(run.get("seconds", 5)),
-        repeats=int(run.get("repeats", 1)),
-        tcp_streams=int(run.get("tcp_streams", 1)),
-        http_mb=float(run.get("http_mb", 0)),
-        udp_payload=int(run.get("udp_payload", 1392)),
-        flood_factor=float(run.get("flood_factor", 5.0)),
-        mix_streams=int(run.get("mix_streams", 4)),
+        seconds=_number(f"{source}: run.seconds", run.get("seconds", 5), float),
+        repeats=_number(f"{source}: run.repeats", run.get("repeats", 1), int),
+        tcp_streams=_number(f"{source}: run.tcp_streams", run.get("tcp_streams", 1), int),
+        http_mb=_number(f"{source}: run.http_mb", run.get("http_mb", 0), float),
+        udp_payload=_number(f"{source}: run.udp_payload", run.get("udp_payload", 1392), int),
+        flood_factor=_number(f"{source}: run.flood_factor", run.get("flood_factor", 5.0), float),
+        mix_streams=_number(f"{source}: run.mix_streams", run.get("mix_streams", 4), int),
         cc=cc[0],
         lans=_flag(f"{source}: topology.lans", topo.get("lans", False)),
-        udp_load=None if run.get("udp_load") is None else float(run["udp_load"]),
+        udp_load=None
+        if run.get("udp_load") is None
+        else _number(f"{source}: run.udp_load", run["udp_load"]),
         warm_tunnel=_flag(f"{source}: run.warm_tunnel", run.get("warm_tunnel", False)),
         timeline=_flag(f"{source}: run.timeline", run.get("timeline", False)),
         events=events,

@@ -105,6 +105,16 @@ def test_bad_overrides_and_unknown_scenarios() -> None:
         scenario.load("aggregation", ["topology.links=[8]"])
     with pytest.raises(scenario.ScenarioError, match="'True' is not a whole number"):
         scenario.parse({"topology": {"links": [True]}}, "x.toml")
+    for o, msg in [
+        ("seconds=abc", "run.seconds: 'abc' is not a number"),
+        ("run.udp_payload=big", "run.udp_payload: 'big' is not a number"),
+        ("run.repeats=true", "run.repeats: 'True' is not a number"),
+        ("udp_load=x", "run.udp_load: 'x' is not a number"),
+        ("topology.jitter_ms=-3", "jitter_ms: must not be negative"),
+        ("topology.delay_ms=-1", "delay_ms: must not be negative"),
+    ]:
+        with pytest.raises(scenario.ScenarioError, match=msg):
+            scenario.load("smoke", [o])
     assert scenario.load("aggregation", ["topology.links=8"]).link_counts == [8]
     assert scenario.load("aggregation", ["links=2,4"]).link_counts == [2, 4]
 
