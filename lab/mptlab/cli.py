@@ -443,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))
+    except results.NotResults as e:
+        print(f"mptlab {args.cmd}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted; namespaces removed", file=sys.stderr)
         return 130

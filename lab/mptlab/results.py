@@ -112,10 +112,24 @@ def write(
     return doc
 
 
+class NotResults(Exception):
+    """A folder that holds no readable results."""
+
+
 def load(outdir: Path) -> dict[str, Any]:
-    """raw.json of a scenario run, or bench.json of `mptlab bench`."""
+    """raw.json of a scenario run, or bench.json of `mptlab bench`
+    ([`NotResults`] if the folder has neither, or they do not parse)."""
     raw = outdir / "raw.json"
-    return json.loads((raw if raw.exists() else outdir / "bench.json").read_text())
+    f = raw if raw.exists() else outdir / "bench.json"
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise NotResults(
+            f"{outdir}: not a results folder (no readable raw.json or bench.json: {e})"
+        ) from None
+    if not isinstance(doc, dict):
+        raise NotResults(f"{f}: not a results document (a JSON object)")
+    return doc
 
 
 MIX_FIGURES = (
