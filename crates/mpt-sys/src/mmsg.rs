@@ -510,6 +510,13 @@ mod tests {
         None
     }
 
+    /// Chunks at (start, length).
+    fn chunks_at(at: &[(usize, usize)]) -> Vec<Chunk> {
+        at.iter()
+            .map(|&(start, len)| Chunk { start, len })
+            .collect()
+    }
+
     #[test]
     fn datagrams_leave_with_their_message_s_tos_and_segment() {
         for (bind, level, opt) in [
@@ -527,20 +534,7 @@ mod tests {
             let dst = rx.local_addr().unwrap();
             let buf = [7u8; 3000];
             let gso = gso_supported(&tx);
-            let chunks = [
-                Chunk {
-                    start: 0,
-                    len: 1000,
-                },
-                Chunk {
-                    start: 1000,
-                    len: 1000,
-                },
-                Chunk {
-                    start: 2000,
-                    len: 100,
-                },
-            ];
+            let chunks = chunks_at(&[(0, 1000), (1000, 1000), (2000, 100)]);
             let msgs = [
                 // EF on two GSO segments (one datagram without GSO), then
                 // one datagram with no TOS.
@@ -581,28 +575,13 @@ mod tests {
             return;
         }
         let buf: Vec<u8> = (0..4000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let chunks = [
-            Chunk {
-                start: 0,
-                len: 1000,
-            },
-            Chunk {
-                start: 1000,
-                len: 1000,
-            },
-            Chunk {
-                start: 2500,
-                len: 1000,
-            },
-            Chunk {
-                start: 3500,
-                len: 400,
-            },
-            Chunk {
-                start: 9000,
-                len: 10,
-            },
-        ];
+        let chunks = chunks_at(&[
+            (0, 1000),
+            (1000, 1000),
+            (2500, 1000),
+            (3500, 400),
+            (9000, 10),
+        ]);
         let msgs = [SendMsg {
             dst,
             first: 0,
