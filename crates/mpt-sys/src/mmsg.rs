@@ -341,6 +341,34 @@ impl MmsgRecv {
     }
 }
 
+/// `chunks` of `buf` appended to `iovs`, those that lie back to back in
+/// `buf` as one iovec (the kernel copies a long run faster than many short
+/// ones); a chunk outside `buf` as an empty iovec.
+fn push_iovecs(iovs: &mut Vec<libc::iovec>, buf: &[u8], chunks: &[Chunk]) {
+    // Where the last iovec pushed for these chunks ends in `buf`.
+    let mut end = None;
+    for c in chunks {
+        let Some(e) = c.start.checked_add(c.len).filter(|&e| e <= buf.len()) else {
+            iovs.push(libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            });
+            end = None;
+            continue;
+        };
+        match iovs.last_mut() {
+            Some(last) if end == Some(c.start) => last.iov_len += c.len,
+            _ => iovs.push(libc::iovec {
+                // sendmsg only reads through iov_base; the cast to *mut is
+                // the C API's, not a write.
+                iov_base: buf[c.start..].as_ptr() as *mut libc::c_void,
+                iov_len: c.len,
+            }),
+        }
+        end = Some(e);
+    }
+}
+
 /// Scratch for `sendmmsg` of up to `capacity` messages and chunks.
 pub struct MmsgSend(Scratch);
 
@@ -373,49 +401,19 @@ impl MmsgSend {
             msgs: hdrs,
             iov_spans: spans,
         } = &mut self.0;
-        // Each message's chunks as iovecs, those that lie back to back in
-        // `buf` merged into one (the kernel copies a long run faster than
-        // many short ones); (first iovec, count) per message.
+        // Each message's chunks as iovecs; (first iovec, count) per message.
         iovs.clear();
         spans.clear();
         for m in &msgs[..n] {
             let first = iovs.len();
-            let Some(cs) = m
+            let cs = m
                 .first
                 .checked_add(m.count)
-                .and_then(|e| chunks.get(m.first..e))
-            else {
-                spans.push(None);
-                continue;
-            };
-            let mut end = None;
-            for c in cs {
-                let ok = c.start.checked_add(c.len).is_some_and(|e| e <= buf.len());
-                if !ok {
-                    // A chunk outside `buf`: an empty iovec, sent as such.
-                    iovs.push(libc::iovec {
-                        iov_base: std::ptr::null_mut(),
-                        iov_len: 0,
-                    });
-                    end = None;
-                    continue;
-                }
-                if end == Some(c.start) {
-                    if let Some(last) = iovs.last_mut() {
-                        last.iov_len += c.len;
-                        end = Some(c.start + c.len);
-                        continue;
-                    }
-                }
-                iovs.push(libc::iovec {
-                    // sendmsg only reads through iov_base; the cast to *mut
-                    // is the C API's, not a write.
-                    iov_base: buf[c.start..].as_ptr() as *mut libc::c_void,
-                    iov_len: c.len,
-                });
-                end = Some(c.start + c.len);
-            }
-            spans.push(Some((first, iovs.len() - first)));
+                .and_then(|e| chunks.get(m.first..e));
+            spans.push(cs.map(|cs| {
+                push_iovecs(iovs, buf, cs);
+                (first, iovs.len() - first)
+            }));
         }
         hdrs.clear();
         hdrs.extend((0..n).map(|_| zeroed_mmsghdr()));
@@ -470,132 +468,5 @@ impl MmsgSend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The TOS / traffic-class byte a datagram arrived with, read with
-    /// `IP_RECVTOS` / `IPV6_RECVTCLASS` (set on `sock` by the caller).
-    fn recv_tos(sock: &UdpSocket) -> Option<u8> {
-        let mut data = [0u8; 2048];
-        let mut ctrl: [u64; 8] = [0; 8];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        };
-        // SAFETY: an all-zero msghdr is valid; the pointers set below refer
-        // to `iov`, `data` and `ctrl`, live for the call.
-        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-        h.msg_iov = &mut iov;
-        h.msg_iovlen = 1;
-        h.msg_control = ctrl.as_mut_ptr().cast();
-        h.msg_controllen = std::mem::size_of_val(&ctrl) as _;
-        // SAFETY: `h` describes buffers owned by this frame.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut h, 0) };
-        assert!(n > 0, "recvmsg: {}", io::Error::last_os_error());
-        // SAFETY: the kernel filled `ctrl` with `msg_controllen` bytes of
-        // control messages; CMSG_FIRSTHDR/NXTHDR stay within them.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&h);
-            while !c.is_null() {
-                let tos = ((*c).cmsg_level == libc::IPPROTO_IP && (*c).cmsg_type == libc::IP_TOS)
-                    || ((*c).cmsg_level == libc::IPPROTO_IPV6
-                        && (*c).cmsg_type == libc::IPV6_TCLASS);
-                if tos {
-                    // IP_TOS arrives as one byte, IPV6_TCLASS as an int.
-                    return Some(*libc::CMSG_DATA(c));
-                }
-                c = libc::CMSG_NXTHDR(&h, c);
-            }
-        }
-        None
-    }
-
-    /// Chunks at (start, length).
-    fn chunks_at(at: &[(usize, usize)]) -> Vec<Chunk> {
-        at.iter()
-            .map(|&(start, len)| Chunk { start, len })
-            .collect()
-    }
-
-    #[test]
-    fn datagrams_leave_with_their_message_s_tos_and_segment() {
-        for (bind, level, opt) in [
-            ("127.0.0.1:0", libc::IPPROTO_IP, libc::IP_RECVTOS),
-            ("[::1]:0", libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
-        ] {
-            let tx = UdpSocket::bind(bind).unwrap();
-            let rx = UdpSocket::bind(bind).unwrap();
-            rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-                .unwrap();
-            assert_eq!(
-                crate::packet::setsockopt_int(rx.as_raw_fd(), level, opt, 1),
-                0
-            );
-            let dst = rx.local_addr().unwrap();
-            let buf = [7u8; 3000];
-            let gso = gso_supported(&tx);
-            let chunks = chunks_at(&[(0, 1000), (1000, 1000), (2000, 100)]);
-            let msgs = [
-                // EF on two GSO segments (one datagram without GSO), then
-                // one datagram with no TOS.
-                SendMsg {
-                    dst,
-                    first: 0,
-                    count: if gso { 2 } else { 1 },
-                    segment: if gso { 1000 } else { 0 },
-                    tos: 0xb8,
-                },
-                SendMsg {
-                    dst,
-                    first: 2,
-                    count: 1,
-                    segment: 0,
-                    tos: 0,
-                },
-            ];
-            let mut failed = vec![];
-            MmsgSend::new(4).send(&tx, &buf, &msgs, &chunks, |i, e| failed.push((i, e)));
-            assert!(failed.is_empty(), "{bind}: {failed:?}");
-            let expect: &[u8] = if gso { &[0xb8, 0xb8, 0] } else { &[0xb8, 0] };
-            let got: Vec<u8> = expect.iter().map(|_| recv_tos(&rx).unwrap_or(0)).collect();
-            assert_eq!(got, expect, "{bind} gso {gso}");
-        }
-    }
-
-    #[test]
-    fn chunks_back_to_back_or_apart_arrive_as_their_datagrams() {
-        // Chunks that lie back to back go as one iovec, one apart as its
-        // own: the datagrams are the chunks either way.
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-            .unwrap();
-        let dst = rx.local_addr().unwrap();
-        if !gso_supported(&tx) {
-            return;
-        }
-        let buf: Vec<u8> = (0..4000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let chunks = chunks_at(&[
-            (0, 1000),
-            (1000, 1000),
-            (2500, 1000),
-            (3500, 400),
-            (9000, 10),
-        ]);
-        let msgs = [SendMsg {
-            dst,
-            first: 0,
-            count: 4,
-            segment: 1000,
-            tos: 0,
-        }];
-        let mut failed = vec![];
-        MmsgSend::new(4).send(&tx, &buf, &msgs, &chunks, |i, e| failed.push((i, e)));
-        assert!(failed.is_empty(), "{failed:?}");
-        for c in &chunks[..4] {
-            let mut got = [0u8; 2000];
-            let n = rx.recv(&mut got).unwrap();
-            assert_eq!(&got[..n], &buf[c.start..c.start + c.len]);
-        }
-    }
-}
+#[path = "mmsg_tests.rs"]
+mod tests;
