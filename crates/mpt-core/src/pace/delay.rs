@@ -89,7 +89,12 @@
 //! * packets lost while a queue stood cut the rate by [`LOSS_BETA`] at most
 //!   once per round trip (RFC 6817 halves its window; losses on a path
 //!   whose queue is empty are the link's, not ours, and cut nothing; nor
-//!   do those a lossy link's random loss explains, `delay_random.rs`);
+//!   do those a lossy link's random loss explains, `delay_random.rs`),
+//!   and so do losses beyond the random ones of [`OVERFLOW_LOSS_SHARE`]
+//!   of a sample's packets whatever the queue reads (on a FIFO link
+//!   whose jitter was taken for its own queue, that floor and the
+//!   jitter's target together can exceed the buffer: paced at twice its
+//!   capacity, such a path overflowed for seconds without a cut);
 //! * while the path carries real-time packets (a QoS real-time class,
 //!   [`super::RateSample::realtime`]), the rate stays below
 //!   [`REALTIME_HEADROOM`] × the capacity measured with a standing queue
@@ -349,7 +354,8 @@ impl RateControl for TargetDelay {
     fn on_sample(&mut self, now: Nanos, s: &RateSample, rtt_min: Option<Nanos>) {
         let q = self.excess(now, s);
         // Congestion losses beyond what the link's random loss explains.
-        let lost_ours = self.random.on_sample(now, s, rtt_min);
+        let shown = self.delivered_max.get(now).unwrap_or(0) as u64;
+        let lost_ours = self.random.on_sample(now, s, rtt_min, shown);
         if lost_ours && q > 0 {
             let bytes = u128::from(q) * u128::from(s.delivered_bps) / 8_000_000_000;
             self.overflow_bytes.update(now, bytes as i64);
@@ -399,7 +405,18 @@ impl RateControl for TargetDelay {
         } else {
             target / 2
         };
-        if lost_ours && q >= loss_queue && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap) {
+        // Or, whatever the queue reads, the path lost a share of the
+        // sample's packets that no random loss explains: a buffer
+        // overflows (on a FIFO link whose jitter was taken for its own
+        // queue, floor and target together can exceed the buffer, which
+        // then overflowed for seconds at twice its rate).
+        let lost = s.congestion_lost + s.link_lost;
+        let overflowing =
+            lost as f64 >= (s.delivered_packets + lost) as f64 * OVERFLOW_LOSS_SHARE && lost > 1;
+        if lost_ours
+            && (q >= loss_queue || overflowing)
+            && self.loss_cut_at.is_none_or(|t| now >= t + loss_gap)
+        {
             self.rate = (self.rate as f64 * LOSS_BETA) as u64;
             if first_cut {
                 // The start overflowed the buffer: the bottleneck was busy,
@@ -412,7 +429,7 @@ impl RateControl for TargetDelay {
                 self.rate = self.rate.min(self.start_exit(now));
             }
             self.loss_cut_at = Some(now);
-            self.note_overflow(now, q, target, capacity);
+            self.note_overflow(now, q, target, capacity, overflowing);
             self.note_cut(now);
             // Losses at a full buffer: the cut drains it, and ends with it.
             if q > target {

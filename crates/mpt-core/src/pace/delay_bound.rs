@@ -25,7 +25,9 @@ impl TargetDelay {
     /// are then all overflows), the start's rate stops being a floor for
     /// the bound, and while the path delivered [`OVERFLOW_STEADY_SHARE`]
     /// of its recent highest rate (its capacity, not a radio link's dip)
-    /// the narrow bound holds for [`OVERFLOW_MEMORY_BOUND_NS`]. Above the
+    /// the narrow bound holds for [`OVERFLOW_MEMORY_BOUND_NS`]. So on a
+    /// lossy path too when it delivered clearly less than was sent into
+    /// it (`overflowing`): its losses were not all the link's. Above the
     /// target the standing queue arms it instead.
     pub(super) fn note_overflow(
         &mut self,
@@ -33,8 +35,9 @@ impl TargetDelay {
         q_ns: Nanos,
         target_ns: Nanos,
         delivered: u64,
+        overflowing: bool,
     ) {
-        if q_ns > target_ns || self.random.rate() >= OVERFLOW_CLEAN_LOSS {
+        if q_ns > target_ns || (self.random.rate() >= OVERFLOW_CLEAN_LOSS && !overflowing) {
             return;
         }
         let shown = self.delivered_max.get(now).unwrap_or(0) as f64;

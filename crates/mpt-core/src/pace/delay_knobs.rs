@@ -203,6 +203,17 @@ pub const RANDOM_WINDOW_PACKETS: u64 = 40_000;
 pub const RANDOM_PRIOR_PACKETS: u64 = 300;
 pub const RANDOM_SPAN_MIN_NS: Nanos = 100 * NANOS_PER_MS;
 pub const RANDOM_Z: f64 = 2.0;
+/// A sample whose packets left at most this share of the highest delivery
+/// rate of the window, and arrived at least this share as fast as they
+/// left, filled no buffer: its losses all count toward the random rate
+/// (tuning knobs: `delay_random.rs`).
+pub const RANDOM_BELOW_SHOWN: f64 = 0.8;
+pub const RANDOM_DELIVERED_AS_SENT: f64 = 0.9;
+/// Losses beyond the random rate cut at any queue when they are this
+/// share of the sample's packets or more (tuning knob: a link that loses
+/// a tenth of its packets at random is broken; the lab's sweep draws up
+/// to 3 %, and a path paced at twice its capacity loses half).
+pub const OVERFLOW_LOSS_SHARE: f64 = 0.1;
 
 // The invariants above, checked when the crate builds.
 const _: () = {
