@@ -382,7 +382,7 @@ impl RateControl for TargetDelay {
         let capacity = sample.max(self.prev_sample);
         self.prev_sample = sample;
         self.delivered_max.update(now, sample as i64);
-        self.note_comeback(now, sample);
+        self.note_comeback(now, sample, s);
         let loss_gap = rtt_min.unwrap_or(0).max(LOSS_CUT_MIN_NS);
         let Judgement {
             ours,

@@ -9,7 +9,7 @@ use super::knobs::{
     COMEBACKS_FOR_RADIO, COMEBACK_MEMORY_NS, COMEBACK_SHARE, DIP_SHARE, MIN_RATE_BPS,
     RADIO_DEPTH_SHARE, RADIO_TARGET_MAX_NS, RADIO_TARGET_NS, TARGET_NS,
 };
-use super::TargetDelay;
+use super::{RateSample, TargetDelay};
 use crate::Nanos;
 
 impl TargetDelay {
@@ -17,12 +17,23 @@ impl TargetDelay {
     /// before its last drain, after it fell below [`DIP_SHARE`] of that,
     /// is a comeback: the capacity had dipped, not dropped (a drain on a
     /// steady link delivers the link's rate throughout, and is no dip).
-    pub(super) fn note_comeback(&mut self, now: Nanos, sample: u64) {
+    /// A sample delivers below that share as a dip only while it was sent
+    /// at that share or more (or, before the sender's marks reach back,
+    /// while the pacer held packets back): an inner TCP that slowed down
+    /// after a loss delivers less too, and on a steady 103 Mbit/s path
+    /// of 69 ms its two slowdowns read as a radio link's dips, whose
+    /// 40 ms target then let the rate grow 20 % past the 20 ms buffer.
+    pub(super) fn note_comeback(&mut self, now: Nanos, sample: u64, s: &RateSample) {
         let from = self.drained_from_bps;
         if from == 0 {
             return;
         }
-        self.dip_bps = self.dip_bps.min(sample);
+        let sent_then = s
+            .sent_bps
+            .map_or(s.limited, |b| b as f64 >= from as f64 * DIP_SHARE);
+        if sent_then || sample as f64 >= from as f64 * DIP_SHARE {
+            self.dip_bps = self.dip_bps.min(sample);
+        }
         let dipped = (self.dip_bps as f64) < from as f64 * DIP_SHARE;
         if dipped && !self.draining && sample as f64 >= from as f64 * COMEBACK_SHARE {
             self.comebacks.rotate_left(1);

@@ -468,3 +468,40 @@ fn a_buffer_overflowing_under_a_jittery_target_still_cuts() {
     assert_eq!(c.cuts(), 1, "no cut for a third of the packets lost");
     assert!(c.pacing_rate_bps(now).unwrap() < before);
 }
+
+/// A steady path drained twice, each time followed by a second in which
+/// the sender had little to send (an inner TCP that slowed after a loss):
+/// its deliveries fell with what was sent, which is no dip of the link,
+/// and the path is not taken for a radio link (whose target is 40 ms).
+/// Sent at the rate and delivered at a fifth of it, the same fall is one.
+#[test]
+fn a_sender_that_slowed_is_no_radio_links_dip() {
+    for link_dips in [false, true] {
+        let (mut c, mut now) = settled();
+        for _ in 0..2 {
+            // A standing queue: a drain from the path's 20 Mbit/s.
+            for _ in 0..4 {
+                now += 30 * MS;
+                c.on_sample(now, &sample(20, 20, 1, true), Some(RTT));
+            }
+            for _ in 0..30 {
+                now += 30 * MS;
+                let (sent, got) = if link_dips { (20, 4) } else { (4, 4) };
+                let s = RateSample {
+                    sent_bps: Some(sent * MBIT),
+                    ..sample(got, 0, 0, link_dips)
+                };
+                c.on_sample(now, &s, Some(RTT));
+            }
+            for _ in 0..30 {
+                now += 30 * MS;
+                let s = RateSample {
+                    sent_bps: Some(20 * MBIT),
+                    ..sample(20, 0, 0, true)
+                };
+                c.on_sample(now, &s, Some(RTT));
+            }
+        }
+        assert_eq!(c.dips_come_back(now), link_dips, "link dips: {link_dips}");
+    }
+}
