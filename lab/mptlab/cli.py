@@ -249,6 +249,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         cases=cases,
         timeline=args.timeline,
+        remote=args.remote_bottleneck,
     )
     print(f"{out}/sweep.md, sweep.json")
     return 0 if s["compared"] or args.count == 0 else 1
@@ -423,6 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         "--base",
         action="store_true",
         help="also run the previous build ($MPT_BASE_BIN) in each case, the order alternated",
+    )
+    sw.add_argument(
+        "--remote-bottleneck",
+        action="store_true",
+        help="the emulator in the middle carries every link's rate, not tbf on the hosts' own ends",
     )
     sw.add_argument(
         "--cases",

@@ -10,6 +10,15 @@ to a half of its rate halfway through the transfer). One TCP transfer per
 system, on a fresh tunnel, order alternated case by case (mpt first in
 even cases, MPTCP first in odd ones).
 
+Where the bottleneck sits: by default each link's rate is a tbf on both
+hosts' own ends (as every lab scenario has it), so a kernel TCP sender is
+held back by its own qdisc (TCP Small Queues) and loses nothing at the
+bottleneck, while mpt's inner TCP meets the tunnel's queue instead. With
+`remote` (`--remote-bottleneck`) the emulator in the middle carries every
+fixed rate (`Shape.serialize`): the bottleneck is a box of its own, as a
+modem or an ISP's shaper is, for every system alike. Traces are carried
+by the emulator either way.
+
 It prints, per case and in all, mpt's share of capacity (against what the
 links offered while it ran) and the ratio mpt/MPTCP, with their p10 and
 median, and writes `sweep.json` and `sweep.md` in the output folder.
@@ -25,7 +34,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -105,6 +114,13 @@ def draw(seed: int, index: int, seconds: float, workdir: Path) -> Case:
     return Case(index, shapes, step, notes)
 
 
+def remote_bottleneck(case: Case) -> Case:
+    """`case` with every fixed rate carried by the emulator in the middle
+    instead of the hosts' tbf (module documentation); traces already are."""
+    shapes = [s if s.trace else replace(s, serialize=True) for s in case.shapes]
+    return replace(case, shapes=shapes)
+
+
 def _scenario(case: Case, seconds: float, systems: list[str], timeline: bool = False) -> Scenario:
     return Scenario(
         name=f"sweep-case{case.index}",
@@ -181,6 +197,7 @@ def run(
     repeats: int = 1,
     cases: list[int] | None = None,
     timeline: bool = False,
+    remote: bool = False,
 ) -> dict[str, Any]:
     """The sweep; with `base`, the previous build ($MPT_BASE_BIN, as
     `mpt-base`) runs in each case too, between the two others, and the
@@ -192,11 +209,15 @@ def run(
     those indices run (each is the case it is in the whole sweep: to
     rerun the ones that lost). With `timeline`, each transfer records the
     mpt sender's paths and the inner TCP (`mptlab timeline` on a case's
-    folder), and each case prints what held each system's TCP back."""
+    folder), and each case prints what held each system's TCP back.
+    With `remote`, the emulator carries every fixed rate (module
+    documentation)."""
     outdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in cases if cases else range(count):
         case = draw(seed, i, seconds, outdir / "traces")
+        if remote:
+            case = remote_bottleneck(case)
         first = ["mpt", "mpt-base", "mptcp"] if base else ["mpt", "mptcp"]
         order = first[::-1] if i % 2 == 1 else first
         say(f"case {i}: {case.describe()}" + (f" ({'; '.join(case.notes)})" if case.notes else ""))
@@ -255,6 +276,8 @@ def run(
                 + "; ".join(tcp_line(names.get(k, k), v[-1]) for k, v in sorted(tcp.items()))
             )
     summary = summarize(seed, seconds, repeats, cases, rows, base)
+    if remote:
+        summary["bottleneck"] = "remote"
     (outdir / "sweep.json").write_text(json.dumps(summary, indent=1))
     (outdir / "sweep.md").write_text(markdown(summary))
     say(summary_line(summary))
@@ -310,6 +333,7 @@ def summary_line(s: dict[str, Any]) -> str:
     line = (
         f"sweep seed {s['seed']}, {s['count']} cases"
         + _repeats(s)
+        + (", rates carried in the middle" if s.get("bottleneck") == "remote" else "")
         + ": mpt's share of capacity p10 "
         f"{_f(s['mpt_share_p10'], '.1%')}, median {_f(s['mpt_share_median'], '.1%')}; "
         f"mpt/MPTCP p10 {_f(s['ratio_p10'], '.3f')}, median {_f(s['ratio_median'], '.3f')}; "
@@ -347,7 +371,9 @@ def markdown(s: dict[str, Any]) -> str:
             )
             + f" --seconds {s['seconds']:g}"
             + (f" --repeats {s['repeats']}" if s.get("repeats", 1) > 1 else "")
-            + (" --base`" if base else "`")
+            + (" --base" if base else "")
+            + (" --remote-bottleneck" if s.get("bottleneck") == "remote" else "")
+            + "`"
         )
     lines = [
         head,

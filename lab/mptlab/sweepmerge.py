@@ -97,6 +97,12 @@ def merge(sweeps: list[dict[str, Any]], sources: list[str]) -> dict[str, Any]:
             f"sweeps of different seeds or transfer lengths do not merge: seeds "
             f"{sorted(seeds)}, seconds {sorted(lengths)}"
         )
+    where = {s.get("bottleneck", "host") for s in sweeps}
+    if len(where) > 1:
+        raise MergeError(
+            "sweeps with the bottleneck on the hosts and in the middle "
+            "(--remote-bottleneck) do not merge"
+        )
     by_case: dict[int, dict[str, Any]] = {}
     for s in sweeps:
         for row in s["cases"]:
@@ -129,6 +135,8 @@ def merge(sweeps: list[dict[str, Any]], sources: list[str]) -> dict[str, Any]:
     s = summarize(
         seeds.pop(), lengths.pop(), min(counts, default=1), [r["case"] for r in rows], rows, base
     )
+    if where == {"remote"}:
+        s["bottleneck"] = "remote"
     s["merged_from"] = sources
     s["transfers_max"] = max(counts, default=0)
     return s

@@ -121,3 +121,39 @@ def test_cases_run_only_those_and_are_the_same_cases(tmp_path, monkeypatch) -> N
     assert s["cases"][0]["links"] == whole.describe()
     assert s["count"] == 2
     assert "--cases 3,1" in (tmp_path / "sweep.md").read_text()
+
+
+def test_a_remote_bottleneck_moves_every_fixed_rate_into_the_emulator(tmp_path) -> None:
+    """`mptlab sweep --remote-bottleneck`: the same cases, each fixed rate
+    carried by the emulator in the middle (`serialize`) instead of tbf on
+    the hosts' own ends; a trace link stays as it is; the report and its
+    summary line say so."""
+    import mptlab.sweep as sweep
+
+    moved = 0
+    for i in range(30):
+        case = sweep.draw(11, i, 10.0, tmp_path / "traces")
+        remote = sweep.remote_bottleneck(case)
+        assert remote.describe() == case.describe()
+        for before, after in zip(case.shapes, remote.shapes, strict=True):
+            assert after.serialize == (before.trace is None)
+            assert after.rate_mbit == before.rate_mbit and after.loss == before.loss
+            moved += after.serialize
+    assert moved > 30
+    s = _summary(False)
+    s["bottleneck"] = "remote"
+    assert "--remote-bottleneck`" in markdown(s)
+    assert "rates carried in the middle" in summary_line(s)
+    assert "middle" not in summary_line(_summary(False))
+
+
+def test_sweeps_with_the_bottleneck_in_different_places_do_not_merge() -> None:
+    import pytest
+    from mptlab.sweepmerge import MergeError, merge
+
+    host, remote = _summary(False), _summary(False)
+    remote["bottleneck"] = "remote"
+    with pytest.raises(MergeError, match="remote-bottleneck"):
+        merge([host, remote], ["a", "b"])
+    both = merge([remote, dict(remote)], ["a", "b"])
+    assert both["bottleneck"] == "remote"
