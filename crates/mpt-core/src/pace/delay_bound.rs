@@ -26,8 +26,9 @@ impl TargetDelay {
     /// the bound, and while the path delivered [`OVERFLOW_STEADY_SHARE`]
     /// of its recent highest rate (its capacity, not a radio link's dip)
     /// the narrow bound holds for [`OVERFLOW_MEMORY_BOUND_NS`]. So on a
-    /// lossy path too when it delivered clearly less than was sent into
-    /// it (`overflowing`): its losses were not all the link's. Above the
+    /// lossy path too when the losses were a share of the sample's
+    /// packets no random loss explains (`overflowing`,
+    /// [`super::OVERFLOW_LOSS_SHARE`]): they were not all the link's. Above the
     /// target the standing queue arms it instead.
     pub(super) fn note_overflow(
         &mut self,
