@@ -296,19 +296,6 @@ impl Default for TargetDelay {
 }
 
 impl TargetDelay {
-    /// The queueing delay above its own floor (the path's jitter, up to
-    /// [`JITTER_MAX_NS`]: a floor above that is a queue that never drained,
-    /// not jitter), or above the queue our last cut did not drain
-    /// (`delay_undrained.rs`), whichever is higher.
-    fn excess(&mut self, now: Nanos, s: &RateSample) -> Nanos {
-        let Some(q) = s.queueing_ns else {
-            return 0;
-        };
-        self.queue_floor.update(now, q as i64);
-        let floor = self.queue_floor.get(now).unwrap_or(q as i64).max(0) as Nanos;
-        q.saturating_sub(floor.min(JITTER_MAX_NS).max(self.undrained.floor_ns()))
-    }
-
     /// The rate was just cut: the check of whether the queue drains
     /// (`delay_undrained.rs`) starts from the window's highest delivery.
     fn note_cut(&mut self, now: Nanos) {
@@ -327,26 +314,6 @@ impl TargetDelay {
             self.drained_from_bps = self.delivered_max.get(now).unwrap_or(0) as u64;
             self.dip_bps = u64::MAX;
         }
-    }
-
-    /// The target queueing delay for a path with the sample's jitter, and
-    /// at least [`JITTER_PEAK_GAIN`] times the highest jitter a sample
-    /// with no queue of ours reported within [`JITTER_MEMORY_NS`].
-    fn target(&mut self, now: Nanos, s: &RateSample) -> Nanos {
-        let of = |jitter: Nanos, gain: u64| {
-            TARGET_NS
-                .saturating_add(jitter.saturating_mul(gain))
-                .min(TARGET_MAX_NS)
-        };
-        let j = s.jitter_ns.unwrap_or(0);
-        let current = of(j, JITTER_TARGET_GAIN);
-        if let (Some(q), Some(g)) = (s.queueing_ns, s.queue_growth_ns) {
-            if q < current && g.unsigned_abs() <= j {
-                self.jitter_peak.update(now, j as i64);
-            }
-        }
-        let peak = self.jitter_peak.get(now).unwrap_or(0).max(0) as Nanos;
-        current.max(of(peak, JITTER_PEAK_GAIN))
     }
 }
 

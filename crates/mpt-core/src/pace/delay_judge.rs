@@ -1,4 +1,6 @@
-//! What one rate sample says of a path, for [`super::TargetDelay`]:
+//! What one sample says of a path, for [`super::TargetDelay`]: the queue
+//! above the path's own floor and the target it is held to (moved here
+//! from `delay.rs`, unchanged),
 //! whether a queue above the target is of our making, whether the
 //! delivery rate measured the path's capacity (the delivery rate
 //! estimation draft's application-limited samples are told apart here),
@@ -9,7 +11,10 @@
 //! that measured the capacity, `recent_next` its oldest; nothing here
 //! changes the rate.
 
-use super::knobs::{KNOWN_EXCEEDED, KNOWN_FOR_NS, MIN_RATE_BPS, RECENT_SAMPLES};
+use super::knobs::{
+    JITTER_MAX_NS, JITTER_PEAK_GAIN, JITTER_TARGET_GAIN, KNOWN_EXCEEDED, KNOWN_FOR_NS,
+    MIN_RATE_BPS, RECENT_SAMPLES, TARGET_MAX_NS, TARGET_NS,
+};
 use super::{RateSample, TargetDelay};
 use crate::Nanos;
 
@@ -24,6 +29,39 @@ pub(super) struct Judgement {
 }
 
 impl TargetDelay {
+    /// The queueing delay above its own floor (the path's jitter, up to
+    /// [`JITTER_MAX_NS`]: a floor above that is a queue that never drained,
+    /// not jitter), or above the queue our last cut did not drain
+    /// (`delay_undrained.rs`), whichever is higher.
+    pub(super) fn excess(&mut self, now: Nanos, s: &RateSample) -> Nanos {
+        let Some(q) = s.queueing_ns else {
+            return 0;
+        };
+        self.queue_floor.update(now, q as i64);
+        let floor = self.queue_floor.get(now).unwrap_or(q as i64).max(0) as Nanos;
+        q.saturating_sub(floor.min(JITTER_MAX_NS).max(self.undrained.floor_ns()))
+    }
+
+    /// The target queueing delay for a path with the sample's jitter, and
+    /// at least [`JITTER_PEAK_GAIN`] times the highest jitter a sample
+    /// with no queue of ours reported within [`JITTER_MEMORY_NS`].
+    pub(super) fn target(&mut self, now: Nanos, s: &RateSample) -> Nanos {
+        let of = |jitter: Nanos, gain: u64| {
+            TARGET_NS
+                .saturating_add(jitter.saturating_mul(gain))
+                .min(TARGET_MAX_NS)
+        };
+        let j = s.jitter_ns.unwrap_or(0);
+        let current = of(j, JITTER_TARGET_GAIN);
+        if let (Some(q), Some(g)) = (s.queueing_ns, s.queue_growth_ns) {
+            if q < current && g.unsigned_abs() <= j {
+                self.jitter_peak.update(now, j as i64);
+            }
+        }
+        let peak = self.jitter_peak.get(now).unwrap_or(0).max(0) as Nanos;
+        current.max(of(peak, JITTER_PEAK_GAIN))
+    }
+
     /// What the sample says of the path: whether a queue above the target
     /// is ours (the queue grew fast, as when we send more than the
     /// path carries, or the pacer held packets back over the whole of the
