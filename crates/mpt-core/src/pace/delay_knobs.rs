@@ -209,6 +209,15 @@ pub const RANDOM_Z: f64 = 2.0;
 /// (tuning knobs: `delay_random.rs`).
 pub const RANDOM_BELOW_SHOWN: f64 = 0.8;
 pub const RANDOM_DELIVERED_AS_SENT: f64 = 0.9;
+/// Such a sample's losses are the link's only while a random loss of this
+/// rate would give that many in its packets (with [`RANDOM_Z`] standard
+/// deviations above the mean; tuning knob, `delay_random.rs`): the lab's
+/// sweep draws up to 3 %, and a burst that overflowed a buffer loses a
+/// run of datagrams at once (a GSO send dropped whole by a shaper: about
+/// four datagrams per drop among fifty clients of 4 Mbit/s whose daemons
+/// woke late on a busy machine, where random loss was learned at 2-4 %
+/// on links that lose nothing at random).
+pub const RANDOM_SAMPLE_RATE_MAX: f64 = 0.05;
 /// Losses beyond the random rate cut at any queue when they are this
 /// share of the sample's packets or more (tuning knob: a link that loses
 /// a tenth of its packets at random is broken; the lab's sweep draws up

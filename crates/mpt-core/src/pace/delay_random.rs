@@ -36,6 +36,12 @@
 //!   was never learned (seed 79's sweep case 19: 98 Mbit/s with 7.9 ms of
 //!   jitter and 1.4 % loss, paced at 5-25 Mbit/s for ten seconds in the
 //!   simulation, 80-100 with them).
+//!   Only while their losses are as few as a random loss of
+//!   [`RANDOM_SAMPLE_RATE_MAX`] would give: a burst that overflowed a
+//!   buffer loses a run of datagrams at once, whatever the sample's mean
+//!   rate (fifty clients' daemons that woke late on a busy machine sent
+//!   their paced datagrams in bursts, and learned 2-4 % of random loss on
+//!   links that lose nothing at random).
 //! * A path that never lost a packet with an empty queue has a random rate
 //!   of zero, and every congestion loss is the sender's, as before.
 //!
@@ -43,8 +49,8 @@
 //! link loss counted the verdict is "ours" for any congestion loss.
 
 use super::knobs::{
-    RANDOM_BELOW_SHOWN, RANDOM_DELIVERED_AS_SENT, RANDOM_PRIOR_PACKETS, RANDOM_SPAN_MIN_NS,
-    RANDOM_WINDOW_PACKETS, RANDOM_Z,
+    RANDOM_BELOW_SHOWN, RANDOM_DELIVERED_AS_SENT, RANDOM_PRIOR_PACKETS, RANDOM_SAMPLE_RATE_MAX,
+    RANDOM_SPAN_MIN_NS, RANDOM_WINDOW_PACKETS, RANDOM_Z,
 };
 use super::RateSample;
 use crate::estimate::LINK_LOSS_QUEUE_NS;
@@ -73,13 +79,32 @@ pub(super) struct RandomLoss {
 /// carries (`shown_bps`, the highest delivery rate of the controller's
 /// window: [`RANDOM_BELOW_SHOWN`] of it at most) and arrived as fast as
 /// they left ([`RANDOM_DELIVERED_AS_SENT`]): no bottleneck buffer filled
-/// with them, whatever the queueing delay reads (a FIFO link's jitter).
+/// with them, whatever the queueing delay reads (a FIFO link's jitter);
+/// and they lost no more than random loss would ([`few_enough`]).
 fn below_shown(s: &RateSample, shown_bps: u64) -> bool {
     let Some(sent) = s.sent_bps.filter(|&b| b > 0) else {
         return false;
     };
     (sent as f64) <= shown_bps as f64 * RANDOM_BELOW_SHOWN
         && s.delivered_bps as f64 >= sent as f64 * RANDOM_DELIVERED_AS_SENT
+        && few_enough(s)
+}
+
+/// The sample's losses are within what a random loss of
+/// [`RANDOM_SAMPLE_RATE_MAX`] gives in its packets, `λ + Z √λ`: not a
+/// run that a burst into a full buffer loses.
+fn few_enough(s: &RateSample) -> bool {
+    let lost = s.congestion_lost + s.link_lost;
+    within_random(
+        lost,
+        RANDOM_SAMPLE_RATE_MAX * (s.delivered_packets + lost) as f64,
+    )
+}
+
+/// `lost` is a count a random loss of mean `lambda` gives: at most
+/// `λ + Z √λ` ([`RANDOM_Z`]; a Poisson count rarely goes further).
+fn within_random(lost: u64, lambda: f64) -> bool {
+    lost as f64 <= lambda + RANDOM_Z * lambda.sqrt()
 }
 
 impl RandomLoss {
@@ -138,7 +163,7 @@ impl RandomLoss {
             .filter(|(t, _, _)| *t > from && *t <= now)
             .fold((0u64, 0u64), |(l, n), (_, sl, sn)| (l + sl, n + sn));
         let lambda = p * (packets + lost) as f64;
-        let ours = lost as f64 > lambda + RANDOM_Z * lambda.sqrt();
+        let ours = !within_random(lost, lambda);
         if !ours {
             self.excused += s.congestion_lost;
         }
@@ -248,6 +273,31 @@ mod tests {
         assert_eq!(r.rate(), 0.0, "delivered less than sent");
         feed_shown(&mut r, 200, &at(20, 20), 40 * mbit);
         assert!((r.rate() - 0.02).abs() < 0.003, "{}", r.rate());
+    }
+
+    /// A run of losses in a sample sent below the rate shown (a burst that
+    /// overflowed a buffer, a GSO send dropped whole) is no random loss:
+    /// the link that only loses so never learns a random rate.
+    #[test]
+    fn a_run_of_losses_below_the_rate_shown_teaches_no_random_rate() {
+        let mbit = 1_000_000;
+        let mut r = RandomLoss::default();
+        // Ten packets a sample (4 Mbit/s, 30 ms), four lost at once.
+        let burst = RateSample {
+            sent_bps: Some(2 * mbit),
+            delivered_bps: 2 * mbit,
+            ..sample(15, 6, 0, 4)
+        };
+        feed_shown(&mut r, 200, &burst, 4 * mbit);
+        assert_eq!(r.rate(), 0.0);
+        // One lost of ten is still the link's.
+        let one = RateSample {
+            sent_bps: Some(2 * mbit),
+            delivered_bps: 2 * mbit,
+            ..sample(15, 9, 0, 1)
+        };
+        feed_shown(&mut r, 200, &one, 4 * mbit);
+        assert!(r.rate() > 0.05, "{}", r.rate());
     }
 
     fn feed_shown(r: &mut RandomLoss, n: u64, s: &RateSample, shown: u64) {
