@@ -467,3 +467,73 @@ fn a_call_does_not_wait_behind_a_large_packets_train() {
     println!("bulk {bulk_mbit:.1} Mbit/s of 20");
     assert!(bulk_mbit > 17.0, "{bulk_mbit}");
 }
+
+#[test]
+fn a_slow_paths_trains_leave_at_its_pace_without_real_time_traffic() {
+    // Bulk alone in packets of eight datagrams over two paths paced at 4
+    // Mbit/s: a packet's train is 23 ms of such a path. Its pieces leave
+    // as the path's budget allows (a few milliseconds of debt at most),
+    // not back to back into the bottleneck's buffer; a fast path's train
+    // still leaves whole (`pace::PIECE_DEBT_NS`).
+    let bulk = flow(5001, 0, 11_000, 12.0);
+    let side = |s: u8, cap: u64| {
+        TestConfig::new(s, 2)
+            .ecf()
+            .with(|c| {
+                c.mtu = 12_000;
+                c.datagram_body = Some(1_400);
+                for p in &mut c.paths {
+                    p.rate_cap_bps = Some(cap);
+                }
+            })
+            .tunnel()
+    };
+    let most_within_ms = |cap: u64| {
+        let mut r = Run::new(
+            links(&[(5, 0, 0.0), (20, 0, 0.0)]),
+            [side(0, cap), side(1, cap)],
+            vec![bulk.clone()],
+        );
+        r.until(0, 3_000 * MS, 1_000 * MS);
+        let at: Vec<Nanos> = r
+            .sim
+            .departures
+            .iter()
+            .filter(|d| d.1 == 0 && d.2 == 0 && d.0 >= 1_000 * MS && d.3 > 1_000)
+            .map(|d| d.0)
+            .collect();
+        let most = at
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| at[i..].iter().take_while(|&&u| u < t + MS).count())
+            .max()
+            .unwrap_or(0);
+        let mbit = at.len() as f64 * 1_450.0 * 8.0 / 2.0 / 1e6;
+        // Datagrams that left with at most one other within 1 ms.
+        let alone = (0..at.len())
+            .filter(|&i| at[i..].iter().take_while(|&&u| u < at[i] + MS).count() <= 2)
+            .count() as f64
+            / at.len().max(1) as f64;
+        (most, alone, mbit)
+    };
+    let (slow_most, slow_alone, slow_mbit) = most_within_ms(4_000_000);
+    println!(
+        "4 Mbit/s: at most {slow_most} datagrams within 1 ms, {:.0} % with one other at most, \
+         {slow_mbit:.1} Mbit/s",
+        slow_alone * 100.0
+    );
+    // A burst is what the bucket gathered while the path was idle, plus
+    // the debt; never the whole train of eight.
+    assert!(slow_most <= 5, "{slow_most}");
+    assert!(slow_alone > 0.6, "{slow_alone}");
+    assert!(
+        slow_mbit > 3.5,
+        "the path still carries its pace: {slow_mbit}"
+    );
+    let (fast_most, _, _) = most_within_ms(100_000_000);
+    println!("100 Mbit/s: at most {fast_most} datagrams within 1 ms");
+    assert!(
+        fast_most >= 8,
+        "a fast path's train leaves whole: {fast_most}"
+    );
+}

@@ -20,7 +20,9 @@
 //! deep: what a full bucket lets out at once waits at the path's
 //! bottleneck in front of the next real-time packet (16 KiB is 4.4 ms at
 //! 30 Mbit/s), and the pieces of a large packet leave as budget allows
-//! rather than back to back (`tunnel/fragment.rs`).
+//! rather than back to back (`tunnel/fragment.rs`). On a slow path they
+//! always do, once a packet's pieces took the bucket [`PIECE_DEBT_NS`]
+//! into debt: a train of them is tens of milliseconds of a few Mbit/s.
 //!
 //! Invariants:
 //! * the bucket never holds more than its depth, and `wait_ns` is the exact
@@ -33,6 +35,7 @@ mod bbr;
 mod bucket;
 mod delay;
 mod sent_marks;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -40,9 +43,7 @@ pub use bbr::ProbeBw;
 pub use bucket::TokenBucket;
 pub use delay::{TargetDelay, TARGET_NS};
 use sent_marks::SentMarks;
-
-use serde::{Deserialize, Serialize};
-use std::borrow::Cow;
+pub use status::SenderStatus;
 
 use crate::estimate::Windowed;
 use crate::wire::{ReportBody, QUEUEING_UNKNOWN};
@@ -65,6 +66,15 @@ pub const PACING_BURST_MIN_BYTES: u64 = 16 * 1024;
 /// about this much, one batch send per path, rather than one packet per
 /// turn of the event loop).
 pub const RELEASE_BATCH_NS: Nanos = NANOS_PER_MS;
+/// Most debt, as time at the pacing rate, the pieces of a packet cut into
+/// several datagrams may take the bucket to before the next one waits for
+/// budget (tuning knob: at 30 Mbit/s and above a packet's train of eight
+/// datagrams, 12 KB, leaves back to back as before; at 4 Mbit/s the same
+/// train is 23 ms of the link, and back to back it stood in the
+/// bottleneck's buffer on top of the target's queue: two 4 Mbit/s paths
+/// with buffers of 52 ms lost 3-4 % of their datagrams, and the train's
+/// own spread read as jitter that raised the target to 20-30 ms).
+pub const PIECE_DEBT_NS: Nanos = 4 * NANOS_PER_MS;
 /// Reported queueing delay below which the scheduler takes a path's
 /// bottleneck queue for empty (tuning knob: above a radio link's jitter
 /// and a probe's overshoot).
@@ -322,6 +332,19 @@ impl PathSender {
         self.bucket.budget_at(now)
     }
 
+    /// When the next piece of a packet cut into several datagrams may
+    /// follow the ones before it: once the path's debt is under
+    /// [`PIECE_DEBT_NS`] at its rate.
+    pub fn piece_at(&self, now: Nanos) -> Nanos {
+        self.bucket.debt_under_at(now, PIECE_DEBT_NS)
+    }
+
+    /// Whether a packet of `bytes` leaves whole, its pieces back to back,
+    /// without waiting for budget ([`Self::piece_at`]).
+    pub fn train_leaves_whole(&self, bytes: usize) -> bool {
+        self.bucket.debt_allows(bytes, PIECE_DEBT_NS)
+    }
+
     /// Budget left once `bytes` more have left, as time at the pacing
     /// rate, from the last refill (0 when none or not paced).
     pub fn spare_ns(&self, bytes: usize) -> Nanos {
@@ -528,57 +551,6 @@ impl PathSender {
             fill_ms: None,
         }
     }
-}
-
-/// What the sender knows of one path, as shown by `mpt status`.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct SenderStatus {
-    /// The rate controller's state (`startup`, `grow`, `hold`, `drain` for
-    /// the default [`TargetDelay`]; `probe-bw` for [`ProbeBw`]; `off`).
-    pub control: Cow<'static, str>,
-    /// Estimated capacity us → peer.
-    pub bandwidth_mbps: Option<f64>,
-    /// Rate the path is paced at (`None`: not paced).
-    pub pacing_mbps: Option<f64>,
-    /// Configured cap (`rate_mbit`).
-    pub cap_mbps: Option<f64>,
-    /// Delivery rate of the last sample, as the peer received it.
-    pub delivered_mbps: Option<f64>,
-    /// What was sent on the path while the packets of the last sample
-    /// left (one round trip and the queue before it): above the delivery
-    /// rate while a queue grows, the queue is ours.
-    pub sent_then_mbps: Option<f64>,
-    /// Queueing delay the peer reported.
-    pub queueing_ms: Option<f64>,
-    /// The standing queue the scheduler expects a packet sent now to meet
-    /// at the path's bottleneck (above 10 ms; the report brought forward
-    /// if the path went nearly quiet since, see
-    /// [`PathSender::projected_queue_ns`]).
-    pub queue_ahead_ms: Option<f64>,
-    /// RFC 3550 jitter the peer reported with the last sample.
-    pub jitter_ms: Option<f64>,
-    /// The queueing delay the rate control holds the bottleneck to
-    /// (`ecf`'s target: 5 ms plus the path's jitter, or a radio link's).
-    pub target_ms: Option<f64>,
-    /// The queueing delay the link holds whatever our rate (a link that
-    /// keeps its packets in order behind late ones: its jitter under
-    /// load), learned from cuts that did not drain it; the target counts
-    /// above it.
-    pub link_queue_ms: Option<f64>,
-    /// The link's random loss, percent: its losses with an empty queue
-    /// over the packets that met one (`delay_random.rs`).
-    pub random_loss_pct: Option<f64>,
-    /// Losses the peer counted as congestion that the random loss
-    /// explained, so the rate was not cut for them.
-    pub losses_excused: u64,
-    /// With QoS: how long this path's queue in mpt may grow before what
-    /// follows waits in the QoS stage (its delay gap to the slowest usable
-    /// path, plus a margin that grows with its jitter).
-    pub fill_ms: Option<f64>,
-    pub samples: u64,
-    /// Cuts of the estimate for a standing queue or congestion loss.
-    pub cuts: u64,
 }
 
 /// A policy that never paces (static-weight scheduling).
