@@ -146,37 +146,6 @@ impl TokenBucket {
         (self.last + self.wait_ns(self.release_need(queued))).max(now)
     }
 
-    /// When the bucket's debt is under `debt_ns` at the rate (`now` if it
-    /// is, or with no rate): when the next piece of a packet whose first
-    /// piece left may follow.
-    pub fn debt_under_at(&self, now: Nanos, debt_ns: Nanos) -> Nanos {
-        match self.rate_bps.filter(|r| *r > 0) {
-            Some(r) => {
-                let allow = Self::bytes_in(r, debt_ns);
-                if self.tokens > -allow {
-                    now
-                } else {
-                    let need = (1 - allow).saturating_sub(self.tokens) as u64;
-                    (self.last + self.time_for(r, need)).max(now)
-                }
-            }
-            None => now,
-        }
-    }
-
-    /// Whether `bytes` more leave without taking the debt to `debt_ns` at
-    /// the rate (as of the last refill).
-    pub fn debt_allows(&self, bytes: usize, debt_ns: Nanos) -> bool {
-        match self.rate_bps.filter(|r| *r > 0) {
-            Some(r) => self.tokens.saturating_sub(bytes as i64) > -Self::bytes_in(r, debt_ns),
-            None => true,
-        }
-    }
-
-    fn bytes_in(rate_bps: u64, ns: Nanos) -> i64 {
-        (u128::from(rate_bps) * u128::from(ns) / (8 * NANOS_PER_S)).min(i64::MAX as u128) as i64
-    }
-
     /// When the bucket next has budget (`now` if it has).
     pub fn budget_at(&self, now: Nanos) -> Nanos {
         match self.rate_bps.filter(|r| *r > 0) {

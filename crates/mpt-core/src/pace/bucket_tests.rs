@@ -86,24 +86,3 @@ fn spare_budget_is_what_is_left_after_the_packet() {
     b.take(depth + 500);
     assert_eq!(b.spare_ns(0), 0, "a debt spares nothing");
 }
-
-#[test]
-fn pieces_follow_while_the_debt_is_under_its_bound() {
-    let mut b = TokenBucket::default();
-    b.refill(0, Some(8_000_000)); // 1 byte per µs
-    let depth = PACING_BURST_MIN_BYTES as usize;
-    let debt_ns = 2 * NANOS_PER_MS; // 2000 bytes at this rate
-    assert!(b.debt_allows(depth + 1_999, debt_ns));
-    assert!(!b.debt_allows(depth + 2_000, debt_ns));
-    b.take(depth + 1_000);
-    assert_eq!(b.debt_under_at(0, debt_ns), 0, "1000 bytes of debt");
-    b.take(1_500);
-    // 2500 bytes of debt: under 2000 once 501 more are earned.
-    assert_eq!(b.debt_under_at(0, debt_ns), 501_000);
-    b.refill(501_000, Some(8_000_000));
-    assert_eq!(b.debt_under_at(501_000, debt_ns), 501_000);
-    // Unpaced: never held.
-    b.refill(501_000, None);
-    assert_eq!(b.debt_under_at(501_000, debt_ns), 501_000);
-    assert!(b.debt_allows(usize::MAX / 2, debt_ns));
-}

@@ -20,9 +20,7 @@
 //! deep: what a full bucket lets out at once waits at the path's
 //! bottleneck in front of the next real-time packet (16 KiB is 4.4 ms at
 //! 30 Mbit/s), and the pieces of a large packet leave as budget allows
-//! rather than back to back (`tunnel/fragment.rs`). On a slow path they
-//! always do, once a packet's pieces took the bucket [`PIECE_DEBT_NS`]
-//! into debt: a train of them is tens of milliseconds of a few Mbit/s.
+//! rather than back to back (`tunnel/fragment.rs`).
 //!
 //! Invariants:
 //! * the bucket never holds more than its depth, and `wait_ns` is the exact
@@ -66,15 +64,6 @@ pub const PACING_BURST_MIN_BYTES: u64 = 16 * 1024;
 /// about this much, one batch send per path, rather than one packet per
 /// turn of the event loop).
 pub const RELEASE_BATCH_NS: Nanos = NANOS_PER_MS;
-/// Most debt, as time at the pacing rate, the pieces of a packet cut into
-/// several datagrams may take the bucket to before the next one waits for
-/// budget (tuning knob: at 30 Mbit/s and above a packet's train of eight
-/// datagrams, 12 KB, leaves back to back as before; at 4 Mbit/s the same
-/// train is 23 ms of the link, and back to back it stood in the
-/// bottleneck's buffer on top of the target's queue: two 4 Mbit/s paths
-/// with buffers of 52 ms lost 3-4 % of their datagrams, and the train's
-/// own spread read as jitter that raised the target to 20-30 ms).
-pub const PIECE_DEBT_NS: Nanos = 4 * NANOS_PER_MS;
 /// Reported queueing delay below which the scheduler takes a path's
 /// bottleneck queue for empty (tuning knob: above a radio link's jitter
 /// and a probe's overshoot).
@@ -330,19 +319,6 @@ impl PathSender {
 
     pub fn budget_at(&self, now: Nanos) -> Nanos {
         self.bucket.budget_at(now)
-    }
-
-    /// When the next piece of a packet cut into several datagrams may
-    /// follow the ones before it: once the path's debt is under
-    /// [`PIECE_DEBT_NS`] at its rate.
-    pub fn piece_at(&self, now: Nanos) -> Nanos {
-        self.bucket.debt_under_at(now, PIECE_DEBT_NS)
-    }
-
-    /// Whether a packet of `bytes` leaves whole, its pieces back to back,
-    /// without waiting for budget ([`Self::piece_at`]).
-    pub fn train_leaves_whole(&self, bytes: usize) -> bool {
-        self.bucket.debt_allows(bytes, PIECE_DEBT_NS)
     }
 
     /// Budget left once `bytes` more have left, as time at the pacing

@@ -159,7 +159,7 @@ impl Tunnel {
         // and its pieces leave at the caller's next drain (a path that
         // holds them, for a real-time packet, keeps its own copy: the
         // ring may let its copy go meanwhile).
-        let in_ring = self.pieces_leave_whole(now, path, len)
+        let in_ring = self.pieces_release_at(now, path) <= now
             && self
                 .recovery
                 .as_ref()
@@ -207,35 +207,21 @@ impl Tunnel {
             .min()
     }
 
-    /// When the pieces waiting for `path` may leave: `now` on a path not
-    /// paced. On a paced path that carries real-time packets, whose
-    /// bottleneck would otherwise hold a whole packet's train (eight
-    /// datagrams, 3 ms at 30 Mbit/s) in front of the next real-time
-    /// packet: once the path has budget, and never while a real-time
-    /// packet waits for it (that one leaves first; its own deadline wakes
-    /// the loop). On any other paced path, once its debt is under
-    /// [`crate::pace::PIECE_DEBT_NS`] at its rate: a fast path's train
-    /// leaves back to back, a slow path's (23 ms of 4 Mbit/s) as budget
-    /// allows, not all at once into its bottleneck's buffer.
+    /// When the pieces waiting for `path` may leave: `now`, except on a
+    /// paced path that carries real-time packets, whose bottleneck would
+    /// otherwise hold a whole packet's train (eight datagrams, 3 ms at 30
+    /// Mbit/s) in front of the next real-time packet: there, once the path
+    /// has budget, and never while a real-time packet waits for it (that
+    /// one leaves first; its own deadline wakes the loop).
     pub(super) fn pieces_release_at(&self, now: Nanos, path: PathId) -> Nanos {
         let s = &self.paths[path as usize].sender;
-        if !self.paced {
+        if !self.paced || !s.carries_realtime(now) {
             now
-        } else if !s.carries_realtime(now) {
-            s.piece_at(now)
         } else if self.queue.rt_len(path) > 0 {
             Nanos::MAX
         } else {
             s.budget_at(now)
         }
-    }
-
-    /// Whether the pieces of a packet of `len` bytes that enters `path`
-    /// now leave at the caller's next drain, none held
-    /// ([`Self::pieces_release_at`]).
-    pub(super) fn pieces_leave_whole(&self, now: Nanos, path: PathId, len: usize) -> bool {
-        self.pieces_release_at(now, path) <= now
-            && (!self.paced || self.paths[path as usize].sender.train_leaves_whole(len))
     }
 
     /// Whether the pieces waiting for `path` are held now

@@ -268,7 +268,7 @@ impl Tunnel {
         // The first piece alone when the others leave from the ring at the
         // caller's next drain (`emit_first_fragment`); the whole packet
         // when the path holds them (the ring may let its copy go).
-        let whole = !self.pieces_leave_whole(now, path, len);
+        let whole = self.pieces_release_at(now, path) > now;
         let n = if whole {
             len
         } else {
