@@ -1,3 +1,6 @@
+//! Tests of forward error correction (`fec.rs`): blocks of varied
+//! datagrams rebuilt from their repair packets, and what cannot be.
+
 use super::*;
 
 /// Datagrams of varied lengths, recognisable by content.
