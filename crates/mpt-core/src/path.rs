@@ -309,7 +309,7 @@ impl PathState {
     }
 
     /// The round trip a path's start is sized for: the lowest plus
-    /// [`START_RTT_DEVIATIONS`] RFC 6298 mean deviations, not its luckiest.
+    /// `START_RTT_DEVIATIONS` (two) RFC 6298 mean deviations, not its luckiest.
     pub fn start_rtt(&self) -> Option<Nanos> {
         let dev = self.rtt.var().saturating_mul(START_RTT_DEVIATIONS);
         self.rtt_min.map(|m| m.saturating_add(dev))

@@ -9,7 +9,7 @@
 //! Invariants: every function takes arbitrary bytes and returns normally
 //! for every input; a panic (failed assertion included) is a finding. The
 //! functions hold no state between calls and read no clock or file.
-//! [`TARGETS`] names every target in `fuzz/Cargo.toml` exactly once.
+//! `TARGETS` (with the `testing` feature) names every target in `fuzz/Cargo.toml` exactly once.
 
 mod config;
 mod fec;

@@ -62,7 +62,8 @@ const PEER_FAMILIES: [(&str, &str, &str, Get); 8] = [
     ),
 ];
 
-/// [`render`] of a typed document.
+/// The output, from the typed document the daemon sent (`render` is its
+/// tests' form, from untyped JSON).
 pub fn render_doc(d: &ConcentratorDoc, tunnel: &str) -> String {
     let mut o = String::new();
     let mut m = Metrics::new(&mut o, tunnel);

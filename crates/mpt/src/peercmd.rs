@@ -123,7 +123,8 @@ pub fn render(v: &serde_json::Value) -> String {
     render_doc(&serde_json::from_value(v.clone()).unwrap_or_default())
 }
 
-/// [`render`] of a typed document.
+/// The output, from the typed document the daemon sent (`render` is its
+/// tests' form, from untyped JSON).
 pub fn render_doc(d: &ConcentratorDoc) -> String {
     let mut o = String::new();
     let _ = writeln!(

@@ -143,7 +143,8 @@ pub(crate) fn bytes(n: u64) -> String {
     }
 }
 
-/// [`render`] of a typed document.
+/// The output, from the typed document the daemon sent (`render` is its
+/// tests' form, from untyped JSON).
 pub fn render_doc(d: &TunnelDoc) -> String {
     let t = &d.tunnel;
     let mut o = String::new();

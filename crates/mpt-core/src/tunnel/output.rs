@@ -128,7 +128,7 @@ impl Tunnel {
     }
 
     /// The highest rate the paths on local socket `socket` delivered
-    /// lately ([`PathSender::delivered_peak_bps`]), summed (bits per
+    /// lately ([`crate::pace::PathSender::delivered_peak_bps`]), summed (bits per
     /// second; `None`: none of them measured lately; a path's pacing rate
     /// before it was measured is a guess, and a path far slower than the
     /// guess overflowed its interface's queue at once); unbounded

@@ -147,7 +147,7 @@ pub struct RecoveryStats {
     pub nack_copies: u64,
     pub resend_in_flight: u64,
     /// Sender: requests that waited for the recovery path's budget longer
-    /// than any receiver waits for the answer ([`RECOVERY_WAIT_MAX_NS`]),
+    /// than any receiver waits for the answer (`RECOVERY_WAIT_MAX_NS`),
     /// dropped unsent.
     pub resends_expired: u64,
     /// Receiver: how long the answers to its requests took, smoothed, and
@@ -155,7 +155,7 @@ pub struct RecoveryStats {
     /// `rtt.rs`).
     pub answer_ms: u64,
     pub answer_wait_ms: u64,
-    /// Receiver: the waits' backoff now (1: none; [`BACKOFF_MAX`]), and
+    /// Receiver: the waits' backoff now (1: none; `BACKOFF_MAX`), and
     /// the answers that came after their gap was given up (each backs
     /// the waits off, `Recovery::on_late_answer`).
     pub wait_backoff: u64,
