@@ -3,7 +3,10 @@
 usage: seqstream.py send DST PORT PPS SECONDS
        seqstream.py recv BIND PORT SECONDS
 The sender ignores send errors (the tunnel may be down while a daemon
-restarts). The receiver prints one JSON line: [[seq, arrival_s], ...].
+restarts); at the end it prints one JSON line: {"start": monotonic_s, "sent":
+n}, so seq k left no earlier than start + k / PPS. The receiver prints one
+JSON line: [[seq, arrival_s], ...]. Both read CLOCK_MONOTONIC, which network
+namespaces share.
 """
 
 import json
@@ -30,6 +33,7 @@ if mode == "send":
         except OSError:
             pass
         seq += 1
+    print(json.dumps({"start": start, "sent": seq}), flush=True)
 else:
     bind, port, seconds = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     fam = socket.AF_INET6 if ":" in bind else socket.AF_INET
