@@ -92,10 +92,12 @@ fn a_quiet_paths_queue_is_brought_forward_to_now() {
         20 * MS,
         "30 ms reported, 10 standing"
     );
-    assert_eq!(s.projected_queue_ns(100 * MS), 20 * MS, "steady");
+    // No jitter reported: the scheduler sees the whole queue.
+    assert_eq!(s.scheduler_threshold_ns(), 0);
+    assert_eq!(s.projected_queue_ns(100 * MS), 30 * MS, "steady");
     // 60 ms of the capacity more in 30 ms: twice the capacity, measured.
     send_ms(&mut s, 60);
-    assert_eq!(s.projected_queue_ns(130 * MS), 20 * MS, "fed: the report");
+    assert_eq!(s.projected_queue_ns(130 * MS), 30 * MS, "fed: the report");
 
     // Sent 50 ms of the capacity, then nothing: a report of 70 ms at
     // 100 ms measured packets that left at 10 ms, 40 ms of sending before
@@ -103,8 +105,9 @@ fn a_quiet_paths_queue_is_brought_forward_to_now() {
     let mut s = quiet_from_50_ms();
     // The last sample's delivery rate (10 Mbit/s) drains the queue.
     s.on_report(100 * MS, 100 * MS, &report(125_000, 70), RTT);
-    assert_eq!(s.projected_queue_ns(100 * MS), 10 * MS, "70 + 40 - 90 - 10");
-    assert_eq!(s.projected_queue_ns(110 * MS), 0, "drained");
+    assert_eq!(s.projected_queue_ns(100 * MS), 20 * MS, "70 + 40 - 90");
+    assert_eq!(s.projected_queue_ns(110 * MS), 10 * MS);
+    assert_eq!(s.projected_queue_ns(120 * MS), 0, "drained");
 }
 
 /// A queue is taken to drain only while reports come: once they stop
@@ -121,15 +124,11 @@ fn a_queue_drains_only_while_reports_come() {
     s.on_report(300 * MS, 300 * MS, &report(350_000, 200), RTT);
     // Left at 80 ms; 125 000 bytes (100 ms at the capacity) sent since,
     // under half of the 220 ms: brought forward.
-    assert_eq!(
-        s.projected_queue_ns(300 * MS),
-        70 * MS,
-        "200 + 100 - 220 - 10"
-    );
-    assert_eq!(s.projected_queue_ns(320 * MS), 50 * MS);
+    assert_eq!(s.projected_queue_ns(300 * MS), 80 * MS, "200 + 100 - 220");
+    assert_eq!(s.projected_queue_ns(320 * MS), 60 * MS);
     assert_eq!(
         s.projected_queue_ns(400 * MS),
-        50 * MS,
+        60 * MS,
         "no report for 100 ms: no drain after the first 20"
     );
 }
@@ -148,4 +147,38 @@ fn a_quiet_paths_queue_keeps_its_links_own_jitter() {
     // ms of jitter is the link's own, 20 ms above the 10 standing.
     assert_eq!(s.projected_queue_ns(100 * MS), 20 * MS);
     assert_eq!(s.projected_queue_ns(200 * MS), 20 * MS);
+}
+
+/// The scheduler takes three times a path's reported jitter (at most
+/// [`super::STANDING_QUEUE_NS`]) for the path's own delay variation, and
+/// the rest for a queue: a wired path's queue counts whole.
+#[test]
+fn the_schedulers_threshold_follows_the_paths_jitter() {
+    let with_jitter = |rx_bytes, queueing_ms, jitter_us| ReportBody {
+        jitter_us,
+        ..report(rx_bytes, queueing_ms)
+    };
+    for (jitter_us, queueing_ms, threshold_ms, seen_ms) in
+        [(0, 3, 0, 3), (2_000, 8, 6, 2), (5_000, 12, 10, 2)]
+    {
+        let mut s = ten_mbit();
+        s.on_report(0, 0, &with_jitter(0, queueing_ms, jitter_us), RTT);
+        send_ms(&mut s, 100);
+        s.on_report(
+            100 * MS,
+            100 * MS,
+            &with_jitter(125_000, queueing_ms, jitter_us),
+            RTT,
+        );
+        assert_eq!(
+            s.scheduler_threshold_ns(),
+            threshold_ms * MS,
+            "jitter {jitter_us} us"
+        );
+        assert_eq!(
+            s.projected_queue_ns(100 * MS),
+            seen_ms * MS,
+            "jitter {jitter_us} us"
+        );
+    }
 }
