@@ -70,9 +70,8 @@ def _outage_and_missing(
     new = [(int(s), t) for s, t in got if s >= first_new]
     if not new:
         return float("inf"), 0, len(got)
-    t_new = min(t for _, t in new)
+    arrived_first, t_new = min(new, key=lambda st: st[1])
     seqs = sorted({s for s, _ in new})
-    arrived_first = min(new, key=lambda st: st[1])[0]
     after = [s for s in seqs if s >= arrived_first]
     missing = after[-1] - after[0] + 1 - len(after)
     if missing:

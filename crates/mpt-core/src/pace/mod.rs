@@ -356,8 +356,9 @@ impl PathSender {
     }
 
     /// The standing queue (above [`PathSender::scheduler_threshold_ns`]) a
-    /// packet sent at `now` is expected to meet, for the scheduler. The last report is up
-    /// to a round trip and its own queue old: the packets it measured left
+    /// packet sent at `now` is expected to meet, for the scheduler. The
+    /// last report is up to a round trip and its own queue old: the
+    /// packets it measured left
     /// then. If since then the path was sent less than half of what it
     /// delivered at the last sample (the capacity as last seen: on a
     /// radio link whose capacity fell, lower than any older estimate), the
@@ -377,23 +378,24 @@ impl PathSender {
     pub fn projected_queue_ns(&self, now: Nanos) -> Nanos {
         let Some(q) = self.queueing_ns else { return 0 };
         let threshold = self.scheduler_threshold_ns();
+        let as_reported = q.saturating_sub(threshold);
         let bw = self.last_sample.map(|s| s.delivered_bps);
         let (Some(at), Some(bw)) = (self.queue_seen_at, bw) else {
-            return q.saturating_sub(threshold);
+            return as_reported;
         };
         let (seen, reported) = (at.seen, at.reported);
         let Some(then) = at.sent_by_seen.filter(|_| bw > 0 && now >= seen) else {
-            return q.saturating_sub(threshold);
+            return as_reported;
         };
         let sent = self.sent_bytes.saturating_sub(then);
         let fill_ns = (u128::from(sent) * 8 * NANOS_PER_S / u128::from(bw)) as u64;
         let drained_by = now.min(reported + PROJECT_DRAIN_NS);
         if fill_ns * PROJECT_QUIET_DIV > drained_by.saturating_sub(seen) {
-            return q.saturating_sub(threshold);
+            return as_reported;
         }
         // A FIFO link's own delay under load (two to three deviations of
         // its jitter) does not drain.
-        let own = q.min(PROJECT_OWN_JITTERS * self.jitter_ns().unwrap_or(0));
+        let own = q.min(self.own_jitters_ns());
         (q + fill_ns)
             .saturating_sub(drained_by.saturating_sub(seen))
             .max(own)
@@ -409,7 +411,13 @@ impl PathSender {
     /// against 6.3-6.6 with this threshold (docs/results-notes.md, "The
     /// scheduler sees a wired path's queue whole").
     pub fn scheduler_threshold_ns(&self) -> Nanos {
-        (PROJECT_OWN_JITTERS * self.jitter_ns().unwrap_or(0)).min(STANDING_QUEUE_NS)
+        self.own_jitters_ns().min(STANDING_QUEUE_NS)
+    }
+
+    /// [`PROJECT_OWN_JITTERS`] times the reported jitter: the delay a FIFO
+    /// link holds under load whatever is sent.
+    fn own_jitters_ns(&self) -> Nanos {
+        PROJECT_OWN_JITTERS * self.jitter_ns().unwrap_or(0)
     }
 
     /// The round trip the path's start is sized for (`Path::start_rtt`).
