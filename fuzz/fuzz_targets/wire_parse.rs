@@ -1,7 +1,8 @@
 //! Fuzz the header, probe-body, receiver-report (for its own path or
-//! another), NACK-body, fragment and
+//! another), NACK-body, fragment, session-unknown and
 //! cookie-reply parsers and the MAC checks: no input may panic, every
-//! accepted header, report and fragment header re-encodes to the same
+//! accepted header, report, session-unknown body and fragment header
+//! re-encodes to the same
 //! bytes, every accepted NACK body re-encodes to the bytes it was parsed
 //! from, and no cookie reply opens without the right key and mac1.
 //!

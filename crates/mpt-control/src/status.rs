@@ -213,6 +213,8 @@ pub struct ConcentratorDoc {
     /// Drops before any peer (no route, unknown peer, ...), by reason.
     pub drops: std::collections::BTreeMap<String, u64>,
     pub cookies_sent: u64,
+    /// Session-unknown hints sent for datagrams naming no peer's session.
+    pub session_unknown_sent: u64,
     pub tun_write_failures: u64,
     /// Every shard's I/O, summed.
     pub io: Option<IoDoc>,
@@ -228,6 +230,8 @@ pub struct ShardPart {
     pub peers: Vec<PeerDoc>,
     pub drops: std::collections::BTreeMap<String, u64>,
     pub cookies_sent: u64,
+    /// Session-unknown hints sent for datagrams naming no peer's session.
+    pub session_unknown_sent: u64,
     pub tun_write_failures: u64,
     pub io: IoDoc,
     pub handoffs: HandoffDoc,

@@ -107,10 +107,14 @@ pub enum DropReason {
     /// while the inner packet is not ECN-capable (RFC 6040 §4.2: only a
     /// drop conveys the congestion signal to such a transport).
     EcnCeNotEct,
+    /// A session-unknown hint the initiator did not take: it names no
+    /// session we seal with, a counter we did not send lately, or a session
+    /// younger than a second (see `crypto::exchange`).
+    SessionUnknownIgnored,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 36] = [
+    pub const ALL: [DropReason; 37] = [
         Self::Truncated,
         Self::BadVersion,
         Self::BadType,
@@ -147,6 +151,7 @@ impl DropReason {
         Self::BadRepair,
         Self::FragmentIncomplete,
         Self::EcnCeNotEct,
+        Self::SessionUnknownIgnored,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -187,6 +192,7 @@ impl DropReason {
             Self::BadRepair => "bad_repair",
             Self::FragmentIncomplete => "fragment_incomplete",
             Self::EcnCeNotEct => "ecn_ce_not_ect",
+            Self::SessionUnknownIgnored => "session_unknown_ignored",
         }
     }
 

@@ -526,6 +526,82 @@ fn peers_come_and_go_at_runtime_without_disturbing_the_others() {
     assert!(w.clients[N as usize].has_session());
 }
 
+#[test]
+fn a_restarted_concentrator_is_found_again_within_round_trips() {
+    const N: u32 = 20;
+    const SHARDS: usize = 2;
+    let mut w = World::with_shards(N, SHARDS);
+    w.pump(0);
+    w.run_until(1_000 * MS);
+    let mut now = 1_000 * MS;
+    let mut sent = 0u64;
+    let round = |w: &mut World, now: &mut Nanos, sent: &mut u64| {
+        for c in 0..N {
+            w.client_send(*now, c, client_inner_addr(c), *sent);
+        }
+        *sent += 1;
+        w.pump(*now);
+        *now += 10 * MS;
+        w.run_until(*now);
+    };
+    while now < 2_500 * MS {
+        round(&mut w, &mut now, &mut sent);
+    }
+    // The server restarts: new keys for its sessions, none of the old.
+    let mut template = concentrator_template(SERVER_PATHS);
+    template.seed[31] ^= 1;
+    w.servers = (0..SHARDS)
+        .map(|i| {
+            let mut s = Concentrator::new(template.clone()).unwrap();
+            s.set_shard(i, SHARDS);
+            for c in 0..N {
+                assert_eq!(s.add_peer(client_peer(c)), Ok(c));
+            }
+            s
+        })
+        .collect();
+    let restart = now;
+    let before = sent;
+    let mut back: Vec<Option<Nanos>> = vec![None; N as usize];
+    while now < restart + 1_000 * MS {
+        round(&mut w, &mut now, &mut sent);
+        for c in 0..N {
+            let st = w.clients[c as usize].status(now).security.unwrap().stats;
+            if st.handshakes_completed >= 2 {
+                back[c as usize].get_or_insert(now);
+            }
+        }
+    }
+    let hints: u64 = w.servers.iter().map(|s| s.session_unknown_sent()).sum();
+    let worst = back
+        .iter()
+        .map(|b| b.expect("every client found the restarted server") - restart)
+        .max()
+        .unwrap();
+    println!(
+        "concentrator restart: {hints} hints, every client back within {} ms",
+        worst / MS
+    );
+    // Each client's next datagram calls out a hint: a handshake a round
+    // trip later (delays up to 17 ms one way), not after 500 ms of silence.
+    assert!(worst <= 150 * MS, "{} ms", worst / MS);
+    for c in 0..N {
+        let st = w.clients[c as usize].status(now).security.unwrap().stats;
+        assert_eq!(
+            (st.session_unknown_handshakes, st.silence_handshakes),
+            (1, 0)
+        );
+        // Everything sent a round after the client was back arrives.
+        let from = before + (back[c as usize].unwrap() - restart) / (10 * MS) + 2;
+        let got: Vec<u64> = w.at_server[c as usize]
+            .iter()
+            .map(|(_, i)| *i)
+            .filter(|i| *i >= from)
+            .collect();
+        assert_eq!(got, (from..sent).collect::<Vec<u64>>(), "client {c}");
+    }
+}
+
 /// The daemon's defaults where the test configurations differ.
 fn as_deployed(mut c: TunnelConfig) -> TunnelConfig {
     c.recover = true;

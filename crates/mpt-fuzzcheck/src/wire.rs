@@ -5,13 +5,15 @@ use mpt_core::crypto::cookie::{self, MacKeys};
 use mpt_core::crypto::keys::PrivateKey;
 use mpt_core::wire::{
     write_fragment_header, write_header, Fragment, Header, NackBody, ProbeBody, ReportBody,
-    ReportForBody, FRAGMENT_HEADER_LEN, HEADER_LEN, REPORT_BODY_LEN, REPORT_FOR_BODY_LEN,
+    ReportForBody, SessionUnknownBody, FRAGMENT_HEADER_LEN, HEADER_LEN, REPORT_BODY_LEN,
+    REPORT_FOR_BODY_LEN, SESSION_UNKNOWN_BODY_LEN,
 };
 
 /// Fuzz the header, probe-body, receiver-report (for its own path or
-/// another), NACK-body, fragment and
+/// another), NACK-body, fragment, session-unknown and
 /// cookie-reply parsers and the MAC checks: no input may panic, every
-/// accepted header, report and fragment header re-encodes to the same
+/// accepted header, report, session-unknown body and fragment header
+/// re-encodes to the same
 /// bytes, every accepted NACK body re-encodes to the bytes it was parsed
 /// from, and no cookie reply opens without the right key and mac1.
 pub fn wire_parse(data: &[u8]) {
@@ -45,6 +47,11 @@ pub fn wire_parse(data: &[u8]) {
         assert_eq!(&out[..], &data[..FRAGMENT_HEADER_LEN]);
         assert!(Fragment::is_fragment(data));
         assert_eq!(f.piece, &data[FRAGMENT_HEADER_LEN..]);
+    }
+    if let Ok(b) = SessionUnknownBody::parse(data) {
+        let mut out = [0u8; SESSION_UNKNOWN_BODY_LEN];
+        b.write(&mut out);
+        assert_eq!(&out[..], &data[..SESSION_UNKNOWN_BODY_LEN]);
     }
     let _ = mpt_core::wire::inner_traffic_class(data);
     let _ = cookie::cookie_reply_receiver(data);

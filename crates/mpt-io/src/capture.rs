@@ -439,6 +439,7 @@ fn type_name(t: PacketType) -> &'static str {
         PacketType::ReportFor => "report_for",
         PacketType::Fragment => "fragment",
         PacketType::Repair => "repair",
+        PacketType::SessionUnknown => "session_unknown",
     }
 }
 

@@ -184,6 +184,9 @@ impl EventLog {
             } => {
                 warn!(tunnel = %tunnel_name, path = %name(claimed_path), from = %from, expected = %peer(claimed_path), count, "datagram from an address that is not the path's remote (dropped as unknown_source)")
             }
+            Event::SessionUnknown { path, from } => {
+                warn!(tunnel = %tunnel_name, path = %name(path), from = %from, "the peer no longer holds our session (it restarted?): handshaking now")
+            }
             Event::HandshakeRejected { path, from, reason } => {
                 if let Some(suppressed) = self.allow("handshake-rejected") {
                     let why = if reason == mpt_core::stats::DropReason::HandshakeBadMac {

@@ -456,6 +456,7 @@ impl HubDriver {
                 *doc.drops.entry(k).or_default() += n;
             }
             doc.cookies_sent += p.cookies_sent;
+            doc.session_unknown_sent += p.session_unknown_sent;
             doc.tun_write_failures += p.tun_write_failures;
             if p.error.is_none() {
                 match io.as_mut() {

@@ -337,6 +337,7 @@ pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> Sha
             .map(|(k, n)| (k.to_string(), n))
             .collect(),
         cookies_sent: c.cookies_sent(),
+        session_unknown_sent: c.session_unknown_sent(),
         tun_write_failures: hub.tun_write_failures(),
         io: IoDoc {
             io: hub.io_stats().clone(),

@@ -14,6 +14,25 @@ use super::*;
 use crate::tunnel::{OpenTicket, Opener, RecvStart};
 
 impl Concentrator {
+    /// A datagram named a session of no peer here: the guard may tell its
+    /// sender ([`guard::Guard::hint`]).
+    fn hint_unknown(&mut self, now: Nanos, local_key: usize, from: SocketAddr, buf: &[u8]) {
+        let path = self.path_at(local_key);
+        let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
+        let peers = self.peer_count();
+        self.guard
+            .hint(now, local_key, path, from, buf, peers, wall);
+    }
+
+    /// Our path id on socket `local_key` (the first path there).
+    fn path_at(&self, local_key: usize) -> u8 {
+        self.template
+            .paths
+            .iter()
+            .position(|p| p.local_key == local_key)
+            .unwrap_or(0) as u8
+    }
+
     /// Which peer a datagram is for: `Err` is the drop.
     pub(super) fn peer_of(
         &mut self,
@@ -45,12 +64,7 @@ impl Concentrator {
         if !self.macs.check_mac1(buf) {
             return Err(DropReason::HandshakeBadMac);
         }
-        let path = self
-            .template
-            .paths
-            .iter()
-            .position(|p| p.local_key == local_key)
-            .unwrap_or(0) as u8;
+        let path = self.path_at(local_key);
         let wall = (now as i64).wrapping_add(self.wall_offset) as u64;
         let peers = self.peer_count();
         self.guard
@@ -128,6 +142,7 @@ impl Concentrator {
         }
         let Some(t) = self.tunnel_mut(id) else {
             self.drops.add(DropReason::UnknownPeer);
+            self.hint_unknown(now, local_key, from, buf);
             return (None, Received::Dropped(DropReason::UnknownPeer));
         };
         let r = t.recv_ecn(now, local_key, from, buf, outer_ecn);
@@ -152,6 +167,9 @@ impl Concentrator {
             Ok(x) => x,
             Err(r) => {
                 self.drops.add(r);
+                if r == DropReason::UnknownPeer {
+                    self.hint_unknown(now, local_key, from, buf);
+                }
                 return (None, RecvStart::Done(Received::Dropped(r)));
             }
         };

@@ -14,8 +14,12 @@
 //! cost them one round trip, never the connection. No per-source limit:
 //! many clients may share one address behind a carrier NAT.
 //!
-//! Invariants: at most [`OUT_MAX`] cookie replies wait to be sent; a reply
-//! goes only to the address the initiation came from; nothing here panics
+//! It also answers a sealed datagram that names no peer's session with a
+//! session-unknown hint (after a restart, clients handshake within a round
+//! trip instead of after their paths' silence).
+//!
+//! Invariants: at most [`OUT_MAX`] cookie replies and hints wait to be
+//! sent; each goes only to the address its trigger came from; nothing here panics
 //! on any datagram.
 
 use std::collections::VecDeque;
@@ -26,9 +30,13 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::crypto::cookie::{CookieMaker, COOKIE_NONCE_LEN, COOKIE_REPLY_BODY_LEN};
 use crate::crypto::keys::PublicKey;
+use crate::crypto::knobs;
 use crate::crypto::ratelimit::Bucket;
 use crate::stats::DropReason;
-use crate::wire::{self, HeaderFields, PacketType, HEADER_LEN};
+use crate::wire::{
+    self, Header, HeaderFields, PacketType, SessionUnknownBody, HEADER_LEN,
+    SESSION_UNKNOWN_BODY_LEN,
+};
 use crate::Nanos;
 
 /// Initiations per second a concentrator takes without cookies, before
@@ -46,8 +54,12 @@ pub struct Guard {
     cookies: CookieMaker,
     load: Bucket,
     rng: ChaCha20Rng,
+    /// Session-unknown hints per second.
+    hints: Bucket,
     out: VecDeque<(usize, SocketAddr, Vec<u8>)>,
     pub cookies_sent: u64,
+    /// Session-unknown hints sent (status).
+    pub hints_sent: u64,
 }
 
 impl Guard {
@@ -55,9 +67,11 @@ impl Guard {
         Self {
             cookies: CookieMaker::new(own),
             load: Bucket::full(LOAD_BASE_PER_S),
+            hints: Bucket::full(knobs::SESSION_UNKNOWN_PER_S),
             rng: ChaCha20Rng::from_seed(seed),
             out: VecDeque::new(),
             cookies_sent: 0,
+            hints_sent: 0,
         }
     }
 
@@ -119,7 +133,58 @@ impl Guard {
         Err(DropReason::HandshakeCookieSent)
     }
 
-    /// A cookie reply to send: (socket, destination, datagram).
+    /// A sealed datagram `dgram` from `from` on socket `local_key` (our
+    /// path `path` there) named a session of no peer here (the
+    /// concentrator restarted, or the peer is gone): queue a session-unknown
+    /// hint to its sender (`wire/hint.rs`), at most
+    /// [`knobs::SESSION_UNKNOWN_PER_S`] plus one per peer a second, and
+    /// never for a datagram no larger than the hint.
+    #[allow(clippy::too_many_arguments)] // the datagram and where it came from
+    pub fn hint(
+        &mut self,
+        now: Nanos,
+        local_key: usize,
+        path: u8,
+        from: SocketAddr,
+        dgram: &[u8],
+        peers: usize,
+        wall: u64,
+    ) {
+        let hint_len = HEADER_LEN + SESSION_UNKNOWN_BODY_LEN;
+        let Ok(h) = Header::new_checked(dgram) else {
+            return;
+        };
+        let sealed = !matches!(
+            h.packet_type(),
+            PacketType::HandshakeInit
+                | PacketType::HandshakeResponse
+                | PacketType::CookieReply
+                | PacketType::SessionUnknown
+        );
+        if !sealed || h.session() == 0 || dgram.len() <= hint_len || self.out.len() >= OUT_MAX {
+            return;
+        }
+        let rate = knobs::SESSION_UNKNOWN_PER_S + peers as f64;
+        if !self.hints.take(now, rate, rate) {
+            return;
+        }
+        let mut out = vec![0u8; hint_len];
+        let f = HeaderFields {
+            path,
+            session: h.session(),
+            timestamp_us: wire::timestamp_us(wall),
+            ..Default::default()
+        };
+        wire::write_header(&mut out, PacketType::SessionUnknown, &f);
+        SessionUnknownBody {
+            counter: h.counter(),
+        }
+        .write(&mut out[HEADER_LEN..]);
+        self.out.push_back((local_key, from, out));
+        self.hints_sent += 1;
+    }
+
+    /// A cookie reply or hint to send: (socket, destination, datagram).
     pub fn poll_transmit(&mut self) -> Option<(usize, SocketAddr, Vec<u8>)> {
         self.out.pop_front()
     }

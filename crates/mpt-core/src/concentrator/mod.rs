@@ -497,7 +497,8 @@ impl Concentrator {
         self.peers.get(id as usize)?.as_ref()?.tunnel.as_deref()
     }
 
-    /// A datagram of the concentrator's own (a cookie reply under load):
+    /// A datagram of the concentrator's own (a cookie reply under load, a
+    /// session-unknown hint):
     /// (socket, destination, bytes).
     pub fn poll_transmit(&mut self) -> Option<(usize, SocketAddr, Vec<u8>)> {
         self.guard.poll_transmit()
@@ -506,6 +507,12 @@ impl Concentrator {
     /// Cookie replies sent under load (status).
     pub fn cookies_sent(&self) -> u64 {
         self.guard.cookies_sent
+    }
+
+    /// Session-unknown hints sent for datagrams that named no peer's
+    /// session (status; a peer's own tunnel counts its own).
+    pub fn session_unknown_sent(&self) -> u64 {
+        self.guard.hints_sent
     }
 
     /// Events that belong to no peer (an unknown key called).

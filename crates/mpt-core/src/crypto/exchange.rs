@@ -3,6 +3,13 @@
 //! response, and the client writing initiations (Noise IKpsk2 as in
 //! WireGuard; see `handshake.rs` and `cookie.rs`).
 //!
+//! A responder answers a sealed datagram naming a session it does not
+//! hold with a session-unknown hint (`wire/hint.rs`), at most
+//! [`knobs::SESSION_UNKNOWN_PER_S`] a second; the initiator takes one only
+//! for the session it seals with, a counter it sent lately and a session
+//! at least [`knobs::SESSION_UNKNOWN_MIN_AGE`] old, and then only starts a
+//! handshake beside that session (a forged hint costs one handshake).
+//!
 //! Invariants: a message that fails any check changes no session and is
 //! counted under one drop reason; a new session replaces the current one
 //! only once it is authentic (the server keeps it as `next` until the
@@ -230,5 +237,46 @@ impl CryptoState {
             self.retry.on_attempt();
         }
         Some((len, self.retry.attempts()))
+    }
+
+    /// Responder: whether a session-unknown hint may go out now (rate
+    /// limited; counted when it may).
+    pub fn take_session_unknown(&mut self, now: Nanos) -> bool {
+        let rate = knobs::SESSION_UNKNOWN_PER_S;
+        if self.cfg.role != HandshakeRole::Responder || !self.hints.take(now, rate, rate) {
+            return false;
+        }
+        self.stats.session_unknown_sent += 1;
+        true
+    }
+
+    /// Initiator: the peer says it does not hold the session `index` it
+    /// got a datagram with `counter` for (it restarted). `Ok`: taken, and
+    /// whether a handshake starts (none was under way); `Err`: the drop.
+    pub fn handle_session_unknown(
+        &mut self,
+        now: Nanos,
+        index: u32,
+        counter: u64,
+    ) -> Result<bool, DropReason> {
+        if self.cfg.role != HandshakeRole::Initiator {
+            return Err(DropReason::HandshakeUnexpected);
+        }
+        let s = self
+            .current
+            .as_ref()
+            .filter(|s| s.remote_index == index)
+            .ok_or(DropReason::SessionUnknownIgnored)?;
+        let sent = s.sent();
+        let recent = counter < sent && sent - counter <= knobs::SESSION_UNKNOWN_COUNTER_WINDOW;
+        if !recent || s.age(now) < knobs::SESSION_UNKNOWN_MIN_AGE {
+            return Err(DropReason::SessionUnknownIgnored);
+        }
+        if self.pending.is_some() || self.want_handshake {
+            return Ok(false);
+        }
+        self.want_handshake = true;
+        self.stats.session_unknown_handshakes += 1;
+        Ok(true)
     }
 }

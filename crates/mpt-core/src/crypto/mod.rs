@@ -65,4 +65,15 @@ pub mod knobs {
     pub const HANDSHAKE_GLOBAL_PER_S: u32 = 50;
     /// Sources tracked by the rate limiter (bounded memory).
     pub const RATE_LIMIT_SOURCES: usize = 4096;
+    /// Session-unknown hints a responder sends per second, and at once
+    /// (per tunnel; a concentrator's guard adds one per peer): a client
+    /// sends many datagrams a round trip, one answer serves.
+    pub const SESSION_UNKNOWN_PER_S: f64 = 20.0;
+    /// An initiator takes a session-unknown hint only for a counter among
+    /// the last this many it sent under its session (a second of 1 Gbit/s
+    /// and more): what an off-path sender cannot know.
+    pub const SESSION_UNKNOWN_COUNTER_WINDOW: u64 = 1 << 20;
+    /// ... and only for a session at least this old: a forged hint costs
+    /// at most one handshake this often.
+    pub const SESSION_UNKNOWN_MIN_AGE: Nanos = 1_000 * NANOS_PER_MS;
 }

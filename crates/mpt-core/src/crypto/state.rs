@@ -103,6 +103,12 @@ pub struct CryptoStats {
     pub silence_handshakes: u64,
     /// Sessions with a peer that had restarted (new incarnation).
     pub peer_restarts: u64,
+    /// Responder: session-unknown hints sent (a sealed datagram named a
+    /// session this side does not hold).
+    pub session_unknown_sent: u64,
+    /// Initiator: handshakes started because the peer said it no longer
+    /// holds our session (it restarted).
+    pub session_unknown_handshakes: u64,
 }
 
 /// Something for the log.
@@ -171,6 +177,8 @@ pub struct CryptoState {
     /// Initiations with a valid mac1 per second beyond which the responder
     /// is under load and asks for cookies.
     load: Bucket,
+    /// Responder: session-unknown hints per second (`exchange.rs`).
+    hints: Bucket,
     /// Random per start: announced in handshakes (peers detect restarts).
     incarnation: u64,
     peer_incarnation: Option<u64>,
@@ -214,6 +222,7 @@ impl CryptoState {
             last_init_timestamp: None,
             limiter: RateLimiter::default(),
             load: Bucket::full(load_rate),
+            hints: Bucket::full(knobs::SESSION_UNKNOWN_PER_S),
             incarnation,
             peer_incarnation: None,
             cookies,

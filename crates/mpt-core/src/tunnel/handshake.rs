@@ -20,7 +20,10 @@ use crate::crypto::cookie::{COOKIE_REPLY_BODY_LEN, MACS_LEN};
 use crate::crypto::handshake::RESPONSE_NOISE_LEN;
 use crate::crypto::state::InitOutcome;
 use crate::stats::DropReason;
-use crate::wire::{self, Header, HeaderFields, PacketType, HEADER_LEN};
+use crate::wire::{
+    self, Header, HeaderFields, PacketType, SessionUnknownBody, HEADER_LEN,
+    SESSION_UNKNOWN_BODY_LEN,
+};
 use crate::{Nanos, PathId};
 
 impl Tunnel {
@@ -88,23 +91,75 @@ impl Tunnel {
         dst: SocketAddr,
         mut out: Vec<u8>,
     ) {
-        let path_seq = self.paths[pid as usize].on_transmit(out.len());
-        let f = HeaderFields {
-            path: pid,
-            path_seq: path_seq as u16,
-            timestamp_us: wire::timestamp_us(self.wall(now)),
-            ..Default::default()
-        };
-        wire::write_header(&mut out, ty, &f);
-        if ty == PacketType::HandshakeResponse {
-            if let Some(c) = self.crypto.as_mut() {
-                c.write_macs(now, pid as usize, &mut out);
-            }
-        }
+        self.queue_plain_out(now, pid, ty, 0, dst, &mut out);
         // Bounded: initiations are refused before any work while full.
         if self.handshake_out.len() < HANDSHAKE_OUT_MAX {
             self.handshake_out.push_back((pid, dst, out));
         }
+    }
+
+    /// Write the header of a datagram sent in the clear (`session`: the
+    /// index a session-unknown hint names, else 0), with MACs where its
+    /// type has them.
+    fn queue_plain_out(
+        &mut self,
+        now: Nanos,
+        pid: PathId,
+        ty: PacketType,
+        session: u32,
+        _dst: SocketAddr,
+        out: &mut [u8],
+    ) {
+        let path_seq = self.paths[pid as usize].on_transmit(out.len());
+        let f = HeaderFields {
+            path: pid,
+            session,
+            path_seq: path_seq as u16,
+            timestamp_us: wire::timestamp_us(self.wall(now)),
+            ..Default::default()
+        };
+        wire::write_header(out, ty, &f);
+        if ty == PacketType::HandshakeResponse {
+            if let Some(c) = self.crypto.as_mut() {
+                c.write_macs(now, pid as usize, out);
+            }
+        }
+    }
+
+    /// Responder: a sealed datagram of `len` bytes from `from` on `pid`
+    /// named a session we do not hold (we restarted, or it expired): tell
+    /// the sender, rate limited, so that it handshakes at once. Never for
+    /// a datagram no larger than the hint (no amplification).
+    pub(super) fn hint_session_unknown(
+        &mut self,
+        now: Nanos,
+        pid: PathId,
+        from: SocketAddr,
+        f: &HeaderFields,
+        len: usize,
+    ) {
+        let hint_len = HEADER_LEN + SESSION_UNKNOWN_BODY_LEN;
+        if len <= hint_len || self.handshake_out.len() >= HANDSHAKE_OUT_MAX {
+            return;
+        }
+        if !self
+            .crypto
+            .as_mut()
+            .is_some_and(|c| c.take_session_unknown(now))
+        {
+            return;
+        }
+        let mut out = vec![0u8; hint_len];
+        SessionUnknownBody { counter: f.counter }.write(&mut out[HEADER_LEN..]);
+        self.queue_plain_out(
+            now,
+            pid,
+            PacketType::SessionUnknown,
+            f.session,
+            from,
+            &mut out,
+        );
+        self.handshake_out.push_back((pid, from, out));
     }
 
     pub(super) fn recv_handshake(
@@ -130,6 +185,19 @@ impl Tunnel {
                     return self.drop_counted(DropReason::UnknownSource);
                 }
                 let r = match self.crypto.as_mut() {
+                    Some(c) if ty == PacketType::SessionUnknown => match (
+                        Header::new_checked(buf),
+                        SessionUnknownBody::parse(&buf[HEADER_LEN..]),
+                    ) {
+                        (Ok(h), Ok(b)) => c.handle_session_unknown(now, h.session(), b.counter),
+                        _ => Err(DropReason::Truncated),
+                    }
+                    .map(|started| {
+                        if started {
+                            self.events
+                                .push_back(Event::SessionUnknown { path: pid, from });
+                        }
+                    }),
                     Some(c) => c.handle_cookie_reply(now, &buf[HEADER_LEN..]),
                     None => Err(DropReason::HandshakeUnexpected),
                 };

@@ -151,6 +151,12 @@ pub enum Event {
         from: SocketAddr,
         reason: DropReason,
     },
+    /// The peer said, on this path from this address, that it no longer
+    /// holds our session (it restarted): a handshake starts at once.
+    SessionUnknown {
+        path: PathId,
+        from: SocketAddr,
+    },
     /// Our path is paired with the peer's path of the same name (its id
     /// in the peer's numbering).
     PathPaired {

@@ -95,7 +95,10 @@ impl Tunnel {
         let peer_path = claimed;
         if matches!(
             ty,
-            PacketType::HandshakeInit | PacketType::HandshakeResponse | PacketType::CookieReply
+            PacketType::HandshakeInit
+                | PacketType::HandshakeResponse
+                | PacketType::CookieReply
+                | PacketType::SessionUnknown
         ) {
             let r = self.recv_handshake(now, pid, ty, from, buf);
             if matches!(r, Received::Consumed) {
@@ -120,6 +123,10 @@ impl Tunnel {
                         peer_path,
                         outer_ecn,
                     })
+                }
+                Err(DropReason::NoSession) => {
+                    self.hint_session_unknown(now, pid, from, &f, buf.len());
+                    DropReason::NoSession
                 }
                 Err(r) => r,
             },

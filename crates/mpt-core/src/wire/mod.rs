@@ -44,6 +44,7 @@
 
 mod body;
 mod fragment;
+mod hint;
 mod repair;
 
 pub use body::{
@@ -53,6 +54,7 @@ pub use body::{
 pub use fragment::{
     piece_range, pieces, write_fragment_header, Fragment, FRAGMENT_HEADER_LEN, MAX_FRAGMENTS,
 };
+pub use hint::{SessionUnknownBody, SESSION_UNKNOWN_BODY_LEN};
 pub use repair::{
     RepairBody, REPAIR_HEADER_LEN, REPAIR_ORIGINALS_MAX, REPAIR_SHARDS_MAX, REPAIR_SHARD_MAX,
 };
@@ -75,8 +77,10 @@ use crate::PathId;
 /// one path by their path sequence numbers. Version 9: reports about one
 /// path carried on another ([`PacketType::ReportFor`]), for a path whose
 /// reverse direction is out. Version 10: repair packets (type 13,
-/// [`RepairBody`]), forward error correction over a path's data.
-pub const VERSION: u8 = 10;
+/// [`RepairBody`]), forward error correction over a path's data. Version
+/// 11: session-unknown hints (type 14, [`SessionUnknownBody`]), so that a
+/// client finds a restarted server within a round trip.
+pub const VERSION: u8 = 11;
 /// Class-byte flag of a real-time data packet: its tunnel sequence counts
 /// real-time packets only, and the receiver delivers it on arrival
 /// without reordering, dropping duplicates (spec constant).
@@ -155,6 +159,10 @@ pub enum PacketType {
     /// A recovery shard of a block of data packets a path carried
     /// ([`RepairBody`], forward error correction).
     Repair = 13,
+    /// A responder's answer, in the clear, to a sealed datagram naming a
+    /// session it does not hold ([`SessionUnknownBody`]): the initiator
+    /// handshakes at once instead of after its paths' silence.
+    SessionUnknown = 14,
 }
 
 impl PacketType {
@@ -173,6 +181,7 @@ impl PacketType {
             11 => Some(Self::Fragment),
             12 => Some(Self::ReportFor),
             13 => Some(Self::Repair),
+            14 => Some(Self::SessionUnknown),
             _ => None,
         }
     }
@@ -284,6 +293,7 @@ impl<'a> Header<'a> {
             PacketType::PathChallenge | PacketType::PathResponse => PATH_TOKEN_LEN,
             PacketType::CookieReply => crate::crypto::cookie::COOKIE_REPLY_BODY_LEN,
             PacketType::Fragment => FRAGMENT_HEADER_LEN + 1,
+            PacketType::SessionUnknown => SESSION_UNKNOWN_BODY_LEN,
             _ => 0,
         };
         if buf.len() < HEADER_LEN + min_body {
@@ -372,7 +382,7 @@ mod tests {
 
     /// Test vector: a data header with every field distinct.
     const DATA_VECTOR: [u8; HEADER_LEN] = [
-        0x0a, 0x01, 0x05, 0x83, // version 10, data, path 5, class 3, real-time
+        0x0b, 0x01, 0x05, 0x83, // version 11, data, path 5, class 3, real-time
         0x00, 0x00, 0x00, 0x00, // session 0
         0x01, 0x00, 0x00, 0x00, 0x01, 0x02, // counter 2^40 + 258
         0x00, 0x2a, // path seq 42
@@ -409,7 +419,7 @@ mod tests {
 
     /// Test vector: an echo header (its body's vector is in `body.rs`).
     const ECHO_HEADER_VECTOR: [u8; HEADER_LEN] = [
-        0x0a, 0x03, 0x00, 0x00, // version 10, echo, path 0, class 0
+        0x0b, 0x03, 0x00, 0x00, // version 11, echo, path 0, class 0
         0xde, 0xad, 0xbe, 0xef, // session
         0, 0, 0, 0, 0, 9, // counter 9
         0, 3, // path seq 3
@@ -474,11 +484,22 @@ mod tests {
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         v[0] = 9; // version 9: no repair packets
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
+        v[0] = 10; // version 10: no session-unknown hints
+        assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadVersion);
         let mut v = DATA_VECTOR;
         v[1] = 0;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
-        v[1] = 14;
+        v[1] = 15;
         assert_eq!(Header::new_checked(&v).unwrap_err(), WireError::BadType);
+        // A session-unknown hint needs its 8-byte body.
+        let mut d = [0u8; HEADER_LEN + SESSION_UNKNOWN_BODY_LEN];
+        d[..HEADER_LEN].copy_from_slice(&DATA_VECTOR);
+        d[1] = PacketType::SessionUnknown as u8;
+        assert!(Header::new_checked(&d).is_ok());
+        assert_eq!(
+            Header::new_checked(&d[..d.len() - 1]).unwrap_err(),
+            WireError::Truncated
+        );
         // A fragment needs its two-byte header and a piece.
         let mut d = [0u8; HEADER_LEN + FRAGMENT_HEADER_LEN + 1];
         d[..HEADER_LEN].copy_from_slice(&DATA_VECTOR);
