@@ -91,7 +91,7 @@ impl Tunnel {
         dst: SocketAddr,
         mut out: Vec<u8>,
     ) {
-        self.queue_plain_out(now, pid, ty, 0, dst, &mut out);
+        self.write_plain_header(now, pid, ty, 0, &mut out);
         // Bounded: initiations are refused before any work while full.
         if self.handshake_out.len() < HANDSHAKE_OUT_MAX {
             self.handshake_out.push_back((pid, dst, out));
@@ -101,13 +101,12 @@ impl Tunnel {
     /// Write the header of a datagram sent in the clear (`session`: the
     /// index a session-unknown hint names, else 0), with MACs where its
     /// type has them.
-    fn queue_plain_out(
+    fn write_plain_header(
         &mut self,
         now: Nanos,
         pid: PathId,
         ty: PacketType,
         session: u32,
-        _dst: SocketAddr,
         out: &mut [u8],
     ) {
         let path_seq = self.paths[pid as usize].on_transmit(out.len());
@@ -151,14 +150,7 @@ impl Tunnel {
         }
         let mut out = vec![0u8; hint_len];
         SessionUnknownBody { counter: f.counter }.write(&mut out[HEADER_LEN..]);
-        self.queue_plain_out(
-            now,
-            pid,
-            PacketType::SessionUnknown,
-            f.session,
-            from,
-            &mut out,
-        );
+        self.write_plain_header(now, pid, PacketType::SessionUnknown, f.session, &mut out);
         self.handshake_out.push_back((pid, from, out));
     }
 
