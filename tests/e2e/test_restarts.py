@@ -65,6 +65,12 @@ def _restart_outage(workdir: Path, restart: str) -> tuple[float, int, int]:
             assert stats["session_unknown_handshakes"] == 1, stats
             assert stats["silence_handshakes"] == 0, stats
             assert "the peer no longer holds our session" in peers["b"].log_text()
+            text = peers["b"].status_text(verbose=True)
+            assert "restarts of the peer: 1; new handshakes on its word: 1," in text, text
+            # The client's loss on its paths counts from the server's
+            # restart, not against the old server's counts.
+            losses = [p["tx_loss"] for p in peers["b"].status()["paths"]]
+            assert max(losses) < 0.05, losses
         return _outage_and_missing(got, stopped, first_new=int((gone - start) * PPS) + 1)
 
 
@@ -144,6 +150,8 @@ def test_concentrator_restart_outage(tmp_path: Path) -> None:
             st = c.status()["security"]
             assert st["session_unknown_handshakes"] == 1, st
             assert st["silence_handshakes"] == 0, st
+            losses = [p["tx_loss"] for p in c.status()["paths"]]
+            assert max(losses) < 0.05, losses
         assert hints >= 2
         # Without the hints each client would wait out dead_ms (500 ms).
         assert max(gaps) <= 0.4, gaps

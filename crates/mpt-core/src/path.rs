@@ -129,6 +129,9 @@ pub struct PathState {
     meters: PathMeters,
     peer_rx_packets: u64,
     peer_rx_seq: u32,
+    /// Our path sequence number when the peer last (re)started: its
+    /// reports count our packets from about there.
+    peer_seq_base: u32,
     /// Report at the start of the current loss interval: (packets, seq, time).
     loss_mark: Option<(u64, u32, Nanos)>,
     /// Smoothed fraction of our packets lost on this path (from reports).
@@ -189,6 +192,7 @@ impl PathState {
             meters: PathMeters::default(),
             peer_rx_packets: 0,
             peer_rx_seq: 0,
+            peer_seq_base: 0,
             loss_mark: None,
             tx_loss_ewma: 0.0,
             weight_factor: 1.0,
@@ -371,6 +375,7 @@ impl PathState {
         self.rx_highest_seq = 0;
         self.peer_rx_packets = 0;
         self.peer_rx_seq = 0;
+        self.peer_seq_base = self.tx_seq;
         self.reset_loss();
     }
 
@@ -418,7 +423,15 @@ impl PathState {
     pub fn status(&self, now: Nanos) -> PathStatus {
         let ms = |n: Nanos| n as f64 / NANOS_PER_MS as f64;
         let rx_expected = self.rx_packets.saturating_add(self.rx_lost());
-        let peer_expected = u64::from(self.peer_rx_seq) + 1;
+        // What the peer could have received since it (re)started; a report
+        // about an earlier packet (one it counted before we heard of its
+        // restart) reads as no loss.
+        let since_base = self.peer_rx_seq.wrapping_sub(self.peer_seq_base);
+        let peer_expected = if since_base > u32::MAX / 2 {
+            self.peer_rx_packets
+        } else {
+            u64::from(since_base) + 1
+        };
         let est = self.meters.estimates(now);
         PathStatus {
             name: self.cfg.name.clone(),

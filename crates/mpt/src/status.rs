@@ -366,6 +366,18 @@ pub fn render_doc(d: &TunnelDoc) -> String {
                 sec.stats.rekeys,
                 sec.stats.initiations_rate_limited,
             );
+            let st = &sec.stats;
+            let found = st.session_unknown_handshakes + st.silence_handshakes;
+            if st.peer_restarts + found + st.session_unknown_sent > 0 {
+                let _ = writeln!(
+                    o,
+                    "  restarts of the peer: {}; new handshakes on its word: {}, after silence: {}; its datagrams naming a session we did not hold, answered: {}",
+                    st.peer_restarts,
+                    st.session_unknown_handshakes,
+                    st.silence_handshakes,
+                    st.session_unknown_sent,
+                );
+            }
         }
         None => {
             let _ = writeln!(o, "security: NONE — plaintext (insecure_no_encryption)");

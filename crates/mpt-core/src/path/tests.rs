@@ -163,3 +163,29 @@ fn recent_loss_from_peer_reports() {
     q.reset_loss();
     assert_eq!(q.tx_loss_recent(), 0.0);
 }
+
+#[test]
+fn lifetime_loss_counts_from_the_peers_restart() {
+    let mut p = path();
+    for _ in 0..10_000 {
+        p.on_transmit(100);
+    }
+    p.on_peer_report(0, 9_900, 9_999);
+    assert!((p.status(0).tx_loss - 0.01).abs() < 1e-9);
+    // The peer restarts: its reports count from zero while our path
+    // sequence goes on. 1,000 more sent, 990 of them received.
+    p.peer_restarted();
+    assert_eq!(p.status(0).tx_loss, 0.0);
+    for _ in 0..1_000 {
+        p.on_transmit(100);
+    }
+    p.on_peer_report(0, 990, 10_999);
+    assert!(
+        (p.status(0).tx_loss - 0.01).abs() < 1e-9,
+        "{}",
+        p.status(0).tx_loss
+    );
+    // A report naming a packet from before the restart reads as no loss.
+    p.on_peer_report(0, 3, 9_990);
+    assert_eq!(p.status(0).tx_loss, 0.0);
+}
