@@ -197,15 +197,9 @@ fn hint(index: u32, counter: u64) -> Vec<u8> {
     b
 }
 
-#[test]
-fn session_unknown_hints_are_taken_only_for_our_session_and_a_counter_we_sent() {
-    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 44, security(1, true));
-    sim.deliver_until(1_000 * MS);
-    let t = traffic(&mut sim, 1, 1_000 * MS, 1_500, MS, 0);
-    sim.deliver_until(t);
-    // The client's latest datagram to the server: its session and counter.
-    let (index, counter) = sim
-        .captured
+/// The session and counter of the client's latest datagram to the server.
+fn latest_to_server(sim: &Sim) -> (u32, u64) {
+    sim.captured
         .iter()
         .rev()
         .find(|(to, _, _)| *to == 0)
@@ -213,7 +207,17 @@ fn session_unknown_hints_are_taken_only_for_our_session_and_a_counter_we_sent() 
             let h = Header::new_checked(d).unwrap();
             (h.session(), h.counter())
         })
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn session_unknown_hints_are_taken_only_for_our_session_and_a_counter_we_sent() {
+    let mut sim = Sim::secure(links(&[(5, 0, 0.0)]), 44, security(1, true));
+    sim.deliver_until(1_000 * MS);
+    let t = traffic(&mut sim, 1, 1_000 * MS, 1_500, MS, 0);
+    sim.deliver_until(t);
+    // The client's latest datagram to the server: its session and counter.
+    let (index, counter) = latest_to_server(&sim);
     let server = addr(0, 0);
     let got = |sim: &mut Sim, side: usize, mut d: Vec<u8>| {
         sim.t[side].recv(
@@ -260,16 +264,7 @@ fn session_unknown_hints_are_taken_only_for_our_session_and_a_counter_we_sent() 
         .collect();
     assert_eq!(after, (10_000..10_500).collect::<Vec<u64>>());
     // The new session is younger than a second: a hint for it is not taken.
-    let (index, counter) = sim
-        .captured
-        .iter()
-        .rev()
-        .find(|(to, _, _)| *to == 0)
-        .map(|(_, _, d)| {
-            let h = Header::new_checked(d).unwrap();
-            (h.session(), h.counter())
-        })
-        .unwrap();
+    let (index, counter) = latest_to_server(&sim);
     let mut d = hint(index, counter);
     assert_eq!(sim.t[1].recv(end, 0, server, &mut d), ignored);
 }
