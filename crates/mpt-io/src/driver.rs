@@ -34,6 +34,7 @@ use crate::engine::{Engine, Ready, BATCH_PACKETS};
 use crate::linux::{SystemClock, UdpPaths};
 use crate::pathctl::{self, PathChange};
 use crate::seam::Clock;
+use crate::stop::Drain;
 use crate::udp::{PathBind, PathSocket};
 use crate::workers::{Engage, Workers};
 use mpt_control::Request;
@@ -64,7 +65,7 @@ pub struct Driver {
     engine: Engine<Tun, UdpPaths, SystemClock>,
     identity: Identity,
     /// Kept open: the signal handlers write to its peer.
-    _signal_rx: MioUnixStream,
+    signal_rx: MioUnixStream,
     /// SIGHUP's pipe, read to empty on each hangup.
     hangup_rx: MioUnixStream,
     control_rx: mpsc::Receiver<Pending>,
@@ -239,7 +240,7 @@ impl Driver {
                 poll,
                 engine,
                 identity,
-                _signal_rx: signal_rx,
+                signal_rx,
                 hangup_rx,
                 control_rx,
                 rates: RateWindow::default(),
@@ -259,20 +260,30 @@ impl Driver {
         self.engine.io_stats().tun_offload
     }
 
-    /// Run until SIGINT or SIGTERM.
+    /// Run until SIGINT or SIGTERM, then send what is queued (at most
+    /// [`crate::stop::DRAIN_MAX_NS`]; a second signal stops at once).
     pub fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
         self.ready = Ready::all(self.engine.paths.sockets.len());
         let mut loop_idle = Duration::ZERO;
+        let mut drain = Drain::default();
         loop {
+            let now = self.engine.clock.now();
+            if drain.done(now, self.engine.queued()) {
+                info!(tunnel = %self.identity.name, left = self.engine.queued(), "stopped");
+                return Ok(());
+            }
+            if drain.active() {
+                self.ready.tun = false;
+            }
             let timeout = if self.ready.any() {
                 Some(Duration::ZERO)
             } else {
-                let now = self.engine.clock.now();
                 self.engine
                     .poll_timeout()
                     .map(|t| Duration::from_nanos(t.saturating_sub(now)))
             };
+            let timeout = drain.wait_cap(now, timeout);
             let waiting = Instant::now();
             let polled = self.poll.poll(&mut events, timeout);
             loop_idle += waiting.elapsed();
@@ -284,10 +295,16 @@ impl Driver {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    TOKEN_TUN => self.ready.tun = true,
+                    TOKEN_TUN => self.ready.tun = !drain.active(),
                     TOKEN_SIGNAL => {
-                        info!(tunnel = %self.identity.name, "signal received, stopping");
-                        return Ok(());
+                        let mut buf = [0u8; 64];
+                        while matches!(self.signal_rx.read(&mut buf), Ok(n) if n > 0) {}
+                        let now = self.engine.clock.now();
+                        if drain.signal(now) {
+                            info!(tunnel = %self.identity.name, "second signal: stopping now");
+                            return Ok(());
+                        }
+                        info!(tunnel = %self.identity.name, queued = self.engine.queued(), "signal received: stopping once what is queued has left (at most 200 ms)");
                     }
                     TOKEN_HANGUP => self.hangup(),
                     TOKEN_WAKER => self.answer_control(),

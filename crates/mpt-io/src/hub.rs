@@ -82,6 +82,15 @@ impl Peers for PeerSet {
 impl Plane for PeerSet {
     const NAMES_PEERS: bool = true;
 
+    fn queued(&self) -> usize {
+        let c = &self.conc;
+        c.peer_ids()
+            .filter(|id| c.owns(*id))
+            .filter_map(|id| c.tunnel(id))
+            .map(|t| t.queued())
+            .sum()
+    }
+
     fn mtu(&self) -> usize {
         self.conc.mtu()
     }
@@ -235,21 +244,23 @@ impl<T: TunDevice, P: PathIo, C: Clock> Engine<T, P, C, PeerSet> {
     }
 
     /// Wait in `poll` for readiness, or until the next deadline (not at
-    /// all while `busy`: a source still has input). `false`: interrupted
-    /// by a signal, wait again.
+    /// all while `busy`: a source still has input; never past the end of
+    /// a stop's `drain`). `false`: interrupted by a signal, wait again.
     pub(crate) fn wait(
         &mut self,
         poll: &mut mio::Poll,
         events: &mut mio::Events,
         busy: bool,
+        drain: &crate::stop::Drain,
     ) -> io::Result<bool> {
+        let now = self.clock.now();
         let timeout = if busy {
             Some(std::time::Duration::ZERO)
         } else {
-            let now = self.clock.now();
             self.poll_timeout()
                 .map(|t| std::time::Duration::from_nanos(t.saturating_sub(now)))
         };
+        let timeout = drain.wait_cap(now, timeout);
         let waiting = std::time::Instant::now();
         let polled = poll.poll(events, timeout);
         self.add_idle(waiting.elapsed());

@@ -31,7 +31,9 @@ use crate::driver::{
 use crate::engine::{Ready, BATCH_PACKETS};
 use crate::hub::Hub;
 use crate::linux::{SystemClock, UdpPaths};
+use crate::seam::Clock;
 use crate::shards::{self, ShardLink, TOKEN_SHARD};
+use crate::stop::Drain;
 use crate::udp::PathSocket;
 
 /// Changes a reload or a request makes beyond the concentrator (routes).
@@ -64,7 +66,7 @@ pub struct HubDriver {
     name: String,
     addresses: Vec<String>,
     control_socket: String,
-    _signal_rx: MioUnixStream,
+    signal_rx: MioUnixStream,
     hangup_rx: MioUnixStream,
     control_rx: mpsc::Receiver<Pending>,
     started: Instant,
@@ -110,7 +112,7 @@ impl HubDriver {
                 name: name.to_string(),
                 addresses,
                 control_socket,
-                _signal_rx: src.signal_rx,
+                signal_rx: src.signal_rx,
                 hangup_rx: src.hangup_rx,
                 control_rx: src.control_rx,
                 started: Instant::now(),
@@ -193,19 +195,37 @@ impl HubDriver {
     fn run_loop(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
         self.ready = Ready::all(self.hub.paths.sockets.len());
+        let mut drain = Drain::default();
         loop {
+            let now = self.hub.clock.now();
+            if drain.done(now, self.hub.queued()) {
+                info!(tunnel = %self.name, left = self.hub.queued(), "stopped");
+                return Ok(());
+            }
+            if drain.active() {
+                self.ready.tun = false;
+            }
             if !self
                 .hub
-                .wait(&mut self.poll, &mut events, self.ready.any())?
+                .wait(&mut self.poll, &mut events, self.ready.any(), &drain)?
             {
                 continue;
             }
             for ev in events.iter() {
                 match ev.token() {
-                    TOKEN_TUN => self.ready.tun = true,
+                    TOKEN_TUN => self.ready.tun = !drain.active(),
                     TOKEN_SIGNAL => {
-                        info!(tunnel = %self.name, "signal received, stopping");
-                        return Ok(());
+                        let mut buf = [0u8; 64];
+                        while matches!(self.signal_rx.read(&mut buf), Ok(n) if n > 0) {}
+                        if drain.signal(self.hub.clock.now()) {
+                            info!(tunnel = %self.name, "second signal: stopping now");
+                            return Ok(());
+                        }
+                        info!(tunnel = %self.name, queued = self.hub.queued(), "signal received: stopping once what is queued has left (at most 200 ms)");
+                        // The other shards drain theirs meanwhile.
+                        if let Some(l) = self.link.as_mut() {
+                            l.stop_others();
+                        }
                     }
                     TOKEN_HANGUP => {
                         let mut buf = [0u8; 64];

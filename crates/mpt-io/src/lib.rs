@@ -10,6 +10,7 @@
 //!   to sealed datagrams, datagrams to TUN writes, timers;
 //! * [`driver`] — the Linux loop around the engine: mio readiness,
 //!   signals, control requests, status;
+//! * [`stop`] — a loop's stop after a signal: what is queued leaves first;
 //! * [`linux`] — the seam on the real TUN, UDP sockets and clocks;
 //! * [`mem`] — the seam in memory and virtual time, for tests;
 //! * [`batch`] — receive buffers and transmit slots as plain memory;
@@ -49,6 +50,7 @@ pub mod offload;
 pub mod pathctl;
 pub mod seam;
 pub mod shards;
+pub mod stop;
 pub mod tunwrite;
 pub mod udp;
 pub mod workers;

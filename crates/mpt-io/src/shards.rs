@@ -51,6 +51,7 @@ use crate::engine::{Ready, BATCH_PACKETS};
 use crate::hub::Hub;
 use crate::linux::{SystemClock, UdpPaths};
 use crate::seam::{Clock, PathIo, TunDevice};
+use crate::stop::Drain;
 use crate::udp::PathSocket;
 use crate::workers::{Engage, Workers};
 use mpt_control::status::{HandoffDoc, IoDoc, PeerDoc, ShardPart};
@@ -457,14 +458,30 @@ impl Follower {
         let mut events = Events::with_capacity(256);
         let mut ready = Ready::all(self.hub.paths.sockets.len());
         info!(tunnel = %self.name, shard = self.link.index(), "shard up");
+        // Told to stop, a shard first sends what it queued (`crate::stop`).
+        let mut stop = Drain::default();
         loop {
-            if !self.hub.wait(&mut self.poll, &mut events, ready.any())? {
+            if stop.done(self.hub.clock.now(), self.hub.queued()) {
+                return Ok(());
+            }
+            if stop.active() {
+                ready.tun = false;
+            }
+            if !self
+                .hub
+                .wait(&mut self.poll, &mut events, ready.any(), &stop)?
+            {
                 continue;
             }
             for ev in events.iter() {
                 match ev.token() {
-                    TOKEN_TUN => ready.tun = true,
-                    TOKEN_SHARD if self.link.drain(&mut self.hub).stop => return Ok(()),
+                    TOKEN_TUN => ready.tun = !stop.active(),
+                    TOKEN_SHARD => {
+                        let told = self.link.drain(&mut self.hub).stop;
+                        if told && stop.signal(self.hub.clock.now()) {
+                            return Ok(());
+                        }
+                    }
                     Token(t) if t >= TOKEN_SOCKET_BASE => {
                         if let Some(r) = ready.sockets.get_mut(t - TOKEN_SOCKET_BASE) {
                             *r = true;

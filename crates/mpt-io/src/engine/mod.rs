@@ -265,6 +265,11 @@ impl<T: TunDevice, P: PathIo, C: Clock, D: Plane> Engine<T, P, C, D> {
         self.plane.poll_timeout()
     }
 
+    /// Packets waiting to leave, over every peer of the plane.
+    pub fn queued(&self) -> usize {
+        self.plane.queued()
+    }
+
     /// The wall clock at loop time `now`, ns since the UNIX epoch.
     pub(crate) fn wall(&self, now: Nanos) -> u64 {
         (now as i64).wrapping_add(self.wall_offset) as u64

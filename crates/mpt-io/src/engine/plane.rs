@@ -104,11 +104,17 @@ pub trait Plane: Peers {
     fn peer_label(&self, _peer: PeerId) -> String {
         String::new()
     }
+    /// Packets waiting to leave, over every peer (a stop drains them).
+    fn queued(&self) -> usize;
 }
 
 /// One peer: the single tunnel (its peer id is 0).
 impl Plane for Tunnel {
     const NAMES_PEERS: bool = false;
+
+    fn queued(&self) -> usize {
+        Tunnel::queued(self)
+    }
 
     fn mtu(&self) -> usize {
         Tunnel::mtu(self)
