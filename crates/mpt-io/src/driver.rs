@@ -269,7 +269,7 @@ impl Driver {
         let mut drain = Drain::default();
         loop {
             let now = self.engine.clock.now();
-            if drain.done(now, self.engine.queued()) {
+            if drain.done(now, || self.engine.queued()) {
                 info!(tunnel = %self.identity.name, left = self.engine.queued(), "stopped");
                 return Ok(());
             }

@@ -198,7 +198,7 @@ impl HubDriver {
         let mut drain = Drain::default();
         loop {
             let now = self.hub.clock.now();
-            if drain.done(now, self.hub.queued()) {
+            if drain.done(now, || self.hub.queued()) {
                 info!(tunnel = %self.name, left = self.hub.queued(), "stopped");
                 return Ok(());
             }

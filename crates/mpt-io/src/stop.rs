@@ -42,9 +42,11 @@ impl Drain {
         self.until.is_some()
     }
 
-    /// Whether the loop may end now, with `queued` packets still waiting.
-    pub fn done(&self, now: Nanos, queued: usize) -> bool {
-        self.until.is_some_and(|u| queued == 0 || now >= u)
+    /// Whether the loop may end now; `queued` counts the packets still
+    /// waiting, asked only while a stop is under way (it may visit every
+    /// peer: never on a loop turn that is not stopping).
+    pub fn done(&self, now: Nanos, queued: impl FnOnce() -> usize) -> bool {
+        self.until.is_some_and(|u| now >= u || queued() == 0)
     }
 
     /// The loop's wait, `timeout` (`None`: until input), cut so that it
@@ -65,13 +67,13 @@ mod tests {
     #[test]
     fn a_drain_ends_when_the_queue_is_empty_or_at_its_bound() {
         let mut d = Drain::default();
-        assert!(!d.active() && !d.done(0, 0));
+        assert!(!d.active() && !d.done(0, || panic!("asked while not stopping")));
         assert_eq!(d.wait_cap(0, None), None);
         assert!(!d.signal(1_000));
         assert!(d.active());
-        assert!(!d.done(1_000, 5), "packets wait: keep sending");
-        assert!(d.done(1_001, 0), "the queue is empty");
-        assert!(d.done(1_000 + DRAIN_MAX_NS, 5), "the bound");
+        assert!(!d.done(1_000, || 5), "packets wait: keep sending");
+        assert!(d.done(1_001, || 0), "the queue is empty");
+        assert!(d.done(1_000 + DRAIN_MAX_NS, || 5), "the bound");
         // The loop never sleeps past the bound.
         let cap = d.wait_cap(1_000, None).unwrap();
         assert_eq!(cap, Duration::from_nanos(DRAIN_MAX_NS));
