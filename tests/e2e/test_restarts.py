@@ -145,8 +145,12 @@ def test_concentrator_restart_outage(tmp_path: Path) -> None:
         server.start()
         outs = [p.communicate(timeout=20)[0] for p in pings]
         gaps = [_reply_gap(o) for o in outs]
-        hints = server.status()["session_unknown_sent"]
-        print(f"\nconcentrator restart: longest gap between replies {gaps} s, {hints} hints")
+        doc = server.status()
+        hints, spaced = doc["session_unknown_sent"], doc["session_unknown_spaced"]
+        print(
+            f"\nconcentrator restart: longest gap between replies {gaps} s, "
+            f"{hints} hints, {spaced} spaced"
+        )
         for c in clients:
             st = c.status()["security"]
             assert st["session_unknown_handshakes"] == 1, st

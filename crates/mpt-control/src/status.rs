@@ -215,6 +215,9 @@ pub struct ConcentratorDoc {
     pub cookies_sent: u64,
     /// Session-unknown hints sent for datagrams naming no peer's session.
     pub session_unknown_sent: u64,
+    /// Such datagrams left without a hint: their source had one within
+    /// the last 250 ms.
+    pub session_unknown_spaced: u64,
     pub tun_write_failures: u64,
     /// Every shard's I/O, summed.
     pub io: Option<IoDoc>,
@@ -232,6 +235,9 @@ pub struct ShardPart {
     pub cookies_sent: u64,
     /// Session-unknown hints sent for datagrams naming no peer's session.
     pub session_unknown_sent: u64,
+    /// Such datagrams left without a hint: their source had one within
+    /// the last 250 ms.
+    pub session_unknown_spaced: u64,
     pub tun_write_failures: u64,
     pub io: IoDoc,
     pub handoffs: HandoffDoc,

@@ -22,8 +22,11 @@ mod concentrator_world;
 use concentrator_world::*;
 use mpt_core::concentrator::Concentrator;
 use mpt_core::stats::DropReason;
-use mpt_core::testing::{client_config, client_inner_addr, client_peer, concentrator_template};
+use mpt_core::testing::{
+    client_addr, client_config, client_inner_addr, client_peer, concentrator_template,
+};
 use mpt_core::tunnel::TunnelConfig;
+use mpt_core::wire::{write_header, HeaderFields, PacketType};
 use mpt_core::Nanos;
 use mpt_sys::alloc::CountingAlloc;
 
@@ -164,6 +167,21 @@ fn peers_come_and_go_at_runtime_without_disturbing_the_others() {
 
 #[test]
 fn a_restarted_concentrator_is_found_again_within_round_trips() {
+    restart_case(0);
+}
+
+#[test]
+fn a_flood_of_unknown_sessions_does_not_hold_the_others_hints() {
+    // One source sends 50 sealed datagrams of no session every 10 ms,
+    // 5,000 a second against a hint budget of 40 a second, from before
+    // the restart on (the budget is spent when the clients need it).
+    restart_case(50);
+}
+
+/// A concentrator in two shards restarts under its 20 clients' traffic;
+/// `flood` datagrams of no session come from one other source every 10
+/// ms throughout, spread over the 10 ms.
+fn restart_case(flood: usize) {
     const N: u32 = 20;
     const SHARDS: usize = 2;
     let mut w = World::with_shards(N, SHARDS);
@@ -171,9 +189,15 @@ fn a_restarted_concentrator_is_found_again_within_round_trips() {
     w.run_until(1_000 * MS);
     let mut now = 1_000 * MS;
     let mut sent = 0u64;
-    let round = |w: &mut World, now: &mut Nanos, sent: &mut u64| {
+    let mut junk_counter = 0u64;
+    let mut round = |w: &mut World, now: &mut Nanos, sent: &mut u64, flooding: usize| {
         for c in 0..N {
             w.client_send(*now, c, client_inner_addr(c), *sent);
+        }
+        for k in 0..flooding {
+            junk_counter += 1;
+            let at = *now + k as Nanos * 10 * MS / flooding as Nanos;
+            w.emit(at, None, 0, client_addr(N, 0), junk(junk_counter));
         }
         *sent += 1;
         w.pump(*now);
@@ -181,7 +205,7 @@ fn a_restarted_concentrator_is_found_again_within_round_trips() {
         w.run_until(*now);
     };
     while now < 2_500 * MS {
-        round(&mut w, &mut now, &mut sent);
+        round(&mut w, &mut now, &mut sent, flood);
     }
     // The server restarts: new keys for its sessions, none of the old.
     let mut template = concentrator_template(SERVER_PATHS);
@@ -200,7 +224,7 @@ fn a_restarted_concentrator_is_found_again_within_round_trips() {
     let before = sent;
     let mut back: Vec<Option<Nanos>> = vec![None; N as usize];
     while now < restart + 1_000 * MS {
-        round(&mut w, &mut now, &mut sent);
+        round(&mut w, &mut now, &mut sent, flood);
         for c in 0..N {
             let st = w.clients[c as usize].status(now).security.unwrap().stats;
             if st.handshakes_completed >= 2 {
@@ -214,10 +238,14 @@ fn a_restarted_concentrator_is_found_again_within_round_trips() {
         .map(|b| b.expect("every client found the restarted server") - restart)
         .max()
         .unwrap();
+    let spaced: u64 = w.servers.iter().map(|s| s.session_unknown_spaced()).sum();
     println!(
-        "concentrator restart: {hints} hints, every client back within {} ms",
+        "concentrator restart, flood {flood}: {hints} hints ({spaced} spaced), every client back within {} ms",
         worst / MS
     );
+    if flood > 0 {
+        assert!(spaced > 0);
+    }
     // Each client's next datagram calls out a hint: a handshake a round
     // trip later (delays up to 17 ms one way), not after 500 ms of silence.
     assert!(worst <= 150 * MS, "{} ms", worst / MS);
@@ -236,6 +264,18 @@ fn a_restarted_concentrator_is_found_again_within_round_trips() {
             .collect();
         assert_eq!(got, (from..sent).collect::<Vec<u64>>(), "client {c}");
     }
+}
+
+/// A sealed-looking datagram of a session nobody holds.
+fn junk(counter: u64) -> Vec<u8> {
+    let mut d = vec![0u8; 300];
+    let f = HeaderFields {
+        session: 0x5eed,
+        counter,
+        ..Default::default()
+    };
+    write_header(&mut d, PacketType::Data, &f);
+    d
 }
 
 /// The daemon's defaults where the test configurations differ.

@@ -457,6 +457,7 @@ impl HubDriver {
             }
             doc.cookies_sent += p.cookies_sent;
             doc.session_unknown_sent += p.session_unknown_sent;
+            doc.session_unknown_spaced += p.session_unknown_spaced;
             doc.tun_write_failures += p.tun_write_failures;
             if p.error.is_none() {
                 match io.as_mut() {

@@ -339,6 +339,7 @@ pub fn status_part<T: TunDevice, P: PathIo, C: Clock>(hub: &Hub<T, P, C>) -> Sha
             .collect(),
         cookies_sent: c.cookies_sent(),
         session_unknown_sent: c.session_unknown_sent(),
+        session_unknown_spaced: c.session_unknown_spaced(),
         tun_write_failures: hub.tun_write_failures(),
         io: IoDoc {
             io: hub.io_stats().clone(),

@@ -515,6 +515,12 @@ impl Concentrator {
         self.guard.hints_sent
     }
 
+    /// Datagrams of no peer's session left without a hint because their
+    /// source had one within `guard::HINT_SOURCE_SPACING_NS` (status).
+    pub fn session_unknown_spaced(&self) -> u64 {
+        self.guard.hints_spaced
+    }
+
     /// Events that belong to no peer (an unknown key called).
     pub fn poll_event(&mut self) -> Option<(Option<PeerId>, Event)> {
         self.events.pop_front()
