@@ -6,7 +6,9 @@
 //! lost. A gap is declared lost when one of these happens first:
 //!
 //! * a held packet has waited `max_delay` (the MPT library's
-//!   `max_buffdelay_msec`);
+//!   `max_buffdelay_msec`), or longer when its owner says so: the tunnel
+//!   times the oldest held packet out ([`ReorderBuffer::time_out_oldest`])
+//!   no sooner than loss recovery's wait for the gaps below it;
 //! * the window of `capacity` packets would overflow (the MPT library's
 //!   `reorder_window`);
 //! * the held packets would exceed the byte bound: the gap before the
@@ -496,14 +498,16 @@ impl ReorderBuffer {
 
     /// Release everything that has been held for `max_delay` by `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
-        while let Some(&(t, seq)) = self.arrivals.front() {
-            if seq < self.next {
-                self.arrivals.pop_front();
-                continue;
-            }
-            if t.saturating_add(self.max_delay) > now {
-                break;
-            }
+        while self.poll_timeout().is_some_and(|d| d <= now) {
+            self.time_out_oldest();
+        }
+    }
+
+    /// The oldest held packet's wait is over (its `max_delay`, or a
+    /// later bound its owner keeps, such as loss recovery's wait for the
+    /// gaps below it): give up every gap below it and release through it.
+    pub fn time_out_oldest(&mut self) {
+        if let Some((_, seq)) = self.oldest_arrival() {
             self.arrivals.pop_front();
             self.stats.timeout_releases += 1;
             let n = self.release_through(seq + 1);

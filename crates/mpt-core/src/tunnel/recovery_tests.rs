@@ -151,3 +151,49 @@ fn the_arriving_packets_size_is_smoothed() {
         r.packet_bytes
     );
 }
+
+#[test]
+fn the_reorder_buffer_does_not_give_up_a_gap_still_waited_for() {
+    use crate::testing::TestConfig;
+    const MS: Nanos = NANOS_PER_MS;
+    let mut t = TestConfig::new(1, 2)
+        .recover(true)
+        .reorder(4096, 20 * MS)
+        .tunnel();
+    let s = 1_000 * MS;
+    let pkt = [0x45u8; 100];
+    t.reorder.insert(0, &pkt, s);
+    t.reorder.insert(2, &pkt, s);
+    let hold = t.reorder.poll_timeout().unwrap();
+    // Gap 1 was asked for with many others: its answer's wait starts
+    // behind theirs, 300 ms on, past the buffer's hold.
+    let r = t.recovery.as_mut().unwrap();
+    r.pending
+        .push_back((1, s + 300 * MS, 50 * MS, s + RECOVERY_WAIT_MAX_NS));
+    let due = r.deadline().unwrap();
+    assert!(due > hold);
+    assert_eq!(r.waits_below(1, 2), Some(due));
+    assert_eq!(r.waits_below(2, 3), None, "nothing waited for there");
+    assert_eq!(t.timer_deadlines()[1], Some(due));
+    t.handle_timeout(hold + MS);
+    assert_eq!(t.reorder.next_seq(), 1, "still held at the buffer's hold");
+    assert_eq!(t.reorder.stats().lost_by_timeout, 0);
+    // The answer comes: delivered in order, nothing lost.
+    t.reorder.insert(1, &pkt, due - MS);
+    assert_eq!(t.reorder.next_seq(), 3);
+    assert_eq!(t.reorder.stats().lost_by_timeout, 0);
+
+    // Without an answer the gap goes at its wait's end.
+    t.reorder.insert(5, &pkt, due);
+    let hold = t.reorder.poll_timeout().unwrap();
+    let r = t.recovery.as_mut().unwrap();
+    r.pending.clear();
+    r.pending
+        .push_back((3, due + 100 * MS, 50 * MS, due + RECOVERY_WAIT_MAX_NS));
+    let end = r.deadline().unwrap();
+    assert!(end > hold);
+    t.handle_timeout(end - 1);
+    assert_eq!(t.reorder.next_seq(), 3);
+    t.handle_timeout(end);
+    assert_eq!(t.reorder.next_seq(), 6, "given up at the wait's end");
+}

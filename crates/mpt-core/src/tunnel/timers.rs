@@ -24,7 +24,7 @@ impl Tunnel {
         let now = self.timers_ran_at.unwrap_or(0);
         [
             self.queue_deadline(now),
-            self.reorder.poll_timeout(),
+            self.reorder_deadline(),
             self.release_deadline(),
             self.liveness_deadline(),
             self.crypto.as_ref().and_then(CryptoState::poll_timeout),
@@ -40,13 +40,29 @@ impl Tunnel {
         ]
     }
 
+    /// When the reorder buffer's oldest held packet times out: its
+    /// `max_delay` (the hold), and not before loss recovery's wait for
+    /// the gaps below it ([`recovery::Recovery::waits_below`]).
+    fn reorder_deadline(&mut self) -> Option<Nanos> {
+        let (_, seq) = self.reorder.oldest_arrival()?;
+        let hold = self.reorder.poll_timeout()?;
+        let next = self.reorder.next_seq();
+        let waits = self
+            .recovery
+            .as_ref()
+            .and_then(|r| r.waits_below(next, seq));
+        Some(waits.map_or(hold, |w| w.max(hold)))
+    }
+
     /// Run timers that are due at `now`.
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.finish_removals(now);
         self.liveness_timers(now);
         self.update_qos_paths();
         self.update_late_bounds(now);
-        self.reorder.handle_timeout(now);
+        while self.reorder_deadline().is_some_and(|d| d <= now) {
+            self.reorder.time_out_oldest();
+        }
         self.fec_timeout(now);
         if let Some(c) = self.crypto.as_mut() {
             c.handle_timeout(now);
