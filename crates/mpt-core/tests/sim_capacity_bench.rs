@@ -78,7 +78,8 @@ fn sweep_cases() {
     println!("mean share {:.1} %", 100.0 * mean);
 }
 
-/// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss[,queue_ms];..."; the
+/// One link set from `SIM_CASE` ("rate,delay_ms,sd_ms,loss[,queue_ms];...",
+/// loss a fraction: 0.015 for the sweep's 1.5 %; the
 /// buffer is 50 ms unless given, the lab sweep's is 20), the
 /// TCP-like flow's share with three seeds (`SIM_SEEDS`: that many; a
 /// bench, as `sweep_cases`).
@@ -99,6 +100,10 @@ fn one_case() {
             else {
                 panic!("SIM_CASE: each link is rate,delay_ms,sd_ms,loss[,queue_ms]; got {l:?}");
             };
+            assert!(
+                (0.0..=1.0).contains(&loss),
+                "SIM_CASE: loss is a fraction (0.015 for 1.5 %); got {loss} in {l:?}"
+            );
             let mut link = sweep_link(rate, delay_ms, sd_ms, loss);
             if let Some(q) = queue {
                 link.queue_ns = (q * MS as f64) as Nanos;
