@@ -7,9 +7,9 @@
 //!
 //! Invariants: a gap is held at most [`RECOVERY_WAIT_MAX_NS`] from its
 //! request, whatever the backoff, and the reorder buffer's timeout does
-//! not give up a gap before its wait ([`Recovery::waits_below`]); the backoff is a power of two from 1 to
-//! [`BACKOFF_MAX`], grows only on a late answer and shrinks only with
-//! time; nothing here allocates.
+//! not give up a gap before its wait ([`Recovery::waits_below`]); the
+//! backoff is a power of two from 1 to [`BACKOFF_MAX`], grows only on a
+//! late answer and shrinks only with time; nothing here allocates.
 
 use super::{Recovery, RECOVERY_WAIT_MAX_NS};
 use crate::{Nanos, NANOS_PER_MS};
